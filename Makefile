@@ -1,0 +1,14 @@
+.PHONY: run test lint bench sandbox-image
+
+run:  ## set everything up and serve the API on 127.0.0.1:$PORT (default 8000)
+	@bash scripts/run.sh
+
+test:  ## run the whole test suite, starting what it needs
+	@bash scripts/test.sh $(ARGS)
+
+lint:
+	@.venv/bin/ruff check .
+	@.venv/bin/ruff format --check .
+
+sandbox-image:
+	@bash sandbox/build.sh $${MANGO_SANDBOX_IMAGE:-mango-sandbox:latest}

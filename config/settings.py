@@ -1,0 +1,176 @@
+"""Mango settings: the one env-driven module. Every value that varies comes from the environment.
+
+Each variable is documented, with its default, in README.md ("Configuration").
+"""
+
+from datetime import timedelta
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="mango-dev-insecure-secret-key-change-me")
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["*"])
+PORT = env.int("PORT", default=8000)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "core",
+    "files",
+    "sessions.apps.SessionsConfig",
+    "processors",
+]
+
+MIDDLEWARE = [
+    "core.middleware.RequestIdMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/mango"),
+}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+# JSON bodies (events, agents, ...) are small; file uploads stream through files.uploads and
+# are bounded by MANGO_FILE_MAX_BYTES instead.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("MANGO_MAX_JSON_BODY_BYTES", default=32 * 1024 * 1024)
+FILE_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+
+# --- Files storage --------------------------------------------------------------------------
+MANGO_FILE_S3_BUCKET = env.str("MANGO_FILE_S3_BUCKET", default="") or None
+MANGO_FILE_S3_ENDPOINT_URL = env.str("MANGO_FILE_S3_ENDPOINT_URL", default="") or None
+MANGO_FILE_S3_REGION = env.str("MANGO_FILE_S3_REGION", default="us-east-1")
+MANGO_FILE_S3_ACCESS_KEY_ID = env.str("MANGO_FILE_S3_ACCESS_KEY_ID", default="") or None
+MANGO_FILE_S3_SECRET_ACCESS_KEY = env.str("MANGO_FILE_S3_SECRET_ACCESS_KEY", default="") or None
+MANGO_FILE_MAX_BYTES = env.int("MANGO_FILE_MAX_BYTES", default=500_000_000)
+# An intent younger than this is presumed live (another process may still be streaming it).
+MANGO_RECONCILE_GRACE_SECONDS = env.int("MANGO_RECONCILE_GRACE_SECONDS", default=3600)
+
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "files": {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": MANGO_FILE_S3_BUCKET,
+            "endpoint_url": MANGO_FILE_S3_ENDPOINT_URL,
+            "region_name": MANGO_FILE_S3_REGION,
+            "access_key": MANGO_FILE_S3_ACCESS_KEY_ID,
+            "secret_key": MANGO_FILE_S3_SECRET_ACCESS_KEY,
+            "file_overwrite": True,
+            "default_acl": None,
+            "querystring_auth": False,
+            "addressing_style": "path",
+            "signature_version": "s3v4",
+        },
+    },
+}
+
+# --- API behaviour --------------------------------------------------------------------------
+MANGO_STRICT = env.bool("MANGO_STRICT", default=False)
+MANGO_FILES_BETA = "files-api-2025-04-14"
+MANGO_AGENTS_BETA = "managed-agents-2026-04-01"
+
+# --- Sessions runtime -----------------------------------------------------------------------
+MANGO_SANDBOX = env.str("MANGO_SANDBOX", default="docker")  # docker | local_process
+MANGO_SANDBOX_IMAGE = env.str("MANGO_SANDBOX_IMAGE", default="mango-sandbox:latest")
+MANGO_SANDBOX_LOCAL_ROOT = env.path("MANGO_SANDBOX_LOCAL_ROOT", default=BASE_DIR / "var" / "sandboxes")
+DOCKER_HOST = env.str("DOCKER_HOST", default="") or None
+ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="https://api.anthropic.com")
+ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="") or None
+MANGO_SSE_HEARTBEAT_SECONDS = env.float("MANGO_SSE_HEARTBEAT_SECONDS", default=15.0)
+
+# --- Django REST framework ------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["core.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["core.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "core.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+    "UNAUTHENTICATED_TOKEN": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Mango",
+    "DESCRIPTION": "Self-hosted Files API and Managed Agents sessions.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Celery ---------------------------------------------------------------------------------
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("MANGO_TASK_SOFT_TIME_LIMIT", default=1800)
+CELERY_TASK_TIME_LIMIT = env.int("MANGO_TASK_TIME_LIMIT", default=1900)
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "files-reconcile": {"task": "files.reconcile", "schedule": timedelta(minutes=5)},
+    "files-expire": {"task": "files.expire", "schedule": timedelta(minutes=1)},
+    "sessions-recover": {"task": "sessions.recover_stuck", "schedule": timedelta(minutes=1)},
+}
+
+# --- Logging: one JSON object per line ------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "core.logging.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "root": {"handlers": ["console"], "level": env.str("MANGO_LOG_LEVEL", default="INFO")},
+    "loggers": {"django.server": {"level": "WARNING"}},
+}

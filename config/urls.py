@@ -1,0 +1,19 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+from core import views as core_views
+
+urlpatterns = [
+    path("healthz", core_views.healthz),
+    path("readyz", core_views.readyz),
+    path("admin/", admin.site.urls),
+    path("openapi.json", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[])),
+    path("v1/", include("files.urls")),
+    path("v1/", include("sessions.urls")),
+]
+
+handler400 = core_views.handler400
+handler403 = core_views.handler403
+handler404 = core_views.handler404
+handler500 = core_views.handler500

@@ -1,0 +1,55 @@
+"""API-key authentication: `x-api-key: KEY` (SDK ≤1.x) or `Authorization: Bearer KEY` (2.x).
+
+The optional `anthropic-workspace-id` header must name the key's workspace.
+"""
+
+from django.utils import timezone
+from rest_framework.authentication import BaseAuthentication
+
+from core.errors import AuthenticationFailed
+from core.models import ApiKey, hash_api_key
+
+# last_used_at is bookkeeping; don't write it on every request.
+_LAST_USED_RESOLUTION_SECONDS = 60
+
+
+def raw_key_from_request(request) -> str | None:
+    key = request.META.get("HTTP_X_API_KEY")
+    if key:
+        return key.strip()
+    authorization = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, credentials = authorization.partition(" ")
+    if scheme.lower() == "bearer" and credentials.strip():
+        return credentials.strip()
+    return None
+
+
+def api_key_authenticate(request) -> ApiKey:
+    raw_key = raw_key_from_request(request)
+    if not raw_key:
+        raise AuthenticationFailed("Missing API key: send `x-api-key: KEY` or `Authorization: Bearer KEY`.")
+    api_key = (
+        ApiKey.objects.select_related("workspace")
+        .filter(key_hash=hash_api_key(raw_key), revoked_at__isnull=True)
+        .first()
+    )
+    if api_key is None:
+        raise AuthenticationFailed("Invalid API key.")
+    selector = request.META.get("HTTP_ANTHROPIC_WORKSPACE_ID")
+    if selector and selector.strip() not in (api_key.workspace.id, api_key.workspace.name):
+        raise AuthenticationFailed("The anthropic-workspace-id header does not match the API key's workspace.")
+    now = timezone.now()
+    if api_key.last_used_at is None or (now - api_key.last_used_at).total_seconds() > _LAST_USED_RESOLUTION_SECONDS:
+        ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=now)
+    return api_key
+
+
+class ApiKeyAuthentication(BaseAuthentication):
+    """request.user is the Workspace, request.auth the ApiKey."""
+
+    def authenticate(self, request):
+        api_key = api_key_authenticate(request)
+        return api_key.workspace, api_key
+
+    def authenticate_header(self, request):
+        return "Bearer"

@@ -1,0 +1,176 @@
+"""One error hierarchy, rendered in one place (api-contract.md §2).
+
+Views raise ApiError subclasses (or let DRF / Django raise theirs); `exception_handler` and
+`error_response` turn every one of them into the envelope
+
+    {"type": "error", "error": {"type", "message", "details"}, "request_id"}
+
+The `request-id` header is added by core.middleware.RequestIdMiddleware on every response.
+"""
+
+import logging
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions as drf_exceptions
+
+logger = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    status = 500
+    type = "api_error"
+    message = "Internal server error."
+    code: str | None = None
+    headers: dict[str, str] = {}
+
+    def __init__(self, message: str | None = None, *, code: str | None = None, details=None, headers=None):
+        super().__init__(message or self.message)
+        self.message = message or self.message
+        self.code = code or self.code
+        self.details = dict(details or {})
+        if self.code:
+            self.details.setdefault("error_code", self.code)
+        self.headers = {**self.headers, **(headers or {})}
+
+
+class InvalidRequest(ApiError):
+    status = 400
+    type = "invalid_request_error"
+    message = "Invalid request."
+
+
+class AuthenticationFailed(ApiError):
+    status = 401
+    type = "authentication_error"
+    message = "Invalid or missing API key."
+
+
+class PermissionDenied(ApiError):
+    status = 403
+    type = "permission_error"
+    message = "Permission denied."
+
+
+class NotFound(ApiError):
+    status = 404
+    type = "not_found_error"
+    message = "Not found."
+
+
+class MethodNotAllowed(ApiError):
+    status = 405
+    type = "invalid_request_error"
+    message = "Method not allowed."
+
+
+class Conflict(ApiError):
+    status = 409
+    type = "conflict_error"
+    message = "Conflict."
+    # Conflicts here are deterministic: the SDK would otherwise retry 409s.
+    headers = {"x-should-retry": "false"}
+
+
+class RequestTooLarge(ApiError):
+    status = 413
+    type = "request_too_large"
+    message = "Request body is too large."
+
+
+class RateLimited(ApiError):
+    status = 429
+    type = "rate_limit_error"
+    message = "Rate limited."
+
+
+class ServiceUnavailable(ApiError):
+    status = 503
+    type = "api_error"
+    message = "Service unavailable."
+
+
+def error_body(*, status: int, type: str, message: str, details: dict | None, request_id: str | None) -> dict:
+    return {
+        "type": "error",
+        "error": {"type": type, "message": message, "details": details or {}},
+        "request_id": request_id,
+    }
+
+
+def error_response(request, error: ApiError) -> JsonResponse:
+    request_id = getattr(request, "request_id", None)
+    body = error_body(
+        status=error.status, type=error.type, message=error.message, details=error.details, request_id=request_id
+    )
+    response = JsonResponse(body, status=error.status)
+    for name, value in error.headers.items():
+        response[name] = value
+    return response
+
+
+def _flatten_validation(detail, prefix: str = "") -> list[str]:
+    if isinstance(detail, dict):
+        out = []
+        for key, value in detail.items():
+            name = key if key != "non_field_errors" else ""
+            out += _flatten_validation(value, f"{prefix}.{name}" if prefix and name else (name or prefix))
+        return out
+    if isinstance(detail, list):
+        out = []
+        for index, value in enumerate(detail):
+            if isinstance(value, (dict, list)) and not _is_leaf_list(value):
+                out += _flatten_validation(value, f"{prefix}[{index}]" if prefix else f"[{index}]")
+            else:
+                out += _flatten_validation(value, prefix)
+        return out
+    return [f"{prefix}: {detail}" if prefix else str(detail)]
+
+
+def _is_leaf_list(value) -> bool:
+    return isinstance(value, list) and all(not isinstance(v, (dict, list)) for v in value)
+
+
+def to_api_error(exc: Exception) -> ApiError | None:
+    """Map any exception we know how to describe to an ApiError; None for the unexpected."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, drf_exceptions.ValidationError):
+        return InvalidRequest("; ".join(_flatten_validation(exc.detail)) or "Invalid request.")
+    if isinstance(exc, drf_exceptions.ParseError):
+        return InvalidRequest(f"Malformed request body: {exc.detail}")
+    if isinstance(exc, drf_exceptions.UnsupportedMediaType):
+        return InvalidRequest(str(exc.detail))
+    if isinstance(exc, (drf_exceptions.NotAuthenticated, drf_exceptions.AuthenticationFailed)):
+        return AuthenticationFailed(str(exc.detail))
+    if isinstance(exc, (drf_exceptions.PermissionDenied, DjangoPermissionDenied)):
+        return PermissionDenied()
+    if isinstance(exc, (drf_exceptions.NotFound, Http404)):
+        return NotFound()
+    if isinstance(exc, drf_exceptions.MethodNotAllowed):
+        return MethodNotAllowed(str(exc.detail))
+    if isinstance(exc, drf_exceptions.Throttled):
+        return RateLimited(str(exc.detail))
+    if isinstance(exc, RequestDataTooBig):
+        return RequestTooLarge()
+    if isinstance(exc, SuspiciousOperation):
+        return InvalidRequest(str(exc) or "Bad request.")
+    if isinstance(exc, drf_exceptions.APIException):
+        error = ApiError(str(exc.detail))
+        error.status = exc.status_code
+        error.type = "invalid_request_error" if exc.status_code < 500 else "api_error"
+        return error
+    return None
+
+
+def exception_handler(exc, context):
+    """DRF's EXCEPTION_HANDLER: every error a view raises leaves here as the envelope."""
+    request = context.get("request")
+    error = to_api_error(exc)
+    if error is None:
+        logger.exception("unhandled error", extra={"request_id": getattr(request, "request_id", None)})
+        error = ApiError()
+    if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
+        error.headers = {**error.headers, "WWW-Authenticate": "Bearer"}
+    return error_response(request, error)

@@ -1,0 +1,57 @@
+import hashlib
+import secrets
+
+from django.db import models
+
+from core.ids import new_id
+
+API_KEY_PREFIX = "sk-mango-"
+
+
+def _workspace_id() -> str:
+    return new_id("wrkspc")
+
+
+def _api_key_id() -> str:
+    return new_id("apikey")
+
+
+def hash_api_key(raw_key: str) -> str:
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+class Workspace(models.Model):
+    """The tenant. Every File, Agent, Environment and Session belongs to exactly one."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=_workspace_id, editable=False)
+    name = models.CharField(max_length=255, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    # Lets DRF's IsAuthenticated treat an authenticated workspace as request.user.
+    is_authenticated = True
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKey(models.Model):
+    """An API key. Only its SHA-256 is stored; the raw key is shown once, at creation."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=_api_key_id, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=255, blank=True, default="")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    key_hint = models.CharField(max_length=32, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.key_hint}… ({self.workspace})"
+
+    @staticmethod
+    def generate_raw_key() -> str:
+        return API_KEY_PREFIX + secrets.token_urlsafe(32)

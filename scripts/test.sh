@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make test`: install and start what the tests need, then run the whole suite.
+# Extra arguments go to pytest (e.g. `make test ARGS="-k files -x"`).
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+ensure_venv
+check_database_and_redis
+
+# Tests always use the embedded store (bucket mango-test; see pyproject.toml), never a
+# configured production bucket.
+unset MANGO_FILE_S3_ENDPOINT_URL
+export MANGO_FILE_S3_BUCKET=mango-test
+export_embedded_s3_env
+EMBEDDED_S3_PID=""
+start_embedded_s3
+cleanup() { [ -n "$EMBEDDED_S3_PID" ] && kill -- "-$EMBEDDED_S3_PID" 2>/dev/null || true; }
+trap cleanup EXIT
+
+if ensure_dockerd; then
+  MANGO_SANDBOX_IMAGE="${MANGO_SANDBOX_IMAGE:-mango-sandbox:latest}" ensure_sandbox_image
+fi
+
+set +e
+"$VENV/bin/pytest" "$@"
+status=$?
+set -e
+exit $status

@@ -1,0 +1,57 @@
+"""Shared fixtures. Everything here talks to real services: the PostgreSQL test database
+(pytest-django), the embedded SeaweedFS S3 store started by `make test`, Redis."""
+
+import anthropic
+import pytest
+from botocore.exceptions import ClientError
+from django.test import Client
+
+from core.services import api_key_create
+from files import storage
+
+
+@pytest.fixture(scope="session")
+def s3_bucket():
+    """The test bucket on the real S3 server, created if missing."""
+    s3 = storage.client()
+    try:
+        s3.head_bucket(Bucket=storage.bucket())
+    except ClientError:
+        s3.create_bucket(Bucket=storage.bucket())
+    return storage.bucket()
+
+
+@pytest.fixture
+def api_key(db):
+    """A raw API key for workspace "alpha". The key's row is at `api_key.row`."""
+    row, raw = api_key_create(workspace_name="alpha")
+    return _Key(raw, row)
+
+
+@pytest.fixture
+def other_api_key(db):
+    """A raw API key for a second workspace, "beta": for isolation tests."""
+    row, raw = api_key_create(workspace_name="beta")
+    return _Key(raw, row)
+
+
+class _Key(str):
+    def __new__(cls, raw, row):
+        obj = super().__new__(cls, raw)
+        obj.row = row
+        obj.workspace = row.workspace
+        return obj
+
+
+@pytest.fixture
+def api(api_key):
+    """A Django test client authenticated with `api_key` (Bearer)."""
+    return Client(headers={"authorization": f"Bearer {api_key}"})
+
+
+@pytest.fixture
+def sdk(live_server, api_key):
+    """The official SDK, strictly validating responses, against the live test server."""
+    return anthropic.Anthropic(
+        base_url=live_server.url, api_key=str(api_key), max_retries=0, _strict_response_validation=True
+    )
