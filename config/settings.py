@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from botocore.config import Config as BotoConfig
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -110,6 +111,14 @@ STORAGES = {
             "querystring_auth": False,
             "addressing_style": "path",
             "signature_version": "s3v4",
+            "client_config": BotoConfig(
+                connect_timeout=5,
+                read_timeout=60,
+                retries={"max_attempts": 3, "mode": "standard"},
+                max_pool_connections=64,
+                s3={"addressing_style": "path"},
+                signature_version="s3v4",
+            ),
         },
     },
 }
