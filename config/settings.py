@@ -136,6 +136,19 @@ DOCKER_HOST = env.str("DOCKER_HOST", default="") or None
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="https://api.anthropic.com")
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="") or None
 MANGO_SSE_HEARTBEAT_SECONDS = env.float("MANGO_SSE_HEARTBEAT_SECONDS", default=15.0)
+MANGO_SANDBOX_CPUS = env.float("MANGO_SANDBOX_CPUS", default=1.0)
+MANGO_SANDBOX_MEMORY = env.str("MANGO_SANDBOX_MEMORY", default="1g")
+MANGO_SANDBOX_PIDS = env.int("MANGO_SANDBOX_PIDS", default=256)
+MANGO_TOOL_TIMEOUT_SECONDS = env.float("MANGO_TOOL_TIMEOUT_SECONDS", default=600.0)
+MANGO_MODEL_MAX_TOKENS = env.int("MANGO_MODEL_MAX_TOKENS", default=8192)
+MANGO_MODEL_TIMEOUT_SECONDS = env.float("MANGO_MODEL_TIMEOUT_SECONDS", default=600.0)
+# Upstream 429/5xx/529 are retried this many times (each a `session.error` with retry_status
+# "retrying") before the turn ends with retry_status "exhausted".
+MANGO_MODEL_MAX_RETRIES = env.int("MANGO_MODEL_MAX_RETRIES", default=2)
+MANGO_MODEL_RETRY_BACKOFF_SECONDS = env.float("MANGO_MODEL_RETRY_BACKOFF_SECONDS", default=2.0)
+# A runner renews its lease on a session every few seconds; one silent this long is presumed dead
+# and sessions.recover_stuck hands the session to another worker.
+MANGO_SESSION_LEASE_SECONDS = env.int("MANGO_SESSION_LEASE_SECONDS", default=60)
 
 # --- Django REST framework ------------------------------------------------------------------
 REST_FRAMEWORK = {
