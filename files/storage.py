@@ -1,12 +1,32 @@
 """The only module that talks to the object store (django-storages' S3Storage, over boto3).
 
 Object keys are random and prefixed by workspace; user filenames never reach a key.
+Every failure to reach the store surfaces as StorageUnavailable (the API renders it as 503);
+a missing object is StorageObjectMissing.
 """
 
+import contextlib
+import secrets
+from collections.abc import Iterator
+
+from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 from django.core.files.storage import storages
 
 from core.errors import ServiceUnavailable
+
+KEY_PREFIX = "files/"
+
+_MISSING_CODES = {"NoSuchKey", "404", "NotFound", "NoSuchUpload"}
+
+
+class StorageUnavailable(ServiceUnavailable):
+    message = "The object store is unavailable; nothing was changed. Retry later."
+    code = "object_store_unavailable"
+
+
+class StorageObjectMissing(Exception):
+    """The object (or multipart upload) does not exist."""
 
 
 def is_configured() -> bool:
@@ -28,7 +48,7 @@ def _storage():
 
 
 def client():
-    """The boto3 S3 client behind django-storages (thread-safe; shared)."""
+    """The boto3 S3 client behind django-storages (thread-safe; shared across threads)."""
     return _storage().connection.meta.client
 
 
@@ -38,3 +58,137 @@ def bucket() -> str:
 
 def ping() -> None:
     client().head_bucket(Bucket=bucket())
+
+
+@contextlib.contextmanager
+def _translate_errors(*, missing_ok: bool = False):
+    try:
+        yield
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        if code in _MISSING_CODES or status == 404:
+            if missing_ok:
+                return
+            raise StorageObjectMissing(code or "404") from exc
+        raise StorageUnavailable(details={"store_error": code or str(status)}) from exc
+    except BotoCoreError as exc:
+        raise StorageUnavailable(details={"store_error": type(exc).__name__}) from exc
+
+
+def workspace_prefix(workspace_id: str) -> str:
+    return f"{KEY_PREFIX}{workspace_id}/"
+
+
+def new_object_key(*, workspace_id: str) -> str:
+    return f"{workspace_prefix(workspace_id)}{secrets.token_hex(16)}"
+
+
+# --- writes ---------------------------------------------------------------------------------
+
+
+def put_object(*, key: str, body: bytes, content_type: str, s3=None) -> None:
+    with _translate_errors():
+        (s3 or client()).put_object(Bucket=bucket(), Key=key, Body=body, ContentType=content_type)
+
+
+def multipart_start(*, key: str, content_type: str, s3=None) -> str:
+    with _translate_errors():
+        return (s3 or client()).create_multipart_upload(Bucket=bucket(), Key=key, ContentType=content_type)["UploadId"]
+
+
+def multipart_upload_part(*, key: str, upload_id: str, part_number: int, body: bytes, s3=None) -> str:
+    with _translate_errors():
+        response = (s3 or client()).upload_part(
+            Bucket=bucket(), Key=key, UploadId=upload_id, PartNumber=part_number, Body=body
+        )
+    return response["ETag"]
+
+
+def multipart_complete(*, key: str, upload_id: str, etags: list[str], s3=None) -> None:
+    parts = [{"PartNumber": number, "ETag": etag} for number, etag in enumerate(etags, start=1)]
+    with _translate_errors():
+        (s3 or client()).complete_multipart_upload(
+            Bucket=bucket(), Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+        )
+
+
+def multipart_abort(*, key: str, upload_id: str) -> None:
+    """Idempotent: an upload that is already gone is fine."""
+    with _translate_errors(missing_ok=True):
+        client().abort_multipart_upload(Bucket=bucket(), Key=key, UploadId=upload_id)
+
+
+def delete_object(*, key: str) -> None:
+    """Idempotent: deleting a missing key succeeds."""
+    with _translate_errors(missing_ok=True):
+        client().delete_object(Bucket=bucket(), Key=key)
+
+
+def copy_object(*, source_key: str, key: str, content_type: str) -> None:
+    """Server-side copy: no bytes pass through this process."""
+    with _translate_errors():
+        client().copy_object(
+            Bucket=bucket(),
+            Key=key,
+            CopySource={"Bucket": bucket(), "Key": source_key},
+            ContentType=content_type,
+            MetadataDirective="REPLACE",
+        )
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+def head_object(*, key: str) -> dict | None:
+    """{"size": int} for an existing object, None when missing."""
+    try:
+        with _translate_errors():
+            response = client().head_object(Bucket=bucket(), Key=key)
+    except StorageObjectMissing:
+        return None
+    return {"size": response["ContentLength"]}
+
+
+def open_object(*, key: str, first: int | None = None, last: int | None = None):
+    """A streaming body for the object (or the inclusive byte range first..last). The caller
+    iterates `iter_object` over it and must close it."""
+    kwargs = {"Bucket": bucket(), "Key": key}
+    if first is not None:
+        kwargs["Range"] = f"bytes={first}-{'' if last is None else last}"
+    with _translate_errors():
+        return client().get_object(**kwargs)["Body"]
+
+
+def iter_object(body, *, chunk_size: int = 1024 * 1024) -> Iterator[bytes]:
+    """Yield bounded chunks from an open_object() body and close it, however iteration ends."""
+    try:
+        with _translate_errors():
+            yield from body.iter_chunks(chunk_size)
+    finally:
+        body.close()
+
+
+def read_bounded(*, key: str, max_bytes: int) -> bytes:
+    """At most max_bytes + 1 bytes from the start of the object: enough to tell "over the
+    limit" apart from "exactly at it" without reading a large object."""
+    body = open_object(key=key, first=0, last=max_bytes)
+    return b"".join(iter_object(body))
+
+
+def list_objects(*, prefix: str) -> Iterator[dict]:
+    """{"key", "size", "last_modified"} for every object under prefix."""
+    paginator = client().get_paginator("list_objects_v2")
+    with _translate_errors():
+        for page in paginator.paginate(Bucket=bucket(), Prefix=prefix):
+            for item in page.get("Contents", []):
+                yield {"key": item["Key"], "size": item["Size"], "last_modified": item["LastModified"]}
+
+
+def list_multipart_uploads(*, prefix: str) -> Iterator[dict]:
+    """{"key", "upload_id", "initiated"} for every unfinished multipart upload under prefix."""
+    paginator = client().get_paginator("list_multipart_uploads")
+    with _translate_errors():
+        for page in paginator.paginate(Bucket=bucket(), Prefix=prefix):
+            for item in page.get("Uploads", []):
+                yield {"key": item["Key"], "upload_id": item["UploadId"], "initiated": item.get("Initiated")}

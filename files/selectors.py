@@ -1,0 +1,148 @@
+"""Reads for Files. `file_get` is the only way any code obtains a File by id."""
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from core.errors import InvalidRequest, NotFound
+from core.models import Workspace
+from files import storage
+from files.models import File, file_id_time
+
+CURSOR_PREFIX = "page_"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _not_found(file_id: str) -> NotFound:
+    return NotFound(f"No file with id {file_id!r}.")
+
+
+def _visible(workspace: Workspace):
+    return File.objects.filter(workspace=workspace, state=File.State.READY)
+
+
+def _unexpired(now: datetime) -> Q:
+    return Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+
+
+def file_get(*, workspace: Workspace, file_id: str, allow_expired: bool = False) -> File:
+    """The File with this id in this workspace, if it is visible (ready). Missing, foreign,
+    malformed and deleting ids are all the same 404. An expired File (not yet swept) is a 404
+    with error_code `file_expired` unless `allow_expired` (delete may still act on it)."""
+    if file_id_time(file_id) is None:
+        raise _not_found(file_id)
+    file = _visible(workspace).filter(pk=file_id).first()
+    if file is None:
+        raise _not_found(file_id)
+    if not allow_expired and file.expires_at is not None and file.expires_at <= timezone.now():
+        raise NotFound(f"File {file_id!r} has expired.", code="file_expired")
+    return file
+
+
+def file_read_bounded(*, file: File, max_bytes: int) -> bytes:
+    """At most max_bytes + 1 bytes of the File's content (admission reads: callers compare the
+    length with max_bytes, and with file.size_bytes / file.sha256 to verify a full read)."""
+    return storage.read_bounded(key=file.object_key, max_bytes=max_bytes)
+
+
+# --- listing --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Position:
+    """A keyset position in the list order (created_at desc, id desc)."""
+
+    created_at: datetime
+    id: str
+
+
+def _sign(payload: str) -> str:
+    key = hashlib.sha256(b"mango.files.cursor:" + settings.SECRET_KEY.encode()).digest()
+    return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()[:16]
+
+
+def cursor_encode(position: Position) -> str:
+    micros = (position.created_at - _EPOCH) // timedelta(microseconds=1)
+    payload = f"{micros}.{position.id}"
+    token = base64.urlsafe_b64encode(f"{payload}.{_sign(payload)}".encode()).decode().rstrip("=")
+    return CURSOR_PREFIX + token
+
+
+def cursor_decode(cursor: str) -> Position:
+    """The position in a `page` cursor we issued; anything else is a 400."""
+    error = InvalidRequest("page: unknown or malformed page cursor.")
+    if not cursor.startswith(CURSOR_PREFIX) or len(cursor) > 200:
+        raise error
+    token = cursor[len(CURSOR_PREFIX) :]
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        micros, file_id, signature = raw.split(".")
+        if not hmac.compare_digest(signature, _sign(f"{micros}.{file_id}")):
+            raise error
+        created_at = _EPOCH + timedelta(microseconds=int(micros))
+    except (ValueError, UnicodeDecodeError, OverflowError, OSError):
+        raise error
+    return Position(created_at=created_at, id=file_id)
+
+
+def position_of_id(file_id: str, *, param: str) -> Position:
+    """A before_id/after_id cursor as a position. File ids embed their created_at, so this
+    needs no lookup and still works after the File is deleted."""
+    created_at = file_id_time(file_id)
+    if created_at is None:
+        raise InvalidRequest(f"{param}: {file_id!r} is not a file id.")
+    return Position(created_at=created_at, id=file_id)
+
+
+def _after(position: Position) -> Q:
+    # Strictly later in list order = older.
+    return Q(created_at__lt=position.created_at) | Q(created_at=position.created_at, id__lt=position.id)
+
+
+def _before(position: Position) -> Q:
+    return Q(created_at__gt=position.created_at) | Q(created_at=position.created_at, id__gt=position.id)
+
+
+def file_list(
+    *,
+    workspace: Workspace,
+    limit: int,
+    scope_id: str | None = None,
+    after: Position | None = None,
+    before: Position | None = None,
+) -> tuple[list[File], bool]:
+    """One page of visible, unexpired Files, newest first, and whether more follow in the
+    direction of travel. Keyset pagination on (created_at, id): the cost of a page does not
+    grow with the number of Files or with the depth of the page.
+
+    Without `scope_id` every File of the workspace is listed (scope_id is a filter, as in the
+    upstream API docs: "Only returns files associated with the specified scope"); with it,
+    only that session's Files.
+    """
+    queryset = _visible(workspace).filter(_unexpired(timezone.now()))
+    if scope_id is not None:
+        queryset = queryset.filter(scope_session_id=scope_id)
+    if before is not None:
+        # The page just before `before`: the nearest newer Files, returned newest first.
+        rows = list(queryset.filter(_before(before)).order_by("created_at", "id")[: limit + 1])
+        has_more = len(rows) > limit
+        return list(reversed(rows[:limit])), has_more
+    if after is not None:
+        queryset = queryset.filter(_after(after))
+    rows = list(queryset.order_by("-created_at", "-id")[: limit + 1])
+    return rows[:limit], len(rows) > limit
+
+
+def file_list_by_ids(*, workspace: Workspace, ids: list[str], scope_id: str | None = None) -> list[File]:
+    """The visible, unexpired Files among `ids`, newest first; the others are silently left out."""
+    valid = [file_id for file_id in ids if file_id_time(file_id) is not None]
+    queryset = _visible(workspace).filter(_unexpired(timezone.now()), pk__in=valid)
+    if scope_id is not None:
+        queryset = queryset.filter(scope_session_id=scope_id)
+    return list(queryset.order_by("-created_at", "-id"))

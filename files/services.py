@@ -1,0 +1,364 @@
+"""Writes for Files. Each service states its invariant; object-store calls never run inside a
+database transaction, and every one of them is preceded by a committed StorageIntent so that a
+crash at any point leaves something reconciliation can finish (files/reconcile.py)."""
+
+import hashlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import NotFound, RequestTooLarge, ServiceUnavailable
+from core.models import Workspace
+from files import storage
+from files.models import File, StorageIntent, file_id_time, new_file_id
+
+logger = logging.getLogger(__name__)
+
+# Object-store part size and parallelism for streamed uploads. Memory per upload is bounded by
+# (PARTS_IN_FLIGHT + 1) * PART_SIZE plus one read buffer.
+PART_SIZE = 8 * 1024 * 1024
+PARTS_IN_FLIGHT = 3
+# A live upload refreshes its intent this often, so reconciliation's grace window is measured
+# from the last sign of life, not from the start of a long upload.
+HEARTBEAT_SECONDS = 30
+
+
+class UploadReclaimed(ServiceUnavailable):
+    message = "The upload took too long and was cleaned up; nothing was stored. Retry."
+    code = "upload_reclaimed"
+
+
+def _crash_point(name: str) -> None:
+    """Fault injection for the crash tests: die like kill -9 at a named point. Inert unless
+    MANGO_TEST_CRASH_POINT names this point."""
+    if os.environ.get("MANGO_TEST_CRASH_POINT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _intent_close(intent_id: int, *, state: str, file_id: str | None = None) -> None:
+    updates = {"state": state, "closed_at": timezone.now(), "updated_at": timezone.now()}
+    if file_id:
+        updates["file_id"] = file_id
+    StorageIntent.objects.filter(pk=intent_id, state=StorageIntent.State.OPEN).update(**updates)
+
+
+def _intent_error(intent_id: int, exc: BaseException) -> None:
+    StorageIntent.objects.filter(pk=intent_id).update(last_error=f"{type(exc).__name__}: {exc}"[:2000])
+
+
+def _intent_heartbeat(intent_id: int, **fields) -> None:
+    """Refresh a live upload's intent; fail if reconciliation has claimed it meanwhile."""
+    updated = StorageIntent.objects.filter(pk=intent_id, state=StorageIntent.State.OPEN, attempts=0).update(
+        updated_at=timezone.now(), **fields
+    )
+    if not updated:
+        raise UploadReclaimed()
+
+
+def _upload_discard(*, intent_id: int, key: str, upload_id: str | None) -> None:
+    """Best effort: remove what a failed upload left in the store and close its intent. If the
+    store is unreachable the intent stays open and reconciliation finishes the job."""
+    try:
+        if upload_id:
+            storage.multipart_abort(key=key, upload_id=upload_id)
+        storage.delete_object(key=key)
+    except Exception as exc:  # noqa: BLE001 — cleanup must not mask the original error
+        logger.warning("upload cleanup deferred to reconciliation", extra={"object_key": key})
+        _intent_error(intent_id, exc)
+        return
+    _intent_close(intent_id, state=StorageIntent.State.ROLLED_BACK)
+
+
+def _create_visible_file(*, intent_id: int, workspace: Workspace, **fields) -> File:
+    """In one transaction: create the ready File and close its upload intent. Refuses when
+    reconciliation has claimed the intent (it is deleting the object)."""
+    with transaction.atomic():
+        intent = StorageIntent.objects.select_for_update().get(pk=intent_id)
+        if intent.state != StorageIntent.State.OPEN or intent.attempts:
+            raise UploadReclaimed()
+        file_id = new_file_id()
+        file = File.objects.create(
+            id=file_id,
+            workspace=workspace,
+            created_at=file_id_time(file_id),
+            object_key=intent.object_key,
+            state=File.State.READY,
+            **fields,
+        )
+        intent.state = StorageIntent.State.COMMITTED
+        intent.file_id = file_id
+        intent.closed_at = timezone.now()
+        intent.save(update_fields=["state", "file_id", "closed_at", "updated_at"])
+    return file
+
+
+class _PartUploader:
+    """Streams bytes into one object: a single PUT if everything fits in one part, else a
+    multipart upload with a few parts in flight."""
+
+    def __init__(self, *, intent_id: int, key: str, content_type: str):
+        self.intent_id = intent_id
+        self.key = key
+        self.content_type = content_type
+        self.upload_id: str | None = None
+        self.s3 = storage.client()
+        self._etags: dict[int, str] = {}
+        self._pending: set = set()
+        self._pool: ThreadPoolExecutor | None = None
+        self._next_part = 1
+        self._last_heartbeat = time.monotonic()
+
+    def _start(self) -> None:
+        self.upload_id = storage.multipart_start(key=self.key, content_type=self.content_type, s3=self.s3)
+        _intent_heartbeat(self.intent_id, upload_id=self.upload_id)
+        self._last_heartbeat = time.monotonic()
+        self._pool = ThreadPoolExecutor(max_workers=PARTS_IN_FLIGHT, thread_name_prefix="file-part")
+
+    def _collect(self, done) -> None:
+        for future in done:
+            self._pending.discard(future)
+            number, etag = future.result()
+            self._etags[number] = etag
+
+    def _upload(self, number: int, body: bytes) -> tuple[int, str]:
+        etag = storage.multipart_upload_part(
+            key=self.key, upload_id=self.upload_id, part_number=number, body=body, s3=self.s3
+        )
+        return number, etag
+
+    def add_part(self, body: bytes) -> None:
+        if self.upload_id is None:
+            self._start()
+        while len(self._pending) >= PARTS_IN_FLIGHT:
+            done, _ = wait(self._pending, return_when=FIRST_COMPLETED)
+            self._collect(done)
+        self._pending.add(self._pool.submit(self._upload, self._next_part, body))
+        self._next_part += 1
+        if time.monotonic() - self._last_heartbeat > HEARTBEAT_SECONDS:
+            _intent_heartbeat(self.intent_id)
+            self._last_heartbeat = time.monotonic()
+
+    def finish(self, last: bytes) -> None:
+        if self.upload_id is None:
+            storage.put_object(key=self.key, body=last, content_type=self.content_type, s3=self.s3)
+            return
+        if last:
+            self.add_part(last)
+        done, _ = wait(self._pending)
+        self._collect(done)
+        self._shutdown()
+        etags = [self._etags[number] for number in range(1, self._next_part)]
+        storage.multipart_complete(key=self.key, upload_id=self.upload_id, etags=etags, s3=self.s3)
+
+    def _shutdown(self) -> None:
+        if self._pool is not None:
+            for future in self._pending:
+                future.cancel()
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def _stream_into(uploader: _PartUploader, chunks: Iterable[bytes], *, max_bytes: int) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    buffered: list[bytes] = []
+    buffered_size = 0
+    for chunk in chunks:
+        if not chunk:
+            continue
+        size += len(chunk)
+        if size > max_bytes:
+            raise RequestTooLarge(f"File is larger than the {max_bytes}-byte limit.")
+        digest.update(chunk)
+        buffered.append(chunk)
+        buffered_size += len(chunk)
+        if buffered_size >= PART_SIZE:
+            uploader.add_part(b"".join(buffered))
+            buffered, buffered_size = [], 0
+    uploader.finish(b"".join(buffered))
+    return size, digest.hexdigest()
+
+
+def file_upload_stream(
+    *,
+    workspace: Workspace,
+    chunks: Iterable[bytes],
+    filename: str,
+    mime_type: str,
+    scope_session_id: str | None = None,
+    downloadable: bool = False,
+    origin: str = File.Origin.UPLOAD,
+    output_path: str | None = None,
+    max_bytes: int | None = None,
+    expires_at: datetime | None = None,
+) -> File:
+    """Stream `chunks` into a new object and return the new, visible File.
+
+    Invariant: the File row becomes visible only after the object write completes, and in the
+    same transaction that closes the upload intent (committed before the first byte is sent to
+    the store). Memory stays bounded whatever the size; more than `max_bytes` (default
+    MANGO_FILE_MAX_BYTES) raises RequestTooLarge and leaves no object and no row. Any failure
+    (including one raised by `chunks`) discards the partial object; if the store cannot be
+    reached to do so, the open intent is left for reconciliation.
+    """
+    storage.require_configured()
+    max_bytes = settings.MANGO_FILE_MAX_BYTES if max_bytes is None else max_bytes
+    key = storage.new_object_key(workspace_id=workspace.id)
+    intent = StorageIntent.objects.create(kind=StorageIntent.Kind.UPLOAD, workspace=workspace, object_key=key)
+    uploader = _PartUploader(intent_id=intent.pk, key=key, content_type=mime_type)
+    try:
+        size, sha256 = _stream_into(uploader, chunks, max_bytes=max_bytes)
+    except BaseException as exc:
+        uploader._shutdown()
+        _intent_error(intent.pk, exc)
+        _upload_discard(intent_id=intent.pk, key=key, upload_id=uploader.upload_id)
+        raise
+    _crash_point("upload_before_commit")
+    try:
+        return _create_visible_file(
+            intent_id=intent.pk,
+            workspace=workspace,
+            filename=filename,
+            mime_type=mime_type,
+            size_bytes=size,
+            sha256=sha256,
+            downloadable=downloadable,
+            scope_session_id=scope_session_id,
+            origin=origin,
+            output_path=output_path,
+            expires_at=expires_at,
+        )
+    except UploadReclaimed:
+        raise
+    except BaseException:
+        # The row was not committed: the object must not outlive it.
+        _upload_discard(intent_id=intent.pk, key=key, upload_id=None)
+        raise
+
+
+def file_copy(*, source: File, scope_session_id: str, origin: str = File.Origin.RESOURCE_COPY) -> File:
+    """An independent, downloadable, session-scoped copy of `source` (a new id and a new object,
+    copied inside the store: no bytes pass through this process). Same intent discipline as
+    file_upload_stream: the copy is visible only once its object exists."""
+    storage.require_configured()
+    if source.state != File.State.READY:
+        raise NotFound(f"No file with id {source.id!r}.")
+    key = storage.new_object_key(workspace_id=source.workspace_id)
+    intent = StorageIntent.objects.create(
+        kind=StorageIntent.Kind.UPLOAD, workspace_id=source.workspace_id, object_key=key
+    )
+    try:
+        storage.copy_object(source_key=source.object_key, key=key, content_type=source.mime_type)
+    except storage.StorageObjectMissing:
+        _upload_discard(intent_id=intent.pk, key=key, upload_id=None)
+        raise NotFound(f"No file with id {source.id!r}.")
+    except BaseException as exc:
+        _intent_error(intent.pk, exc)
+        _upload_discard(intent_id=intent.pk, key=key, upload_id=None)
+        raise
+    try:
+        return _create_visible_file(
+            intent_id=intent.pk,
+            workspace=source.workspace,
+            filename=source.filename,
+            mime_type=source.mime_type,
+            size_bytes=source.size_bytes,
+            sha256=source.sha256,
+            downloadable=True,
+            scope_session_id=scope_session_id,
+            origin=origin,
+            output_path=None,
+            expires_at=None,
+        )
+    except UploadReclaimed:
+        raise
+    except BaseException:
+        _upload_discard(intent_id=intent.pk, key=key, upload_id=None)
+        raise
+
+
+def _delete_finish(intent: StorageIntent) -> bool:
+    """Delete the object, then (in one transaction) the row and the intent. False, with the
+    intent left open, if the store is unreachable."""
+    try:
+        storage.delete_object(key=intent.object_key)
+    except Exception as exc:  # noqa: BLE001 — the file is already hidden; reconciliation retries
+        logger.warning("file delete deferred to reconciliation", extra={"file_id": intent.file_id})
+        _intent_error(intent.pk, exc)
+        return False
+    with transaction.atomic():
+        File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
+        _intent_close(intent.pk, state=StorageIntent.State.COMMITTED)
+    return True
+
+
+def _hide_for_delete(files) -> list[StorageIntent]:
+    """Within the caller's transaction: mark the (locked, ready) files `deleting` and record
+    one delete intent each."""
+    intents = []
+    for file in files:
+        file.state = File.State.DELETING
+        file.save(update_fields=["state"])
+        intents.append(
+            StorageIntent(
+                kind=StorageIntent.Kind.DELETE,
+                workspace_id=file.workspace_id,
+                object_key=file.object_key,
+                file_id=file.id,
+            )
+        )
+    return StorageIntent.objects.bulk_create(intents)
+
+
+def file_delete(*, file: File) -> None:
+    """Delete a File. Invariant: it disappears from every route at once (it is marked
+    `deleting` in the same transaction that records the delete intent), then its object is
+    deleted, then its row. If the store is unreachable the File stays hidden and reconciliation
+    finishes the delete. Raises NotFound if the File is no longer ready (a concurrent delete)."""
+    with transaction.atomic():
+        locked = list(File.objects.select_for_update().filter(pk=file.pk, state=File.State.READY))
+        if not locked:
+            raise NotFound(f"No file with id {file.id!r}.")
+        (intent,) = _hide_for_delete(locked)
+    file.state = File.State.DELETING
+    _crash_point("delete_after_hide")
+    _delete_finish(intent)
+
+
+def session_files_delete(*, workspace: Workspace, session_id: str) -> int:
+    """Delete every File scoped to a session (used when the session is deleted): all are hidden
+    in one transaction, then their objects and rows are removed one by one. Returns how many
+    were hidden."""
+    with transaction.atomic():
+        files = list(
+            File.objects.select_for_update(skip_locked=True).filter(
+                workspace=workspace, scope_session_id=session_id, state=File.State.READY
+            )
+        )
+        intents = _hide_for_delete(files)
+    for intent in intents:
+        _delete_finish(intent)
+    return len(intents)
+
+
+def files_expire(*, now: datetime | None = None, batch_size: int = 500) -> int:
+    """Delete expired Files through the normal delete path. Returns how many were deleted."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        files = list(
+            File.objects.select_for_update(skip_locked=True).filter(
+                state=File.State.READY, expires_at__isnull=False, expires_at__lte=now
+            )[:batch_size]
+        )
+        intents = _hide_for_delete(files)
+    for intent in intents:
+        _delete_finish(intent)
+    return len(intents)

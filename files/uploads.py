@@ -1,0 +1,301 @@
+"""Streaming multipart/form-data for `POST /v1/files`, with bounded memory and no temp files.
+
+Django's MultiPartParser would spool the file to a temporary file, and it puts a part without
+a filename (what the SDK sends for raw bytes) into request.POST, in memory. This reader instead
+pulls the body from the WSGI stream in bounded reads and hands the `file` part to the caller as
+an iterator of chunks, which the upload service streams straight into the object store.
+"""
+
+import mimetypes
+import posixpath
+from collections.abc import Iterator
+
+from django.utils.http import parse_header_parameters
+
+from core.errors import InvalidRequest, RequestTooLarge
+
+READ_SIZE = 1024 * 1024
+MAX_PART_HEADER_BYTES = 16 * 1024
+MAX_FIELD_BYTES = 64 * 1024
+MAX_PARTS = 16
+# Multipart framing, small fields and headers around a file never need more than this; a
+# declared Content-Length beyond limit + slack can be refused before reading anything.
+FRAMING_SLACK_BYTES = 1024 * 1024
+
+FILE_FIELD = "file"
+KNOWN_FIELDS = {"expires_in_seconds"}
+
+
+class Part:
+    def __init__(self, *, name: str, filename: str | None, content_type: str | None):
+        self.name = name
+        self.filename = filename
+        self.content_type = content_type
+
+
+class MultipartReader:
+    """Reads one multipart body part by part. Each part's body must be consumed (or skipped)
+    before the next one is read; the reader enforces that by construction."""
+
+    def __init__(self, stream, *, boundary: bytes, content_length: int | None, read_size: int = READ_SIZE):
+        self._stream = stream
+        self._read_size = read_size
+        self._remaining = content_length
+        self._buffer = b""
+        self._eof = False
+        self._dash_boundary = b"--" + boundary
+        self._delimiter = b"\r\n--" + boundary
+        self._started = False
+        self._finished = False
+        self.bytes_read = 0
+        self.content_length = content_length
+
+    # --- low level --------------------------------------------------------------------------
+
+    def _fill(self) -> bool:
+        """Append one read to the buffer; False at end of body."""
+        if self._eof:
+            return False
+        size = self._read_size if self._remaining is None else min(self._read_size, self._remaining)
+        try:
+            data = self._stream.read(size) if size > 0 else b""
+        except OSError:
+            # The client went away (or the server's reader gave up) mid-body.
+            data = b""
+        if not data:
+            self._eof = True
+            return False
+        self.bytes_read += len(data)
+        if self._remaining is not None:
+            self._remaining -= len(data)
+        self._buffer = self._buffer + data if self._buffer else data
+        return True
+
+    def _read_until(self, marker: bytes, *, limit: int, what: str) -> bytes:
+        while True:
+            index = self._buffer.find(marker)
+            if index >= 0:
+                found, self._buffer = self._buffer[:index], self._buffer[index + len(marker) :]
+                return found
+            if len(self._buffer) > limit:
+                raise InvalidRequest(f"Malformed multipart body: {what} is too long.")
+            if not self._fill():
+                raise InvalidRequest(f"Malformed multipart body: truncated {what}.")
+
+    def _need(self, count: int) -> bool:
+        while len(self._buffer) < count:
+            if not self._fill():
+                return False
+        return True
+
+    @property
+    def consumed(self) -> int:
+        """Bytes of the body already parsed (read minus buffered)."""
+        return self.bytes_read - len(self._buffer)
+
+    # --- parts ------------------------------------------------------------------------------
+
+    def next_part(self) -> Part | None:
+        """Headers of the next part, or None after the closing delimiter."""
+        if self._finished:
+            return None
+        if not self._started:
+            # Skip a preamble up to the first dash-boundary.
+            self._read_until(self._dash_boundary, limit=MAX_PART_HEADER_BYTES, what="preamble")
+            self._started = True
+        if not self._need(2):
+            raise InvalidRequest("Malformed multipart body: truncated after a boundary.")
+        if self._buffer.startswith(b"--"):
+            self._finished = True
+            self._buffer = b""
+            return None
+        # Transport padding (spaces/tabs) may precede the CRLF that ends a delimiter line.
+        line = self._read_until(b"\r\n", limit=1024, what="boundary line")
+        if line.strip(b" \t"):
+            raise InvalidRequest("Malformed multipart body: garbage after a boundary.")
+        raw_headers = self._read_until(b"\r\n\r\n", limit=MAX_PART_HEADER_BYTES, what="part header")
+        return self._parse_headers(raw_headers)
+
+    def _parse_headers(self, raw: bytes) -> Part:
+        headers = {}
+        for line in raw.split(b"\r\n"):
+            if not line:
+                continue
+            name, sep, value = line.partition(b":")
+            if not sep:
+                raise InvalidRequest("Malformed multipart body: bad part header line.")
+            headers[name.strip().lower().decode("latin-1")] = value.strip().decode("utf-8", "replace")
+        disposition = headers.get("content-disposition")
+        if not disposition:
+            raise InvalidRequest("Malformed multipart body: a part has no Content-Disposition.")
+        kind, params = parse_header_parameters(disposition)
+        if kind.lower() != "form-data" or "name" not in params:
+            raise InvalidRequest("Malformed multipart body: parts must be form-data with a name.")
+        content_type = headers.get("content-type")
+        if content_type:
+            content_type = parse_header_parameters(content_type)[0].lower() or None
+        return Part(name=params["name"], filename=params.get("filename"), content_type=content_type)
+
+    def iter_body(self) -> Iterator[bytes]:
+        """The current part's bytes, in chunks of at most about READ_SIZE."""
+        delimiter = self._delimiter
+        keep = len(delimiter) - 1
+        while True:
+            index = self._buffer.find(delimiter)
+            if index >= 0:
+                chunk, self._buffer = self._buffer[:index], self._buffer[index + len(delimiter) :]
+                if chunk:
+                    yield chunk
+                return
+            if len(self._buffer) > keep:
+                # Everything but a possible delimiter prefix at the end is part data.
+                chunk, self._buffer = self._buffer[:-keep], self._buffer[-keep:]
+                yield chunk
+            if not self._fill():
+                raise InvalidRequest("Malformed multipart body: the body ended inside a part.")
+
+    def read_field(self) -> bytes:
+        data = b""
+        for chunk in self.iter_body():
+            data += chunk
+            if len(data) > MAX_FIELD_BYTES:
+                raise InvalidRequest("Malformed multipart body: a form field is too large.")
+        return data
+
+    def skip_part(self) -> None:
+        for _ in self.iter_body():
+            pass
+
+
+def boundary_from_content_type(content_type: str) -> bytes:
+    kind, params = parse_header_parameters(content_type or "")
+    if kind.lower() != "multipart/form-data":
+        raise InvalidRequest("Upload with Content-Type multipart/form-data and one part named `file`.")
+    boundary = params.get("boundary", "")
+    if not boundary or len(boundary) > 200:
+        raise InvalidRequest("Malformed multipart Content-Type: missing or invalid boundary.")
+    try:
+        return boundary.encode("ascii")
+    except UnicodeEncodeError:
+        raise InvalidRequest("Malformed multipart Content-Type: the boundary must be ASCII.")
+
+
+def request_body_stream(django_request) -> tuple[object, int | None]:
+    """The raw body stream and its declared length (None for a chunked body).
+
+    Django reads a request without Content-Length as empty; servers that de-chunk the body
+    (gunicorn sets wsgi.input_terminated) let us read it to the end instead.
+    """
+    environ = django_request.META
+    raw_length = environ.get("CONTENT_LENGTH")
+    if raw_length not in (None, ""):
+        try:
+            length = int(raw_length)
+        except ValueError:
+            raise InvalidRequest("Invalid Content-Length.")
+        if length < 0:
+            raise InvalidRequest("Invalid Content-Length.")
+        return django_request, length
+    if environ.get("wsgi.input_terminated"):
+        return environ["wsgi.input"], None
+    return django_request, 0
+
+
+def check_declared_length(content_length: int | None, *, max_bytes: int) -> None:
+    if content_length is not None and content_length > max_bytes + FRAMING_SLACK_BYTES:
+        raise RequestTooLarge(f"File is larger than the {max_bytes}-byte limit.")
+
+
+def check_remaining_length(reader: MultipartReader, *, boundary: bytes, max_bytes: int) -> None:
+    """Once the file part's headers are read, Content-Length bounds the file size closely:
+    what is left is the file, the closing delimiter and at most a trailing CRLF."""
+    if reader.content_length is None:
+        return
+    remaining = reader.content_length - reader.consumed
+    closing = len(b"\r\n--" + boundary + b"--")
+    if remaining - closing - 2 > max_bytes:
+        raise RequestTooLarge(f"File is larger than the {max_bytes}-byte limit.")
+
+
+def clean_filename(filename: str | None, mime_type: str) -> str:
+    """Only the last path component; an absent or empty name becomes `unnamed` + the
+    extension of the media type, when one is known (api-contract.md §1)."""
+    name = (filename or "").replace("\\", "/")
+    name = posixpath.basename(name).strip().replace("\x00", "")
+    if name in ("", ".", ".."):
+        extension = mimetypes.guess_extension(mime_type or "", strict=False) or ""
+        return f"unnamed{extension}"
+    return name[:1024]
+
+
+def resolve_mime_type(content_type: str | None, filename: str | None) -> str:
+    """The part's content type, else a guess from the extension, else octet-stream."""
+    if content_type and "/" in content_type:
+        return content_type
+    if filename:
+        guessed, _ = mimetypes.guess_type(filename, strict=False)
+        if guessed:
+            return guessed
+    return "application/octet-stream"
+
+
+class UploadForm:
+    """The fields that precede the `file` part, the file part's headers, and its bytes."""
+
+    def __init__(self, reader: MultipartReader, *, boundary: bytes):
+        self.reader = reader
+        self.boundary = boundary
+        self.fields: dict[str, str] = {}
+        self.file_part: Part | None = None
+
+    def read_until_file(self) -> Part:
+        seen = []
+        for _ in range(MAX_PARTS):
+            part = self.reader.next_part()
+            if part is None:
+                break
+            seen.append(part.name)
+            if part.name == FILE_FIELD:
+                self.file_part = part
+                return part
+            if part.name in KNOWN_FIELDS:
+                if part.filename is not None:
+                    raise InvalidRequest(f"{part.name}: must be a text field, not a file.")
+                try:
+                    self.fields[part.name] = self.reader.read_field().decode("utf-8")
+                except UnicodeDecodeError:
+                    raise InvalidRequest(f"{part.name}: must be UTF-8 text.")
+            else:
+                self.reader.skip_part()
+        else:
+            raise InvalidRequest(f"Too many multipart parts (more than {MAX_PARTS}).")
+        hint = f" (got parts named {', '.join(repr(name) for name in seen)})" if seen else ""
+        raise InvalidRequest(f"Missing file: send exactly one multipart part named `file`{hint}.")
+
+    def chunks(self) -> Iterator[bytes]:
+        """The file part's bytes; then the rest of the body is checked, so that a second file
+        part (or a field that had to come first) fails the upload before it becomes visible."""
+        yield from self.reader.iter_body()
+        for _ in range(MAX_PARTS):
+            part = self.reader.next_part()
+            if part is None:
+                return
+            if part.name == FILE_FIELD:
+                raise InvalidRequest("More than one file: send exactly one multipart part named `file`.")
+            if part.name in KNOWN_FIELDS:
+                raise InvalidRequest(f"{part.name}: must be sent before the `file` part.")
+            self.reader.skip_part()
+        raise InvalidRequest(f"Too many multipart parts (more than {MAX_PARTS}).")
+
+
+def open_upload(django_request, *, max_bytes: int) -> UploadForm:
+    """Check the request's framing and declared size (413 before reading anything when
+    Content-Length alone proves the file too large), then read up to the file part."""
+    boundary = boundary_from_content_type(django_request.META.get("CONTENT_TYPE", ""))
+    stream, content_length = request_body_stream(django_request)
+    check_declared_length(content_length, max_bytes=max_bytes)
+    reader = MultipartReader(stream, boundary=boundary, content_length=content_length)
+    form = UploadForm(reader, boundary=boundary)
+    form.read_until_file()
+    check_remaining_length(reader, boundary=boundary, max_bytes=max_bytes)
+    return form
