@@ -49,7 +49,9 @@ INVALID = "invalid"
 
 @dataclass(frozen=True)
 class FileRef:
-    """A plain description of a File, built by the caller from its model."""
+    """A plain description of a File, built by the caller from its model. Admission decides on
+    `state`, `scope_session_id`, `size_bytes`, `sha256` and `mime_type`; `downloadable` and
+    `origin` are carried for the caller's benefit (a top-level upload is never downloadable)."""
 
     file_id: str
     filename: str
