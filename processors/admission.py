@@ -63,6 +63,22 @@ class FileRef:
     downloadable: bool = False
     origin: str = "upload"
 
+    @classmethod
+    def of(cls, obj) -> "FileRef":
+        """From any object with the same attribute names (e.g. a files.models.File), duck-typed
+        so this module never imports the model."""
+        return cls(
+            file_id=obj.id if hasattr(obj, "id") else obj.file_id,
+            filename=obj.filename,
+            mime_type=obj.mime_type,
+            size_bytes=obj.size_bytes,
+            sha256=obj.sha256,
+            state=str(obj.state),
+            scope_session_id=obj.scope_session_id,
+            downloadable=bool(obj.downloadable),
+            origin=str(obj.origin),
+        )
+
 
 @dataclass(frozen=True)
 class LoadedText:

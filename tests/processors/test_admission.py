@@ -681,3 +681,18 @@ def test_file_ref_is_frozen():
     ref = FileRef("file_a", "a", "text/plain", 1, "00")
     with pytest.raises(AttributeError):
         ref.size_bytes = 2  # type: ignore[misc]
+
+
+def test_file_ref_of_a_model_like_object():
+    class Row:
+        id = "file_a"
+        filename = "a.txt"
+        mime_type = "text/plain"
+        size_bytes = 3
+        sha256 = "ab"
+        state = "ready"
+        scope_session_id = None
+        downloadable = False
+        origin = "upload"
+
+    assert FileRef.of(Row()) == FileRef("file_a", "a.txt", "text/plain", 3, "ab")
