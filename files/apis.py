@@ -8,6 +8,7 @@ from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from rest_framework import serializers
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -44,7 +45,20 @@ class FileOutputSerializer(serializers.Serializer):
         }
 
 
+class IgnoreAccept(BaseContentNegotiation):
+    """The SDK sends `Accept: application/binary` for downloads and `application/json` for
+    everything else; responses have one fixed type, so Accept is not negotiated."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
 class FilesApiView(APIView):
+    content_negotiation_class = IgnoreAccept
+
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
         require_beta_in_strict_mode(request, settings.MANGO_FILES_BETA)

@@ -1,0 +1,188 @@
+"""Reconciliation: finish every object-store operation a crash interrupted.
+
+Runs at startup (`manage.py reconcile_files`, called by `make run`), every 5 minutes (the
+`files.reconcile` Celery task) and on demand from the admin. Safe with any number of API
+processes, workers and reconcilers at once:
+
+* only intents idle for longer than the grace window are touched: a live upload refreshes its
+  intent at least every HEARTBEAT_SECONDS, so it is never mistaken for a dead one;
+* intents are claimed with SELECT … FOR UPDATE SKIP LOCKED and the claim (attempts + 1) is
+  committed before any object-store call; a request whose intent was claimed refuses to
+  publish its File (services._create_visible_file), so the claim decides the race;
+* every step is idempotent (abort, delete, conditional row updates), so a repeated or
+  concurrent pass is harmless.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from files import storage
+from files.models import File, StorageIntent
+
+logger = logging.getLogger(__name__)
+
+BATCH_SIZE = 100
+CLOSED_INTENT_RETENTION = timedelta(days=7)
+
+
+@dataclass
+class Report:
+    dry_run: bool = False
+    uploads_rolled_back: int = 0
+    uploads_already_committed: int = 0
+    deletes_finished: int = 0
+    multipart_uploads_aborted: int = 0
+    orphan_objects_deleted: int = 0
+    closed_intents_pruned: int = 0
+    deferred: int = 0
+    actions: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "actions"}
+
+
+def _claim(*, cutoff, batch_size: int, intent_ids=None) -> list[StorageIntent]:
+    with transaction.atomic():
+        queryset = StorageIntent.objects.select_for_update(skip_locked=True).filter(
+            state=StorageIntent.State.OPEN, updated_at__lt=cutoff
+        )
+        if intent_ids is not None:
+            queryset = queryset.filter(pk__in=intent_ids)
+        intents = list(queryset.order_by("updated_at")[:batch_size])
+        if intents:
+            StorageIntent.objects.filter(pk__in=[intent.pk for intent in intents]).update(
+                attempts=F("attempts") + 1, updated_at=timezone.now()
+            )
+    return intents
+
+
+def _close(intent: StorageIntent, state: str) -> None:
+    StorageIntent.objects.filter(pk=intent.pk, state=StorageIntent.State.OPEN).update(
+        state=state, closed_at=timezone.now(), updated_at=timezone.now()
+    )
+
+
+def _finish_upload(intent: StorageIntent, report: Report) -> None:
+    if File.objects.filter(object_key=intent.object_key).exists():
+        # Defensive: the row and the intent close are one transaction, so this means the
+        # intent was closed by hand or by an older build. The object is in use: keep it.
+        _close(intent, StorageIntent.State.COMMITTED)
+        report.uploads_already_committed += 1
+        return
+    if intent.upload_id:
+        storage.multipart_abort(key=intent.object_key, upload_id=intent.upload_id)
+    storage.delete_object(key=intent.object_key)
+    _close(intent, StorageIntent.State.ROLLED_BACK)
+    report.uploads_rolled_back += 1
+
+
+def _finish_delete(intent: StorageIntent, report: Report) -> None:
+    storage.delete_object(key=intent.object_key)
+    with transaction.atomic():
+        File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
+        _close(intent, StorageIntent.State.COMMITTED)
+    report.deletes_finished += 1
+
+
+def _describe(intent: StorageIntent) -> str:
+    verb = "delete object and row" if intent.kind == StorageIntent.Kind.DELETE else "roll back upload"
+    return f"{verb}: intent {intent.pk} key {intent.object_key} file {intent.file_id or '-'}"
+
+
+def reconcile(
+    *,
+    grace_seconds: int | None = None,
+    dry_run: bool = False,
+    intent_ids: list[int] | None = None,
+    scan_orphans: bool = False,
+) -> Report:
+    """Finish open intents idle for longer than the grace window; abort stale multipart
+    uploads that no open intent owns; optionally delete orphan objects (no row, no intent)."""
+    report = Report(dry_run=dry_run)
+    if not storage.is_configured():
+        return report
+    grace = settings.MANGO_RECONCILE_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    cutoff = timezone.now() - timedelta(seconds=grace)
+
+    if dry_run:
+        queryset = StorageIntent.objects.filter(state=StorageIntent.State.OPEN, updated_at__lt=cutoff)
+        if intent_ids is not None:
+            queryset = queryset.filter(pk__in=intent_ids)
+        report.actions += [_describe(intent) for intent in queryset.order_by("updated_at")]
+    else:
+        while True:
+            intents = _claim(cutoff=cutoff, batch_size=BATCH_SIZE, intent_ids=intent_ids)
+            if not intents:
+                break
+            for intent in intents:
+                report.actions.append(_describe(intent))
+                try:
+                    if intent.kind == StorageIntent.Kind.UPLOAD:
+                        _finish_upload(intent, report)
+                    else:
+                        _finish_delete(intent, report)
+                except storage.StorageUnavailable as exc:
+                    report.deferred += 1
+                    StorageIntent.objects.filter(pk=intent.pk).update(last_error=f"reconcile: {exc.details}"[:2000])
+                    logger.warning("reconcile deferred", extra={"intent_id": intent.pk})
+
+    if intent_ids is None:
+        _abort_stale_multipart(cutoff=cutoff, dry_run=dry_run, report=report)
+        if scan_orphans:
+            _delete_orphans(cutoff=cutoff, dry_run=dry_run, report=report)
+        if not dry_run:
+            report.closed_intents_pruned, _ = (
+                StorageIntent.objects.exclude(state=StorageIntent.State.OPEN)
+                .filter(closed_at__lt=timezone.now() - CLOSED_INTENT_RETENTION)
+                .delete()
+            )
+    return report
+
+
+def _abort_stale_multipart(*, cutoff, dry_run: bool, report: Report) -> None:
+    owned = set(
+        StorageIntent.objects.filter(state=StorageIntent.State.OPEN, upload_id__isnull=False).values_list(
+            "upload_id", flat=True
+        )
+    )
+    for upload in storage.list_multipart_uploads(prefix=storage.KEY_PREFIX):
+        if upload["upload_id"] in owned or upload["initiated"] is None or upload["initiated"] >= cutoff:
+            continue
+        report.actions.append(f"abort stale multipart upload {upload['upload_id']} key {upload['key']}")
+        if not dry_run:
+            storage.multipart_abort(key=upload["key"], upload_id=upload["upload_id"])
+            report.multipart_uploads_aborted += 1
+
+
+def _delete_orphans(*, cutoff, dry_run: bool, report: Report) -> None:
+    batch: list[dict] = []
+
+    def flush():
+        keys = [item["key"] for item in batch]
+        known = set(File.objects.filter(object_key__in=keys).values_list("object_key", flat=True))
+        known |= set(
+            StorageIntent.objects.filter(object_key__in=keys, state=StorageIntent.State.OPEN).values_list(
+                "object_key", flat=True
+            )
+        )
+        for item in batch:
+            if item["key"] in known or item["last_modified"] >= cutoff:
+                continue
+            report.actions.append(f"delete orphan object {item['key']}")
+            if not dry_run:
+                storage.delete_object(key=item["key"])
+                report.orphan_objects_deleted += 1
+        batch.clear()
+
+    for item in storage.list_objects(prefix=storage.KEY_PREFIX):
+        batch.append(item)
+        if len(batch) >= 1000:
+            flush()
+    if batch:
+        flush()

@@ -1,0 +1,96 @@
+"""The streaming multipart reader on its own (no database, no store): framing edge cases, and
+boundaries that straddle read boundaries."""
+
+import io
+import random
+
+import pytest
+
+from core.errors import InvalidRequest
+from files.uploads import MultipartReader, UploadForm, clean_filename, resolve_mime_type
+
+BOUNDARY = b"----mango-test-boundary"
+
+
+def body(*parts, preamble=b"", epilogue=b"\r\n"):
+    out = preamble
+    for headers, data in parts:
+        out += b"--" + BOUNDARY + b"\r\n" + headers + b"\r\n\r\n" + data + b"\r\n"
+    return out + b"--" + BOUNDARY + b"--" + epilogue
+
+
+def file_part(data, filename=b'"a.bin"', name=b"file", ctype=b"application/octet-stream"):
+    disp = b'Content-Disposition: form-data; name="' + name + b'"'
+    if filename is not None:
+        disp += b"; filename=" + filename
+    return (disp + b"\r\nContent-Type: " + ctype, data)
+
+
+def field_part(name, value):
+    return (b'Content-Disposition: form-data; name="' + name + b'"', value)
+
+
+def read_form(raw: bytes, read_size: int):
+    reader = MultipartReader(io.BytesIO(raw), boundary=BOUNDARY, content_length=len(raw), read_size=read_size)
+    form = UploadForm(reader, boundary=BOUNDARY)
+    part = form.read_until_file()
+    return form, part, b"".join(form.chunks())
+
+
+@pytest.mark.parametrize("read_size", [1, 2, 7, 31, 64, 1000, 1 << 20])
+def test_file_bytes_survive_any_read_size(read_size):
+    rng = random.Random(read_size)
+    # Data that contains near-misses of the delimiter.
+    data = bytes(rng.getrandbits(8) for _ in range(5000)) + b"\r\n--" + BOUNDARY[:-1] + b"x\r\n-" + b"\r\n"
+    raw = body(field_part(b"expires_in_seconds", b"3600"), file_part(data))
+    form, part, got = read_form(raw, read_size)
+    assert got == data
+    assert form.fields == {"expires_in_seconds": "3600"}
+    assert part.filename == "a.bin" and part.content_type == "application/octet-stream"
+
+
+def test_part_without_filename_is_the_file():
+    _, part, got = read_form(body(file_part(b"raw", filename=None)), 13)
+    assert part.filename is None and got == b"raw"
+
+
+def test_rfc2231_filename_and_preamble():
+    raw = body(file_part(b"x", filename=b"\"fallback\"; filename*=UTF-8''%E2%82%AC.txt"), preamble=b"ignored\r\n")
+    _, part, _ = read_form(raw, 5)
+    assert part.filename == "€.txt"
+
+
+def test_empty_file():
+    _, _, got = read_form(body(file_part(b"")), 3)
+    assert got == b""
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (body(field_part(b"other", b"x")), "Missing file"),
+        (body(file_part(b"a", name=b"upload")), "'upload'"),
+        (body(file_part(b"a"), file_part(b"b")), "More than one file"),
+        (body(file_part(b"a"), field_part(b"expires_in_seconds", b"3600")), "before the `file` part"),
+        (body(file_part(b"abc"))[:-20], "ended inside a part"),
+        (b"no boundary here at all", "truncated preamble"),
+    ],
+)
+def test_malformed_bodies_are_400(raw, message):
+    with pytest.raises(InvalidRequest) as excinfo:
+        read_form(raw, 4)
+    assert message in excinfo.value.message
+
+
+def test_filename_rule():
+    assert clean_filename("../../etc/passwd", "text/plain") == "passwd"
+    assert clean_filename("C:\\Users\\me\\report.pdf", "application/pdf") == "report.pdf"
+    assert clean_filename(None, "application/pdf") == "unnamed.pdf"
+    assert clean_filename("", "text/plain") == "unnamed.txt"
+    assert clean_filename(None, "application/x-mango-unknown") == "unnamed"
+
+
+def test_mime_type_rule():
+    assert resolve_mime_type("text/csv", "a.txt") == "text/csv"
+    assert resolve_mime_type(None, "a.pdf") == "application/pdf"
+    assert resolve_mime_type(None, "noext") == "application/octet-stream"
