@@ -1,0 +1,166 @@
+"""Agents (versioned), environments, sessions and their append-only event log.
+
+Wire rendering lives in sessions/serializers.py; writes in sessions/services/; reads in
+sessions/selectors.py.
+"""
+
+from django.db import models
+from django.db.models import Q
+
+from core.ids import new_id
+from core.models import Workspace
+
+
+def _agent_id() -> str:
+    return new_id("agent")
+
+
+def _environment_id() -> str:
+    return new_id("env")
+
+
+def _session_id() -> str:
+    return new_id("sesn")
+
+
+def _event_id() -> str:
+    return new_id("sevt")
+
+
+class Agent(models.Model):
+    """An agent. Its configuration lives in immutable AgentVersion rows; `version` is the latest."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=_agent_id, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="agents")
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    archived_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["workspace", "-id"], name="agent_ws_id_desc")]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class AgentVersion(models.Model):
+    """One immutable version of an agent: the full configuration as the API resolved it."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    # name, description, system, model, tools, mcp_servers, skills, metadata, execution_identity, multiagent
+    config = models.JSONField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "version"], name="agent_version_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} v{self.version}"
+
+
+class Environment(models.Model):
+    id = models.CharField(primary_key=True, max_length=64, default=_environment_id, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="environments")
+    name = models.CharField(max_length=255)
+    description = models.TextField(null=True, blank=True)  # noqa: DJ001 — null and "" differ
+    # Resolved form: {"type": "cloud", "networking": {...}, "packages": {...}} or {"type": "self_hosted"}.
+    config = models.JSONField()
+    metadata = models.JSONField(default=dict)
+    scope = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001 — null and "" differ
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    archived_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["workspace", "-id"], name="env_ws_id_desc")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.id})"
+
+
+class Session(models.Model):
+    class Status(models.TextChoices):
+        IDLE = "idle"
+        RUNNING = "running"
+        RESCHEDULING = "rescheduling"
+        TERMINATED = "terminated"
+
+    class SandboxState(models.TextChoices):
+        NONE = "none"  # never needed one (text-only so far)
+        RUNNING = "running"
+        REMOVED = "removed"
+        FAILED = "failed"
+
+    id = models.CharField(primary_key=True, max_length=64, default=_session_id, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="agent_sessions")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="sessions")
+    agent_version = models.PositiveIntegerField()
+    # SessionAgent snapshot taken at creation (the agent object minus metadata and timestamps).
+    agent_snapshot = models.JSONField()
+    environment_id = models.CharField(max_length=64)
+    # Environment config snapshot: the runtime never re-reads a deleted or edited environment.
+    environment_config = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.IDLE)
+    title = models.TextField(null=True, blank=True)  # noqa: DJ001 — null and "" differ
+    metadata = models.JSONField(default=dict)
+    usage = models.JSONField(default=dict)
+    active_seconds = models.FloatField(default=0.0)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    archived_at = models.DateTimeField(null=True, blank=True)
+    # Deleted sessions are hidden from every route at once; the row stays so that open streams
+    # can read the final session.deleted event.
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    # Event log: the last sequence number handed out (appends lock this row).
+    last_seq = models.PositiveBigIntegerField(default=0)
+
+    # Runner lease: the worker currently running turns for this session, renewed by heartbeat.
+    runner_token = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 — null and "" differ
+    runner_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    turn_started_at = models.DateTimeField(null=True, blank=True)
+
+    # Sandbox (docker container or local folder), created lazily on the first tool call.
+    sandbox_state = models.CharField(max_length=16, choices=SandboxState.choices, default=SandboxState.NONE)
+    sandbox_ref = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001 — null and "" differ
+    last_error = models.TextField(null=True, blank=True)  # noqa: DJ001 — null and "" differ
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["workspace", "-id"], name="session_ws_id_desc", condition=Q(deleted_at__isnull=True)),
+            models.Index(fields=["status", "runner_heartbeat_at"], name="session_status_hb"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class SessionEvent(models.Model):
+    """One event of a session's log. Append-only; `seq` orders it within the session."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=_event_id, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    type = models.CharField(max_length=64)
+    # The public body minus id, type and processed_at.
+    payload = models.JSONField(default=dict)
+    # Server-only data (e.g. admitted snapshots, model-facing content). Never rendered.
+    private = models.JSONField(default=dict, blank=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "seq"], name="session_event_seq_unique")]
+        indexes = [
+            models.Index(
+                fields=["session", "seq"],
+                name="session_event_unprocessed",
+                condition=Q(processed_at__isnull=True),
+            ),
+        ]
+        ordering = ["seq"]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.type}"

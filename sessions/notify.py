@@ -1,0 +1,66 @@
+"""Redis signals between the API and the workers: "new events" wake-ups for SSE streams and the
+interrupt flag a running turn polls. Both are hints; PostgreSQL stays the source of truth (streams
+also poll the database, the runner confirms interrupts against the event log)."""
+
+import logging
+import threading
+
+import redis
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+_local = threading.local()
+
+
+def client() -> redis.Redis:
+    """One Redis client per thread (redis-py pools connections inside it)."""
+    conn = getattr(_local, "redis", None)
+    if conn is None or getattr(_local, "url", None) != settings.REDIS_URL:
+        conn = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=5)
+        _local.redis, _local.url = conn, settings.REDIS_URL
+    return conn
+
+
+def events_channel(session_id: str) -> str:
+    return f"mango:session-events:{session_id}"
+
+
+def interrupt_key(session_id: str) -> str:
+    return f"mango:session-interrupt:{session_id}"
+
+
+def publish_events(session_id: str, last_seq: int) -> None:
+    try:
+        client().publish(events_channel(session_id), str(last_seq))
+    except redis.RedisError:
+        logger.warning("could not publish session events", extra={"session_id": session_id})
+
+
+def set_interrupt(session_id: str) -> None:
+    try:
+        client().set(interrupt_key(session_id), "1", ex=3600)
+    except redis.RedisError:
+        logger.warning("could not flag interrupt", extra={"session_id": session_id})
+
+
+def clear_interrupt(session_id: str) -> None:
+    try:
+        client().delete(interrupt_key(session_id))
+    except redis.RedisError:
+        pass
+
+
+def interrupt_flagged(session_id: str) -> bool:
+    try:
+        return bool(client().exists(interrupt_key(session_id)))
+    except redis.RedisError:
+        return False
+
+
+def subscribe(session_id: str):
+    """A dedicated pub/sub connection for one SSE stream; the caller closes it."""
+    conn = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=None)
+    pubsub = conn.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(events_channel(session_id))
+    return conn, pubsub

@@ -1,0 +1,124 @@
+"""Reads. Every lookup is scoped to the caller's workspace: a foreign id is the same not-found
+as a missing one (one access gate per resource)."""
+
+from datetime import datetime
+
+from django.db.models import F
+
+from core.errors import InvalidRequest, NotFound
+from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent
+from sessions.pagination import keyset_page
+
+
+def agent_get(*, workspace, agent_id: str, for_update: bool = False) -> Agent:
+    queryset = Agent.objects.filter(workspace=workspace, id=agent_id)
+    if for_update:
+        queryset = queryset.select_for_update()
+    agent = queryset.first()
+    if agent is None:
+        raise NotFound(f"Agent {agent_id!r} not found.")
+    return agent
+
+
+def agent_version_get(*, agent: Agent, version: int | None = None) -> AgentVersion:
+    row = AgentVersion.objects.filter(agent=agent, version=version or agent.version).first()
+    if row is None:
+        raise NotFound(f"Agent {agent.id!r} has no version {version}.")
+    return row
+
+
+def _created_filters(queryset, created: dict[str, datetime | None]):
+    for op, value in created.items():
+        if value is not None:
+            queryset = queryset.filter(**{f"created_at__{op}": value})
+    return queryset
+
+
+def agent_list(*, workspace, limit: int, page: str | None, include_archived: bool, created: dict):
+    queryset = Agent.objects.filter(workspace=workspace)
+    if not include_archived:
+        queryset = queryset.filter(archived_at__isnull=True)
+    queryset = _created_filters(queryset, created)
+    rows, next_page, _ = keyset_page(queryset, key="id", descending=True, limit=limit, page=page)
+    versions = {row.agent_id: row for row in AgentVersion.objects.filter(agent__in=rows, version=F("agent__version"))}
+    return [(agent, versions[agent.id]) for agent in rows], next_page
+
+
+def agent_version_list(*, agent: Agent, limit: int, page: str | None):
+    queryset = AgentVersion.objects.filter(agent=agent)
+    rows, next_page, _ = keyset_page(queryset, key="version", descending=True, limit=limit, page=page)
+    return rows, next_page
+
+
+def environment_get(*, workspace, environment_id: str, for_update: bool = False) -> Environment:
+    queryset = Environment.objects.filter(workspace=workspace, id=environment_id)
+    if for_update:
+        queryset = queryset.select_for_update()
+    environment = queryset.first()
+    if environment is None:
+        raise NotFound(f"Environment {environment_id!r} not found.", code="environment_not_found")
+    return environment
+
+
+def environment_list(*, workspace, limit: int, page: str | None, include_archived: bool):
+    queryset = Environment.objects.filter(workspace=workspace)
+    if not include_archived:
+        queryset = queryset.filter(archived_at__isnull=True)
+    rows, next_page, _ = keyset_page(queryset, key="id", descending=True, limit=limit, page=page)
+    return rows, next_page
+
+
+def session_get(*, workspace, session_id: str, for_update: bool = False) -> Session:
+    """The only way API code obtains a Session. Deleted sessions are gone for every route."""
+    queryset = Session.objects.filter(workspace=workspace, id=session_id, deleted_at__isnull=True)
+    if for_update:
+        queryset = queryset.select_for_update()
+    session = queryset.first()
+    if session is None:
+        raise NotFound(f"Session {session_id!r} not found.")
+    return session
+
+
+def session_list(
+    *,
+    workspace,
+    limit: int,
+    page: str | None,
+    order: str,
+    include_archived: bool,
+    statuses: list[str],
+    agent_id: str | None,
+    agent_version: int | None,
+    created: dict,
+):
+    queryset = Session.objects.filter(workspace=workspace, deleted_at__isnull=True)
+    if not include_archived:
+        queryset = queryset.filter(archived_at__isnull=True)
+    if statuses:
+        queryset = queryset.filter(status__in=statuses)
+    if agent_id:
+        queryset = queryset.filter(agent_id=agent_id)
+        if agent_version is not None:
+            queryset = queryset.filter(agent_version=agent_version)
+    elif agent_version is not None:
+        raise InvalidRequest("agent_version: only together with agent_id.")
+    queryset = _created_filters(queryset, created)
+    return keyset_page(queryset, key="id", descending=order == "desc", limit=limit, page=page)
+
+
+def session_event_list(
+    *, session: Session, limit: int, page: str | None, order: str, types: list[str], processed: dict
+):
+    queryset = SessionEvent.objects.filter(session=session)
+    if types:
+        queryset = queryset.filter(type__in=types)
+    for op, value in processed.items():
+        if value is not None:
+            queryset = queryset.filter(**{f"processed_at__{op}": value})
+    rows, next_page, _ = keyset_page(queryset, key="seq", descending=order == "desc", limit=limit, page=page)
+    return rows, next_page
+
+
+def session_events_after(*, session_id: str, after_seq: int, limit: int = 500) -> list[SessionEvent]:
+    """Events appended after `after_seq`, oldest first: what an SSE stream sends next."""
+    return list(SessionEvent.objects.filter(session_id=session_id, seq__gt=after_seq).order_by("seq")[:limit])

@@ -1,0 +1,49 @@
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import Conflict
+from sessions.models import Agent, AgentVersion
+from sessions.selectors import agent_get, agent_version_get
+from sessions.serializers import apply_metadata_patch
+
+
+@transaction.atomic
+def agent_create(*, workspace, fields: dict) -> tuple[Agent, AgentVersion]:
+    """An agent starts at version 1; its configuration is stored as an immutable version row."""
+    now = timezone.now()
+    agent = Agent.objects.create(workspace=workspace, version=1, created_at=now, updated_at=now)
+    version = AgentVersion.objects.create(agent=agent, version=1, config=fields, created_at=now)
+    return agent, version
+
+
+@transaction.atomic
+def agent_update(*, workspace, agent_id: str, fields: dict, expected_version: int | None) -> tuple[Agent, AgentVersion]:
+    """Every update writes version N+1 (given fields replace, metadata patches). With
+    `expected_version`, a concurrent update in between is a 409 (never retried by the SDK)."""
+    agent = agent_get(workspace=workspace, agent_id=agent_id, for_update=True)
+    if expected_version is not None and expected_version != agent.version:
+        raise Conflict(
+            f"Agent {agent.id!r} is at version {agent.version}, not {expected_version}.",
+            code="agent_version_mismatch",
+        )
+    current = agent_version_get(agent=agent)
+    config = dict(current.config)
+    patch = fields.pop("metadata", None)
+    config.update(fields)
+    if patch is not None:
+        config["metadata"] = apply_metadata_patch(current.config.get("metadata", {}), patch)
+    now = timezone.now()
+    agent.version += 1
+    agent.updated_at = now
+    agent.save(update_fields=["version", "updated_at"])
+    version = AgentVersion.objects.create(agent=agent, version=agent.version, config=config, created_at=now)
+    return agent, version
+
+
+@transaction.atomic
+def agent_archive(*, workspace, agent_id: str) -> tuple[Agent, AgentVersion]:
+    agent = agent_get(workspace=workspace, agent_id=agent_id, for_update=True)
+    if agent.archived_at is None:
+        agent.archived_at = timezone.now()
+        agent.save(update_fields=["archived_at"])
+    return agent, agent_version_get(agent=agent)

@@ -1,0 +1,108 @@
+"""The session event log: append-only, ordered by a per-session sequence handed out under a short
+row lock on the session (UniqueConstraint(session, seq) backs it up)."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import InvalidRequest
+from core.ids import new_id
+from sessions import notify
+from sessions.models import Session, SessionEvent
+from sessions.selectors import session_get
+
+# Events the client sends that the runner must act on (processed_at stays null until it has).
+RUNNER_INPUT_TYPES = (
+    "user.message",
+    "user.interrupt",
+    "user.tool_confirmation",
+    "user.custom_tool_result",
+    "user.tool_result",
+    "user.define_outcome",
+    "system.message",
+)
+
+
+def events_append_locked(*, session: Session, items: list[dict]) -> list[SessionEvent]:
+    """Append `items` ({type, payload, processed_at?, private?}) to a session whose row the caller
+    holds locked (select_for_update) inside a transaction. Streams are woken after commit."""
+    now = timezone.now()
+    rows = []
+    for item in items:
+        session.last_seq += 1
+        rows.append(
+            SessionEvent(
+                id=item.get("id") or new_id("sevt"),
+                session=session,
+                seq=session.last_seq,
+                type=item["type"],
+                payload=item.get("payload", {}),
+                private=item.get("private", {}),
+                processed_at=item.get("processed_at", now),
+                created_at=now,
+            )
+        )
+    SessionEvent.objects.bulk_create(rows)
+    session.updated_at = now
+    session.save(update_fields=["last_seq", "updated_at"])
+    last_seq, session_id = session.last_seq, session.id
+    transaction.on_commit(lambda: notify.publish_events(session_id, last_seq))
+    return rows
+
+
+def session_event_append(
+    *, session_id: str, type: str, payload: dict | None = None, private: dict | None = None
+) -> SessionEvent:
+    """Append one server event (processed now). Used by the runner."""
+    with transaction.atomic():
+        session = Session.objects.select_for_update().get(id=session_id)
+        return events_append_locked(
+            session=session, items=[{"type": type, "payload": payload or {}, "private": private or {}}]
+        )[0]
+
+
+def _validate_references(*, session: Session, parsed: list[dict]) -> None:
+    """Tool results and confirmations must answer a tool use of this session."""
+    wanted = {}
+    for item in parsed:
+        payload = item["payload"]
+        if item["type"] == "user.custom_tool_result":
+            wanted[payload["custom_tool_use_id"]] = ("agent.custom_tool_use",)
+        elif item["type"] in ("user.tool_result", "user.tool_confirmation"):
+            wanted[payload["tool_use_id"]] = ("agent.tool_use",)
+    if not wanted:
+        return
+    found = dict(SessionEvent.objects.filter(session=session, id__in=list(wanted)).values_list("id", "type"))
+    for event_id, types in wanted.items():
+        if found.get(event_id) not in types:
+            raise InvalidRequest(f"No {' or '.join(types)} event {event_id!r} in this session.")
+
+
+def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[SessionEvent]:
+    """Append client events (already parsed) and wake the runner after commit."""
+    if session.status == Session.Status.TERMINATED:
+        raise InvalidRequest("The session is terminated and accepts no more events.")
+    _validate_references(session=session, parsed=parsed)
+    items = []
+    for item in parsed:
+        payload = dict(item["payload"])
+        if item["type"] == "user.define_outcome":
+            payload["outcome_id"] = new_id("outc")
+        items.append({"type": item["type"], "payload": payload, "processed_at": None})
+    rows = events_append_locked(session=session, items=items)
+    session_id = session.id
+    if any(item["type"] == "user.interrupt" for item in parsed):
+        transaction.on_commit(lambda: notify.set_interrupt(session_id))
+    if any(item["type"] in RUNNER_INPUT_TYPES for item in parsed):
+        from sessions.tasks import session_run
+
+        session_run.delay_on_commit(session_id)
+    return rows
+
+
+@transaction.atomic
+def session_events_send(*, workspace, session_id: str, parsed: list[dict]) -> list[SessionEvent]:
+    """POST /v1/sessions/{id}/events. Events are committed before any worker sees them."""
+    session = session_get(workspace=workspace, session_id=session_id, for_update=True)
+    if session.archived_at is not None:
+        raise InvalidRequest("The session is archived and accepts no more events.")
+    return user_events_append_locked(session=session, parsed=parsed)

@@ -1,0 +1,152 @@
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import InvalidRequest
+from sessions import notify
+from sessions.models import Session
+from sessions.selectors import agent_get, agent_version_get, environment_get, session_get
+from sessions.serializers import agent_config_to_wire, apply_metadata_patch, parse_tools
+from sessions.services.events import events_append_locked, user_events_append_locked
+
+logger = logging.getLogger(__name__)
+
+
+def _resolve_agent_ref(*, workspace, agent) -> tuple:
+    if isinstance(agent, str):
+        agent_id, version = agent, None
+    elif isinstance(agent, dict) and agent.get("type") in ("agent", "agent_with_overrides"):
+        agent_id, version = agent.get("id"), agent.get("version")
+        if version is not None and (not isinstance(version, int) or version < 1):
+            raise InvalidRequest("agent.version: must be an integer ≥ 1.")
+    else:
+        raise InvalidRequest("agent: an agent id or {type: 'agent', id, version?}.")
+    if not isinstance(agent_id, str) or not agent_id:
+        raise InvalidRequest("agent.id: required.")
+    row = agent_get(workspace=workspace, agent_id=agent_id)
+    if row.archived_at is not None:
+        raise InvalidRequest(f"Agent {agent_id!r} is archived.")
+    return row, agent_version_get(agent=row, version=version)
+
+
+@transaction.atomic
+def session_create(
+    *,
+    workspace,
+    agent,
+    environment_id: str,
+    metadata: dict,
+    title: str | None,
+    initial_events: list[dict],
+    resources: list,
+) -> Session:
+    """A session starts idle with a snapshot of the agent version and the environment config.
+    Initial events are appended in order, in the same transaction, and wake the runner."""
+    agent_row, version = _resolve_agent_ref(workspace=workspace, agent=agent)
+    if not isinstance(environment_id, str) or not environment_id:
+        raise InvalidRequest("environment_id: required.")
+    environment = environment_get(workspace=workspace, environment_id=environment_id)
+    if environment.archived_at is not None:
+        raise InvalidRequest(f"Environment {environment_id!r} is archived.", code="environment_archived")
+    if resources:
+        # File resources arrive with their own issue; see sessions.resources.
+        raise InvalidRequest("resources: not supported yet; send an empty list.")
+    snapshot = agent_config_to_wire(agent_id=agent_row.id, version=version.version, config=version.config)
+    if isinstance(agent, dict) and agent.get("type") == "agent_with_overrides":
+        for key in ("system",):
+            if key in agent:
+                snapshot[key] = agent[key]
+        if "tools" in agent:
+            snapshot["tools"] = parse_tools(agent["tools"])
+        if agent.get("model") is not None:
+            from sessions.serializers import parse_model
+
+            snapshot["model"] = parse_model(agent["model"])
+    now = timezone.now()
+    session = Session.objects.create(
+        workspace=workspace,
+        agent=agent_row,
+        agent_version=version.version,
+        agent_snapshot=snapshot,
+        environment_id=environment.id,
+        environment_config=environment.config,
+        metadata=metadata,
+        title=title,
+        created_at=now,
+        updated_at=now,
+    )
+    if initial_events:
+        session = Session.objects.select_for_update().get(pk=session.pk)
+        user_events_append_locked(session=session, parsed=initial_events)
+    return session
+
+
+@transaction.atomic
+def session_update(*, workspace, session_id: str, changes: dict) -> Session:
+    session = session_get(workspace=workspace, session_id=session_id, for_update=True)
+    updated = {}
+    if "title" in changes:
+        session.title = changes["title"]
+        updated["title"] = session.title
+    if "metadata" in changes:
+        session.metadata = apply_metadata_patch(session.metadata, changes["metadata"])
+        updated["metadata"] = session.metadata
+    if changes.get("agent") is not None:
+        if session.status == Session.Status.RUNNING:
+            raise InvalidRequest("agent: cannot change the agent while the session is running.")
+        snapshot = dict(session.agent_snapshot)
+        if "tools" in changes["agent"]:
+            snapshot["tools"] = parse_tools(changes["agent"]["tools"])
+        session.agent_snapshot = snapshot
+        updated["agent"] = snapshot
+    session.updated_at = timezone.now()
+    session.save()
+    if updated:
+        events_append_locked(session=session, items=[{"type": "session.updated", "payload": updated}])
+    return session
+
+
+@transaction.atomic
+def session_archive(*, workspace, session_id: str) -> Session:
+    session = session_get(workspace=workspace, session_id=session_id, for_update=True)
+    if session.archived_at is None:
+        session.archived_at = session.updated_at = timezone.now()
+        session.save(update_fields=["archived_at", "updated_at"])
+    return session
+
+
+def session_delete(*, workspace, session_id: str) -> None:
+    """Hide the session from every route at once and end its streams (session.deleted), then,
+    after commit, stop any running turn, remove the sandbox and clean up the session's Files."""
+    with transaction.atomic():
+        session = session_get(workspace=workspace, session_id=session_id, for_update=True)
+        session.deleted_at = timezone.now()
+        session.save(update_fields=["deleted_at"])
+        events_append_locked(session=session, items=[{"type": "session.deleted", "payload": {}}])
+    notify.set_interrupt(session_id)
+    session_resources_cleanup(workspace=workspace, session_id=session_id)
+
+
+def session_resources_cleanup(*, workspace, session_id: str) -> None:
+    """Remove the sandbox and the session's Files. Idempotent; a failure is retried by a task."""
+    from sessions import sandbox
+
+    try:
+        sandbox.remove(session_id=session_id)
+        Session.objects.filter(id=session_id).update(sandbox_state=Session.SandboxState.REMOVED)
+    except Exception:
+        logger.exception("sandbox removal failed; retrying in a task", extra={"session_id": session_id})
+        from sessions.tasks import session_sandbox_remove
+
+        session_sandbox_remove.delay(session_id)
+    _session_files_delete(workspace=workspace, session_id=session_id)
+
+
+def _session_files_delete(*, workspace, session_id: str) -> None:
+    try:
+        from files.services import session_files_delete
+    except ImportError:  # TODO(lead): files.services.session_files_delete not merged yet.
+        logger.warning("files.services.session_files_delete unavailable", extra={"session_id": session_id})
+        return
+    session_files_delete(workspace=workspace, session_id=session_id)

@@ -1,0 +1,70 @@
+"""Celery tasks: thin, named, idempotent, taking ids (STYLE.md 10)."""
+
+import logging
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from sessions.models import Session, SessionEvent
+from sessions.services.events import RUNNER_INPUT_TYPES
+
+logger = logging.getLogger(__name__)
+
+# Time-limited generously: a turn may run many tools. On the soft limit the runner hands the
+# session to a fresh task, which resumes the turn.
+TURN_SOFT_TIME_LIMIT = 6 * 3600
+
+
+@shared_task(
+    name="sessions.run",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=TURN_SOFT_TIME_LIMIT,
+    time_limit=TURN_SOFT_TIME_LIMIT + 300,
+)
+def session_run(session_id: str) -> None:
+    """Run the session's pending turns. A no-op when another runner holds the session's lease
+    or there is nothing to do, so duplicates and redeliveries are harmless."""
+    from sessions.runner import session_run as run
+
+    run(session_id=session_id)
+
+
+@shared_task(name="sessions.recover_stuck", acks_late=True)
+def session_recover_stuck(stale_seconds: float | None = None) -> list[str]:
+    """Hand sessions whose runner died (stale lease, or running without a runner) or whose
+    wake-up was lost (client input pending with no runner) to a new runner. Runs every minute."""
+    now = timezone.now()
+    stale = now - timedelta(
+        seconds=stale_seconds if stale_seconds is not None else settings.MANGO_SESSION_LEASE_SECONDS
+    )
+    pending_input = SessionEvent.objects.filter(
+        session=OuterRef("pk"), processed_at__isnull=True, type__in=RUNNER_INPUT_TYPES, created_at__lt=stale
+    )
+    active = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
+    ids = list(
+        Session.objects.filter(deleted_at__isnull=True)
+        .filter(
+            Q(runner_token__isnull=False, runner_heartbeat_at__lt=stale)
+            | Q(runner_token__isnull=True, status__in=active)
+            | Q(runner_token__isnull=True) & Exists(pending_input)
+        )
+        .values_list("id", flat=True)[:500]
+    )
+    for session_id in ids:
+        logger.warning("recovering session", extra={"session_id": session_id})
+        session_run.delay(session_id)
+    return ids
+
+
+@shared_task(
+    name="sessions.sandbox_remove", acks_late=True, autoretry_for=(Exception,), retry_backoff=True, max_retries=10
+)
+def session_sandbox_remove(session_id: str) -> None:
+    from sessions import sandbox
+
+    sandbox.remove(session_id=session_id)
+    Session.objects.filter(id=session_id).update(sandbox_state=Session.SandboxState.REMOVED)

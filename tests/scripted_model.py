@@ -1,0 +1,226 @@
+"""A local, scripted stand-in for the Messages API upstream (POST /v1/messages).
+
+Only the paid model is replaced; everything of ours stays real. A test scripts the next responses
+and reads back every request the runner made:
+
+    model.script([
+        tool_use("bash", {"command": "echo hi"}),
+        text("done"),
+    ])
+    ...
+    model.requests[-1]["body"]["messages"]   # what the runner sent
+
+Responses (dicts, built with the helpers below) are served in order, one per request:
+
+* ``text(...)`` / ``tool_use(...)`` / ``message(content, stop_reason)``: a 200 Message;
+* ``error(status, ...)``: an error envelope with that status (500, 529, 429 …);
+* any of them with ``delay=seconds``: the server sleeps first (to test interrupts, timeouts);
+* a callable ``fn(request_body) -> response``: decided per request.
+
+When the script runs out, ``default`` (a short end_turn text) is served. A request with
+``"stream": true`` gets the same response as Messages-API SSE events.
+"""
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def message(
+    content: list[dict], stop_reason: str = "end_turn", *, delay: float = 0.0, usage: dict | None = None
+) -> dict:
+    return {
+        "kind": "message",
+        "content": content,
+        "stop_reason": stop_reason,
+        "delay": delay,
+        "usage": usage or {"input_tokens": 10, "output_tokens": 5},
+    }
+
+
+def text(value: str, *, delay: float = 0.0, stop_reason: str = "end_turn") -> dict:
+    return message([{"type": "text", "text": value}], stop_reason, delay=delay)
+
+
+def tool_use(
+    name: str, tool_input: dict, *, text_before: str | None = None, delay: float = 0.0, tool_id: str | None = None
+) -> dict:
+    content = [{"type": "text", "text": text_before}] if text_before else []
+    content.append(
+        {"type": "tool_use", "id": tool_id or f"toolu_{uuid.uuid4().hex[:20]}", "name": name, "input": tool_input}
+    )
+    return message(content, "tool_use", delay=delay)
+
+
+def tool_uses(calls: list[tuple[str, dict]], *, delay: float = 0.0) -> dict:
+    content = [
+        {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}", "name": name, "input": tool_input}
+        for name, tool_input in calls
+    ]
+    return message(content, "tool_use", delay=delay)
+
+
+def error(
+    status: int, error_type: str = "api_error", message_text: str = "scripted failure", *, delay: float = 0.0
+) -> dict:
+    return {"kind": "error", "status": status, "error_type": error_type, "message": message_text, "delay": delay}
+
+
+class ScriptedModel:
+    """A threaded HTTP server on 127.0.0.1 serving a per-test script. Thread-safe."""
+
+    def __init__(self, default: dict | None = None):
+        self.default = default or text("(script exhausted)")
+        self._lock = threading.Lock()
+        self._script: list = []
+        self.requests: list[dict] = []
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {"_raw": raw.decode(errors="replace")}
+                response = model._next(self.path, dict(self.headers), body)
+                if callable(response):
+                    response = response(body)
+                if response.get("delay"):
+                    time.sleep(response["delay"])
+                if not self.path.split("?")[0].endswith("/v1/messages"):
+                    return self._json(
+                        404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}}
+                    )
+                if response["kind"] == "error":
+                    envelope = {
+                        "type": "error",
+                        "error": {"type": response["error_type"], "message": response["message"]},
+                    }
+                    return self._json(response["status"], envelope, {"x-should-retry": "false"})
+                payload = {
+                    "id": f"msg_{uuid.uuid4().hex[:24]}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model", "scripted"),
+                    "content": response["content"],
+                    "stop_reason": response["stop_reason"],
+                    "stop_sequence": None,
+                    "usage": response["usage"],
+                }
+                if body.get("stream"):
+                    return self._stream(payload)
+                return self._json(200, payload)
+
+            def _json(self, status, payload, headers=None):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.send_header("request-id", f"req_{uuid.uuid4().hex[:16]}")
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, payload):
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+
+                def send(event, data):
+                    self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+                    self.wfile.flush()
+
+                start = {
+                    **payload,
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": {**payload["usage"], "output_tokens": 0},
+                }
+                send("message_start", {"type": "message_start", "message": start})
+                for index, block in enumerate(payload["content"]):
+                    if block["type"] == "text":
+                        send(
+                            "content_block_start",
+                            {
+                                "type": "content_block_start",
+                                "index": index,
+                                "content_block": {"type": "text", "text": ""},
+                            },
+                        )
+                        delta = {"type": "text_delta", "text": block["text"]}
+                    else:
+                        send(
+                            "content_block_start",
+                            {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}},
+                        )
+                        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                    send("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+                    send("content_block_stop", {"type": "content_block_stop", "index": index})
+                send(
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": payload["stop_reason"], "stop_sequence": None},
+                        "usage": {"output_tokens": payload["usage"]["output_tokens"]},
+                    },
+                )
+                send("message_stop", {"type": "message_stop"})
+                self.close_connection = True
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="scripted-model")
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def script(self, responses: list[dict | Callable]) -> None:
+        """Replace the queue of responses (and forget recorded requests)."""
+        with self._lock:
+            self._script = list(responses)
+            self.requests.clear()
+
+    def add(self, *responses: dict | Callable) -> None:
+        with self._lock:
+            self._script.extend(responses)
+
+    def reset(self) -> None:
+        self.script([])
+
+    @property
+    def remaining(self) -> int:
+        with self._lock:
+            return len(self._script)
+
+    def _next(self, path: str, headers: dict, body: dict):
+        with self._lock:
+            self.requests.append({"path": path, "headers": headers, "body": body, "at": time.time()})
+            return self._script.pop(0) if self._script else self.default
+
+    def wait_for_requests(self, count: int, timeout: float = 10.0) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.requests) >= count:
+                    return list(self.requests)
+            time.sleep(0.02)
+        raise AssertionError(f"expected {count} model requests within {timeout}s, got {len(self.requests)}")
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

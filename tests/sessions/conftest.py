@@ -1,0 +1,86 @@
+"""Fixtures for the sessions runtime: the scripted model upstream, a real Celery worker wired to
+it and to the test database, and Docker cleanup per test."""
+
+import time
+
+import docker
+import pytest
+from django.conf import settings
+
+from tests.scripted_model import ScriptedModel
+from tests.worker import CeleryWorker
+
+# Short enough that the recovery test does not wait long; heartbeats renew every quarter of it.
+TEST_LEASE_SECONDS = 4
+
+
+@pytest.fixture(scope="session")
+def scripted_model():
+    model = ScriptedModel()
+    yield model
+    model.close()
+
+
+@pytest.fixture
+def model(scripted_model):
+    """The scripted upstream with an empty script for this test."""
+    scripted_model.reset()
+    yield scripted_model
+    scripted_model.reset()
+
+
+def worker_env(scripted_model: ScriptedModel) -> dict[str, str]:
+    return {
+        "ANTHROPIC_BASE_URL": scripted_model.url,
+        "ANTHROPIC_API_KEY": "sk-test-scripted",
+        "MANGO_SANDBOX": "docker",
+        "MANGO_SANDBOX_IMAGE": settings.MANGO_SANDBOX_IMAGE,
+        "MANGO_SESSION_LEASE_SECONDS": str(TEST_LEASE_SECONDS),
+        "MANGO_MODEL_MAX_RETRIES": "1",
+        "MANGO_MODEL_RETRY_BACKOFF_SECONDS": "0.1",
+    }
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, scripted_model):
+    """One real worker for the whole run, on the tests' own Redis database. (Stale tasks left
+    there by an earlier run are harmless: a run for an unknown session does nothing.)"""
+    with django_db_blocker.unblock():
+        worker = CeleryWorker(env=worker_env(scripted_model)).start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def docker_client():
+    client = docker.from_env()
+    yield client
+    client.close()
+
+
+@pytest.fixture(autouse=True)
+def _remove_test_sandboxes(request):
+    """Containers and volumes a test's sessions created are removed afterwards."""
+    if "api_key" not in request.fixturenames:
+        yield
+        return
+    workspace_id = request.getfixturevalue("api_key").workspace.id
+    yield
+    client = docker.from_env()
+    try:
+        for container in client.containers.list(all=True, filters={"label": f"mango.workspace={workspace_id}"}):
+            container.remove(force=True)
+        for volume in client.volumes.list(filters={"label": f"mango.workspace={workspace_id}"}):
+            volume.remove(force=True)
+    finally:
+        client.close()
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")

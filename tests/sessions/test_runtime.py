@@ -1,0 +1,304 @@
+"""The sessions runtime end to end: the official SDK against the live server, a real Celery
+worker, a real dockerd, and the scripted model upstream."""
+
+import time
+
+import pytest
+
+from sessions.models import Session
+from tests.scripted_model import error, text, tool_use
+from tests.sessions.conftest import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow]
+
+MODEL = "claude-sonnet-4-5"
+
+
+@pytest.fixture
+def env_cloud(sdk):
+    return sdk.beta.environments.create(name="cloud", config={"type": "cloud", "networking": {"type": "limited"}})
+
+
+@pytest.fixture
+def agent_bash(sdk):
+    return sdk.beta.agents.create(
+        name="runner", model=MODEL, system="Be brief.", tools=[{"type": "agent_toolset_20260401"}]
+    )
+
+
+def _user(text_value: str) -> dict:
+    return {"type": "user.message", "content": [{"type": "text", "text": text_value}]}
+
+
+def _collect_until_idle(stream, timeout: float = 30.0) -> list:
+    seen, deadline = [], time.monotonic() + timeout
+    for event in stream:
+        seen.append(event)
+        if event.type == "session.status_idle":
+            return seen
+        assert time.monotonic() < deadline, [e.type for e in seen]
+    raise AssertionError(f"stream ended before idle: {[e.type for e in seen]}")
+
+
+def _events(sdk, session_id: str, **params) -> list:
+    return list(sdk.beta.sessions.events.list(session_id, **params))
+
+
+def _wait_idle(sdk, session_id: str, timeout: float = 20.0):
+    def idle():
+        events = _events(sdk, session_id)
+        return events if events and events[-1].type == "session.status_idle" else None
+
+    return wait_for(idle, timeout)
+
+
+def _containers(docker_client, session_id: str) -> list:
+    return docker_client.containers.list(all=True, filters={"label": f"mango.session={session_id}"})
+
+
+def test_bash_turn_streamed_over_sse(sdk, api_key, model, celery_worker, env_cloud, agent_bash, docker_client):
+    model.script(
+        [tool_use("bash", {"command": "echo hello from $(uname -s); echo oops >&2; exit 3"}), text("All done.")]
+    )
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id, title="bash")
+    assert session.status == "idle"
+
+    with sdk.beta.sessions.events.stream(session.id) as stream:
+        sent = sdk.beta.sessions.events.send(session.id, events=[_user("run it")])
+        assert sent.data[0].type == "user.message"
+        assert sent.data[0].processed_at is None
+        seen = _collect_until_idle(stream)
+
+    types = [e.type for e in seen]
+    assert types[0] == "user.message"
+    assert types[1:] == [
+        "session.status_running",
+        "span.model_request_start",
+        "span.model_request_end",
+        "agent.tool_use",
+        "agent.tool_result",
+        "span.model_request_start",
+        "span.model_request_end",
+        "agent.message",
+        "session.status_idle",
+    ]
+    tool_use_event = seen[4]
+    assert tool_use_event.name == "bash"
+    assert tool_use_event.evaluated_permission == "allow"
+    result = seen[5]
+    assert result.tool_use_id == tool_use_event.id
+    output = result.content[0].text
+    assert "hello from Linux" in output and "oops" in output and "[exit status: 3]" in output
+    assert seen[-1].stop_reason.type == "end_turn"
+    assert seen[-2].content[0].text == "All done."
+    assert seen[3].model_usage.input_tokens == 10
+
+    # The model saw the tool definitions and, on the second call, the tool result.
+    first, second = model.requests[0]["body"], model.requests[1]["body"]
+    assert first["model"] == MODEL and first["system"] == "Be brief."
+    assert {"bash", "read", "write", "edit", "glob", "grep"} <= {t["name"] for t in first["tools"]}
+    bash_tool = next(t for t in first["tools"] if t["name"] == "bash")
+    assert bash_tool["input_schema"]["required"] == ["command"]
+    assert first["messages"] == [{"role": "user", "content": [{"type": "text", "text": "run it"}]}]
+    assert second["messages"][1]["content"][0]["type"] == "tool_use"
+    tool_result = second["messages"][2]["content"][0]
+    assert (
+        tool_result["type"] == "tool_result" and tool_result["tool_use_id"] == second["messages"][1]["content"][0]["id"]
+    )
+
+    # The events list matches, oldest first, and filters by type.
+    listed = _events(sdk, session.id)
+    assert [e.id for e in listed] == [e.id for e in seen]
+    assert listed[0].processed_at is not None
+    only = _events(sdk, session.id, types=["agent.tool_use", "agent.message"])
+    assert [e.type for e in only] == ["agent.tool_use", "agent.message"]
+
+    # One container, labelled, limited, without network, outputs mounted.
+    containers = _containers(docker_client, session.id)
+    assert len(containers) == 1
+    container = containers[0]
+    assert container.labels["mango.workspace"] == api_key.workspace.id
+    assert container.labels["mango.session"] == session.id
+    assert container.labels["mango.outputs_mount_version"] == "1"
+    host_config = container.attrs["HostConfig"]
+    assert host_config["NetworkMode"] == "none"
+    assert host_config["PidsLimit"] and host_config["Memory"] and host_config["NanoCpus"]
+    assert any(m["Destination"] == "/mnt/session/outputs" for m in container.attrs["Mounts"])
+    assert sdk.beta.sessions.retrieve(session.id).status == "idle"
+
+    # Delete: the stream ends with session.deleted, the container goes, the session is gone.
+    with sdk.beta.sessions.events.stream(session.id) as stream:
+        deleted = sdk.beta.sessions.delete(session.id)
+        assert deleted.type == "session_deleted"
+        tail = [e.type for e in stream]
+    assert tail == ["session.deleted"]
+    assert _containers(docker_client, session.id) == []
+    with pytest.raises(Exception) as excinfo:
+        sdk.beta.sessions.retrieve(session.id)
+    assert getattr(excinfo.value, "status_code", None) == 404
+
+
+def test_file_tools_in_the_sandbox(sdk, model, celery_worker, env_cloud, agent_bash):
+    model.script(
+        [
+            tool_use("write", {"file_path": "/workspace/notes/a.txt", "content": "alpha\nbeta\ngamma\n"}),
+            tool_use("edit", {"file_path": "/workspace/notes/a.txt", "old_string": "beta", "new_string": "BETA"}),
+            tool_use("read", {"file_path": "/workspace/notes/a.txt"}),
+            tool_use("grep", {"pattern": "gam+a", "path": "/workspace"}),
+            tool_use("glob", {"pattern": "**/*.txt"}),
+            tool_use("web_search", {"query": "x"}),
+            text("ok"),
+        ]
+    )
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    sdk.beta.sessions.events.send(session.id, events=[_user("files")])
+    events = _wait_idle(sdk, session.id)
+    results = [e for e in events if e.type == "agent.tool_result"]
+    texts = [r.content[0].text for r in results]
+    assert texts[0].startswith("Wrote 17 bytes")
+    assert "Replaced 1" in texts[1]
+    assert "BETA" in texts[2] and "     2\tBETA" in texts[2]
+    assert "a.txt:3:gamma" in texts[3]
+    assert "/workspace/notes/a.txt" in texts[4]
+    assert results[5].is_error and "unavailable" in texts[5]
+    assert not any(r.is_error for r in results[:5])
+
+
+def test_text_only_session_creates_no_container(sdk, model, celery_worker, env_cloud, agent_bash, docker_client):
+    model.script([text("Just words.")])
+    session = sdk.beta.sessions.create(
+        agent=agent_bash.id, environment_id=env_cloud.id, initial_events=[_user("hello")]
+    )
+    events = _wait_idle(sdk, session.id)
+    assert [e.type for e in events if e.type.startswith("agent.")] == ["agent.message"]
+    assert _containers(docker_client, session.id) == []
+    assert Session.objects.get(id=session.id).sandbox_state == "none"
+
+
+def test_interrupt_stops_a_long_command_within_two_seconds(sdk, model, celery_worker, env_cloud, agent_bash):
+    model.script([tool_use("bash", {"command": "sleep 60; echo never"}), text("should not be called")])
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    with sdk.beta.sessions.events.stream(session.id) as stream:
+        sdk.beta.sessions.events.send(session.id, events=[_user("sleep")])
+        for event in stream:
+            if event.type == "agent.tool_use":
+                break
+        time.sleep(0.5)  # the command is running in the container
+        started = time.monotonic()
+        sdk.beta.sessions.events.send(session.id, events=[{"type": "user.interrupt"}])
+        rest = _collect_until_idle(stream, timeout=10)
+        elapsed = time.monotonic() - started
+    assert elapsed < 2.0, elapsed
+    assert rest[-1].stop_reason.type == "end_turn"
+    result = next(e for e in rest if e.type == "agent.tool_result")
+    assert result.is_error and "interrupted" in result.content[0].text
+    assert sdk.beta.sessions.retrieve(session.id).status == "idle"
+    assert len(model.requests) == 1
+    interrupt = next(e for e in _events(sdk, session.id) if e.type == "user.interrupt")
+    assert interrupt.processed_at is not None
+
+    # The session works again afterwards; the interrupted call is in the history.
+    model.script([text("back")])
+    sdk.beta.sessions.events.send(session.id, events=[_user("again")])
+    events = _wait_idle(sdk, session.id)
+    assert events[-2].type == "agent.message" and events[-2].content[0].text == "back"
+    history = model.requests[0]["body"]["messages"]
+    assert history[-1]["content"][-1] == {"type": "text", "text": "again"}
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type"),
+    [(500, "model_request_failed_error"), (529, "model_overloaded_error"), (429, "model_rate_limited_error")],
+)
+def test_upstream_failure_becomes_session_error_then_idle(
+    sdk, model, celery_worker, env_cloud, agent_bash, status, error_type
+):
+    # MANGO_MODEL_MAX_RETRIES=1 in the test worker: one retry, then exhausted.
+    model.script([error(status), error(status)])
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    with sdk.beta.sessions.events.stream(session.id) as stream:
+        sdk.beta.sessions.events.send(session.id, events=[_user("hi")])
+        seen = _collect_until_idle(stream)
+    errors = [e for e in seen if e.type == "session.error"]
+    assert [e.error.type for e in errors] == [error_type, error_type]
+    assert [e.error.retry_status.type for e in errors] == ["retrying", "exhausted"]
+    assert "session.status_rescheduled" in [e.type for e in seen]
+    assert seen[-1].stop_reason.type == "retries_exhausted"
+    ends = [e for e in seen if e.type == "span.model_request_end"]
+    assert all(e.is_error for e in ends)
+    assert sdk.beta.sessions.retrieve(session.id).status == "idle"
+
+    # Not stuck: the next message runs normally.
+    model.script([text("recovered")])
+    sdk.beta.sessions.events.send(session.id, events=[_user("again")])
+    events = _wait_idle(sdk, session.id)
+    assert events[-2].content[0].text == "recovered"
+
+
+def test_custom_tool_round_trip(sdk, model, celery_worker, env_cloud):
+    agent = sdk.beta.agents.create(
+        name="custom",
+        model=MODEL,
+        tools=[
+            {
+                "type": "custom",
+                "name": "get_weather",
+                "description": "Weather for a city",
+                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            }
+        ],
+    )
+    model.script([tool_use("get_weather", {"city": "Paris"}, text_before="Checking."), text("It is sunny in Paris.")])
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env_cloud.id)
+    with sdk.beta.sessions.events.stream(session.id) as stream:
+        sdk.beta.sessions.events.send(session.id, events=[_user("weather?")])
+        first = _collect_until_idle(stream)
+        custom = next(e for e in first if e.type == "agent.custom_tool_use")
+        assert custom.name == "get_weather" and custom.input == {"city": "Paris"}
+        assert first[-1].stop_reason.type == "requires_action"
+        assert first[-1].stop_reason.event_ids == [custom.id]
+        sdk.beta.sessions.events.send(
+            session.id,
+            events=[
+                {
+                    "type": "user.custom_tool_result",
+                    "custom_tool_use_id": custom.id,
+                    "content": [{"type": "text", "text": "sunny"}],
+                }
+            ],
+        )
+        second = _collect_until_idle(stream)
+    assert second[-1].stop_reason.type == "end_turn"
+    assert [e for e in second if e.type == "agent.message"][-1].content[0].text == "It is sunny in Paris."
+    body = model.requests[1]["body"]
+    assert body["messages"][-1]["content"][0] == {
+        "type": "tool_result",
+        "tool_use_id": custom.id,
+        "content": [{"type": "text", "text": "sunny"}],
+    }
+    assert body["tools"] == [
+        {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        }
+    ]
+
+
+def test_self_hosted_environment_hands_builtin_tools_to_the_client(
+    sdk, model, celery_worker, agent_bash, docker_client
+):
+    environment = sdk.beta.environments.create(name="mine", config={"type": "self_hosted"})
+    model.script([tool_use("bash", {"command": "ls"}), text("thanks")])
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=environment.id)
+    sdk.beta.sessions.events.send(session.id, events=[_user("list")])
+    events = _wait_idle(sdk, session.id)
+    tool = next(e for e in events if e.type == "agent.tool_use")
+    assert events[-1].stop_reason.type == "requires_action" and events[-1].stop_reason.event_ids == [tool.id]
+    sdk.beta.sessions.events.send(
+        session.id,
+        events=[{"type": "user.tool_result", "tool_use_id": tool.id, "content": [{"type": "text", "text": "a b"}]}],
+    )
+    wait_for(lambda: _events(sdk, session.id)[-1].type == "session.status_idle" and len(model.requests) == 2)
+    assert _events(sdk, session.id)[-1].stop_reason.type == "end_turn"
+    assert _containers(docker_client, session.id) == []

@@ -1,0 +1,93 @@
+"""A real Celery worker subprocess for integration tests (sessions, outputs, …).
+
+    worker = CeleryWorker(env={...}).start()   # waits until the worker is ready
+    worker.kill()                              # SIGKILL the whole process group (a crash)
+    worker.stop()                              # graceful
+
+It connects to the pytest test database (DATABASE_URL built from the live connection settings)
+and to the tests' dedicated Redis database (REDIS_URL from settings, /14 under pytest), so a
+developer's worker never steals test tasks. Logs go to var/log/test-worker-<n>.log.
+"""
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+_counter = itertools.count(1)
+
+
+def test_database_url() -> str:
+    cfg = connection.settings_dict
+    auth = cfg["USER"] or ""
+    if cfg.get("PASSWORD"):
+        auth += f":{cfg['PASSWORD']}"
+    host = cfg["HOST"] or "127.0.0.1"
+    port = cfg["PORT"] or 5432
+    return f"postgres://{auth}@{host}:{port}/{cfg['NAME']}"
+
+
+class CeleryWorker:
+    def __init__(self, *, env: dict[str, str] | None = None, concurrency: int = 4):
+        self.number = next(_counter)
+        self.log_path = ROOT / "var" / "log" / f"test-worker-{os.getpid()}-{self.number}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": test_database_url(),
+            "REDIS_URL": settings.REDIS_URL,
+            "DATABASE_CONN_MAX_AGE": "0",
+            "MANGO_LOG_LEVEL": "INFO",
+            **(env or {}),
+        }
+        self.concurrency = concurrency
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 30.0) -> "CeleryWorker":
+        celery = Path(sys.executable).parent / "celery"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 — closed in stop()/kill()
+        self.process = subprocess.Popen(
+            [
+                str(celery), "-A", "config", "worker", "--pool", "prefork", "--concurrency", str(self.concurrency),
+                "--loglevel", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                "-n", f"test-{os.getpid()}-{self.number}@%h",
+            ],
+            cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"celery worker exited early; see {self.log_path}")
+            if b" ready." in self.log_path.read_bytes():
+                return self
+            time.sleep(0.1)
+        raise RuntimeError(f"celery worker not ready in {timeout}s; see {self.log_path}")
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool children at once: a machine losing the process."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+        self._close_log()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        log = getattr(self, "_log", None)
+        if log and not log.closed:
+            log.close()
