@@ -41,6 +41,7 @@ class Report:
     orphan_objects_deleted: int = 0
     closed_intents_pruned: int = 0
     deferred: int = 0
+    store_scan_deferred: bool = False
     actions: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -133,9 +134,13 @@ def reconcile(
                     logger.warning("reconcile deferred", extra={"intent_id": intent.pk})
 
     if intent_ids is None:
-        _abort_stale_multipart(cutoff=cutoff, dry_run=dry_run, report=report)
-        if scan_orphans:
-            _delete_orphans(cutoff=cutoff, dry_run=dry_run, report=report)
+        try:
+            _abort_stale_multipart(cutoff=cutoff, dry_run=dry_run, report=report)
+            if scan_orphans:
+                _delete_orphans(cutoff=cutoff, dry_run=dry_run, report=report)
+        except storage.StorageUnavailable:
+            report.store_scan_deferred = True
+            logger.warning("reconcile: object store unreachable; bucket scan deferred")
         if not dry_run:
             report.closed_intents_pruned, _ = (
                 StorageIntent.objects.exclude(state=StorageIntent.State.OPEN)

@@ -220,6 +220,9 @@ def file_upload_stream(
         uploader._shutdown()
         _intent_error(intent.pk, exc)
         _upload_discard(intent_id=intent.pk, key=key, upload_id=uploader.upload_id)
+        if isinstance(exc, storage.StorageObjectMissing):
+            # Our multipart upload vanished: reconciliation claimed the (stalled) upload.
+            raise UploadReclaimed() from exc
         raise
     _crash_point("upload_before_commit")
     try:
