@@ -30,6 +30,8 @@ USER_EVENT_TYPES = (
 )
 INITIAL_EVENT_TYPES = ("user.message", "user.define_outcome")
 MAX_INITIAL_EVENTS = 50
+# Client events whose object types processed_at as a required datetime (not nullable).
+PROCESSED_AT_REQUIRED = ("user.define_outcome",)
 
 
 def ts(value: datetime | None) -> str | None:
@@ -544,7 +546,10 @@ def parse_events(value, *, field: str = "events", allowed=USER_EVENT_TYPES, maxi
 
 def event_to_wire(event) -> dict:
     wire = {"id": event.id, "type": event.type, **event.payload}
-    wire["processed_at"] = ts(event.processed_at)
+    processed_at = event.processed_at
+    if processed_at is None and event.type in PROCESSED_AT_REQUIRED:
+        processed_at = event.created_at
+    wire["processed_at"] = ts(processed_at)
     return wire
 
 
