@@ -163,7 +163,7 @@ def test_session_list_filters_and_pages(sdk):
     other = sdk.beta.sessions.create(agent=second_agent.id, environment_id=env.id)
     assert [s.id for s in sdk.beta.sessions.list()] == [other.id, *[s.id for s in reversed(sessions)]]
     assert [s.id for s in sdk.beta.sessions.list(agent_id=second_agent.id)] == [other.id]
-    assert [s.id for s in sdk.beta.sessions.list(order="asc")][0] == sessions[0].id
+    assert next(s.id for s in sdk.beta.sessions.list(order="asc")) == sessions[0].id
     assert len(list(sdk.beta.sessions.list(statuses=["idle"]))) == 4
     assert list(sdk.beta.sessions.list(statuses=["running"])) == []
     page = sdk.beta.sessions.list(limit=2)
