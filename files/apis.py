@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import query_int, query_list, require_beta_in_strict_mode
-from core.errors import InvalidRequest
+from core.errors import InvalidRequest, RequestTooLarge
 from files import selectors, services, storage, uploads
 from files.exceptions import FileNotDownloadable, RangeNotSatisfiable
 
@@ -112,14 +112,18 @@ class FileListCreateApi(FilesApiView):
             seconds = _parse_expires(form.fields["expires_in_seconds"])
             expires_at = timezone.now() + timedelta(seconds=seconds)
         mime_type = uploads.resolve_mime_type(form.file_part.content_type, form.file_part.filename)
-        file = services.file_upload_stream(
-            workspace=request.user,
-            chunks=form.chunks(),
-            filename=uploads.clean_filename(form.file_part.filename, mime_type),
-            mime_type=mime_type,
-            max_bytes=max_bytes,
-            expires_at=expires_at,
-        )
+        try:
+            file = services.file_upload_stream(
+                workspace=request.user,
+                chunks=form.chunks(),
+                filename=uploads.clean_filename(form.file_part.filename, mime_type),
+                mime_type=mime_type,
+                max_bytes=max_bytes,
+                expires_at=expires_at,
+            )
+        except RequestTooLarge:
+            form.reader.discard_rest()
+            raise
         return Response(FileOutputSerializer(file).data)
 
 

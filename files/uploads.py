@@ -21,6 +21,7 @@ MAX_PARTS = 16
 # Multipart framing, small fields and headers around a file never need more than this; a
 # declared Content-Length beyond limit + slack can be refused before reading anything.
 FRAMING_SLACK_BYTES = 1024 * 1024
+DRAIN_CHUNKED_BYTES = 4 * 1024 * 1024
 
 FILE_FIELD = "file"
 KNOWN_FIELDS = {"expires_in_seconds"}
@@ -153,6 +154,21 @@ class MultipartReader:
                 yield chunk
             if not self._fill():
                 raise InvalidRequest("Malformed multipart body: the body ended inside a part.")
+
+    def discard_rest(self) -> None:
+        """Read and drop what the client is still sending, so that it gets to read our early
+        413 instead of a reset connection (HTTP clients send the whole body before reading).
+        Bounded: a declared length was already checked against the limit plus slack; a
+        chunked body is drained only up to DRAIN_CHUNKED_BYTES."""
+        self._buffer = b""
+        budget = None if self._remaining is not None else DRAIN_CHUNKED_BYTES
+        while self._fill():
+            if budget is not None:
+                budget -= len(self._buffer)
+                if budget <= 0:
+                    break
+            self._buffer = b""
+        self._buffer = b""
 
     def read_field(self) -> bytes:
         data = b""
@@ -297,5 +313,9 @@ def open_upload(django_request, *, max_bytes: int) -> UploadForm:
     reader = MultipartReader(stream, boundary=boundary, content_length=content_length)
     form = UploadForm(reader, boundary=boundary)
     form.read_until_file()
-    check_remaining_length(reader, boundary=boundary, max_bytes=max_bytes)
+    try:
+        check_remaining_length(reader, boundary=boundary, max_bytes=max_bytes)
+    except RequestTooLarge:
+        reader.discard_rest()
+        raise
     return form

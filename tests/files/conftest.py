@@ -50,6 +50,18 @@ def temp_entries() -> set[str]:
     return set(os.listdir(tempfile.gettempdir()))
 
 
+@pytest.fixture(autouse=True)
+def private_tempdir(tmp_path, monkeypatch):
+    """A temp directory of this test's own (the machine's /tmp is shared with other processes),
+    so that "no temp file was left" is checkable: tempfile.gettempdir() points here, and
+    servers started by the test get it as TMPDIR."""
+    directory = tmp_path / "tmpdir"
+    directory.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(directory))
+    monkeypatch.setenv("TMPDIR", str(directory))
+    return directory
+
+
 @pytest.fixture
 def workspace(api_key, s3_bucket):
     return api_key.workspace
