@@ -373,7 +373,11 @@ def event_stream(*, session_id: str, heartbeat_seconds: float):
             if woken or now - last_poll >= STREAM_POLL_SECONDS:
                 last_poll = now
                 while True:
-                    batch = session_events_after(session_id=session_id, after_seq=last_seq)
+                    try:
+                        batch = session_events_after(session_id=session_id, after_seq=last_seq)
+                    except Exception:  # noqa: BLE001 — database gone (shutdown): end the stream
+                        logger.warning("event stream ended by a database error", extra={"session_id": session_id})
+                        return
                     for event in batch:
                         last_seq = event.seq
                         last_sent = now

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from sessions import runner  # imported before the pool forks: children start warm (anthropic is slow to import)
 from sessions.models import Session, SessionEvent
 from sessions.services.events import RUNNER_INPUT_TYPES
 
@@ -28,9 +29,7 @@ TURN_SOFT_TIME_LIMIT = 6 * 3600
 def session_run(session_id: str) -> None:
     """Run the session's pending turns. A no-op when another runner holds the session's lease
     or there is nothing to do, so duplicates and redeliveries are harmless."""
-    from sessions.runner import session_run as run
-
-    run(session_id=session_id)
+    runner.session_run(session_id=session_id)
 
 
 @shared_task(name="sessions.recover_stuck", acks_late=True)

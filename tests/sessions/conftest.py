@@ -41,14 +41,33 @@ def worker_env(scripted_model: ScriptedModel) -> dict[str, str]:
     }
 
 
+class WorkerHandle:
+    """The run's worker, replaceable: a test may kill it (a crash) and start a successor, which
+    later tests keep using."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+        self.current = CeleryWorker(env=env).start()
+
+    def kill(self) -> None:
+        self.current.kill()
+
+    def start_new(self) -> CeleryWorker:
+        self.current = CeleryWorker(env=self.env).start()
+        return self.current
+
+    def stop(self) -> None:
+        self.current.stop()
+
+
 @pytest.fixture(scope="session")
 def celery_worker(django_db_setup, django_db_blocker, scripted_model):
     """One real worker for the whole run, on the tests' own Redis database. (Stale tasks left
     there by an earlier run are harmless: a run for an unknown session does nothing.)"""
     with django_db_blocker.unblock():
-        worker = CeleryWorker(env=worker_env(scripted_model)).start()
-    yield worker
-    worker.stop()
+        handle = WorkerHandle(worker_env(scripted_model))
+    yield handle
+    handle.stop()
 
 
 @pytest.fixture

@@ -1,0 +1,52 @@
+"""A worker killed mid-turn (SIGKILL to its whole process group) leaves a running session with a
+stale lease; sessions.recover_stuck hands it to another worker, which resumes the turn."""
+
+import time
+
+import pytest
+
+from sessions.models import Session
+from sessions.tasks import session_recover_stuck
+from tests.scripted_model import text, tool_use
+from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow]
+
+
+def test_worker_killed_mid_turn_is_recovered(sdk, model, celery_worker):
+    agent = sdk.beta.agents.create(name="r", model="claude-sonnet-4-5", tools=[{"type": "agent_toolset_20260401"}])
+    env = sdk.beta.environments.create(name="e")
+    model.script([tool_use("bash", {"command": "sleep 30"}), text("recovered")])
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    sdk.beta.sessions.events.send(
+        session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
+    )
+    wait_for(lambda: any(e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(session.id)), 20)
+    time.sleep(0.5)  # the sleep runs in the container
+
+    celery_worker.kill()
+    row = Session.objects.get(id=session.id)
+    assert row.status == "running" and row.runner_token  # stuck with a lease nobody renews
+    assert session_recover_stuck(stale_seconds=TEST_LEASE_SECONDS) == []  # lease not stale yet
+
+    celery_worker.start_new()
+    time.sleep(TEST_LEASE_SECONDS + 0.5)
+    assert session_recover_stuck(stale_seconds=TEST_LEASE_SECONDS) == [session.id]
+
+    def idle():
+        events = list(sdk.beta.sessions.events.list(session.id))
+        return events if events[-1].type == "session.status_idle" else None
+
+    events = wait_for(idle, 20)
+    types = [e.type for e in events]
+    assert types.count("session.status_running") == 2
+    error = next(e for e in events if e.type == "session.error")
+    assert error.error.type == "unknown_error" and error.error.retry_status.type == "retrying"
+    result = next(e for e in events if e.type == "agent.tool_result")
+    assert result.is_error and "stopped" in result.content[0].text
+    assert events[-2].type == "agent.message" and events[-2].content[0].text == "recovered"
+    assert events[-1].stop_reason.type == "end_turn"
+    assert sdk.beta.sessions.retrieve(session.id).status == "idle"
+    resumed_request = model.requests[-1]["body"]["messages"]
+    assert resumed_request[-1]["content"][0]["type"] == "tool_result"
+    assert Session.objects.get(id=session.id).runner_token is None
