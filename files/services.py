@@ -128,13 +128,13 @@ class _PartUploader:
             number, etag = future.result()
             self._etags[number] = etag
 
-    def _upload(self, number: int, body: bytes) -> tuple[int, str]:
+    def _upload(self, number: int, body: bytes | bytearray) -> tuple[int, str]:
         etag = storage.multipart_upload_part(
             key=self.key, upload_id=self.upload_id, part_number=number, body=body, s3=self.s3
         )
         return number, etag
 
-    def add_part(self, body: bytes) -> None:
+    def add_part(self, body: bytes | bytearray) -> None:
         if self.upload_id is None:
             self._start()
         while len(self._pending) >= PARTS_IN_FLIGHT:
@@ -169,8 +169,10 @@ class _PartUploader:
 def _stream_into(uploader: _PartUploader, chunks: Iterable[bytes], *, max_bytes: int) -> tuple[int, str]:
     digest = hashlib.sha256()
     size = 0
-    buffered: list[bytes] = []
-    buffered_size = 0
+    # Each part is assembled in place in its own buffer and handed to the uploader as is (no
+    # join, no second copy); the uploader keeps at most PARTS_IN_FLIGHT of them alive.
+    part = bytearray(PART_SIZE)
+    filled = 0
     for chunk in chunks:
         if not chunk:
             continue
@@ -178,12 +180,16 @@ def _stream_into(uploader: _PartUploader, chunks: Iterable[bytes], *, max_bytes:
         if size > max_bytes:
             raise RequestTooLarge(f"File is larger than the {max_bytes}-byte limit.")
         digest.update(chunk)
-        buffered.append(chunk)
-        buffered_size += len(chunk)
-        if buffered_size >= PART_SIZE:
-            uploader.add_part(b"".join(buffered))
-            buffered, buffered_size = [], 0
-    uploader.finish(b"".join(buffered))
+        view = memoryview(chunk)
+        while view:
+            take = min(len(view), PART_SIZE - filled)
+            part[filled : filled + take] = view[:take]
+            filled += take
+            view = view[take:]
+            if filled == PART_SIZE:
+                uploader.add_part(part)
+                part, filled = bytearray(PART_SIZE), 0
+    uploader.finish(bytes(memoryview(part)[:filled]) if filled else b"")
     return size, digest.hexdigest()
 
 

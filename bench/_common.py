@@ -1,0 +1,132 @@
+"""Shared plumbing for the bench scripts: a bench database, a real gunicorn server, an API key.
+
+Defaults point at the local dev services (PostgreSQL on 127.0.0.1:5432, the SeaweedFS S3 store
+on 127.0.0.1:8333); override with the usual DATABASE_URL / MANGO_FILE_S3_* variables.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BENCH_DEFAULTS = {
+    "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/mango_bench",
+    "MANGO_FILE_S3_BUCKET": "mango-bench",
+    "MANGO_FILE_S3_ENDPOINT_URL": "http://127.0.0.1:8333",
+    "MANGO_FILE_S3_REGION": "us-east-1",
+    "MANGO_FILE_S3_ACCESS_KEY_ID": "mango",
+    "MANGO_FILE_S3_SECRET_ACCESS_KEY": "mango-dev-secret",
+    "MANGO_LOG_LEVEL": "WARNING",
+    "DJANGO_SETTINGS_MODULE": "config.settings",
+}
+
+
+def setup() -> None:
+    """Point this process at the bench database (created and migrated if needed) and bucket."""
+    for key, value in BENCH_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    import environ
+    import psycopg
+    from psycopg import sql
+
+    cfg = environ.Env.db_url_config(os.environ["DATABASE_URL"])
+    with psycopg.connect(
+        host=cfg["HOST"] or None, port=cfg["PORT"] or None, user=cfg["USER"] or None, dbname="postgres", autocommit=True
+    ) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (cfg["NAME"],)).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(cfg["NAME"])))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from botocore.exceptions import ClientError
+
+    from files import storage
+
+    try:
+        storage.client().head_bucket(Bucket=storage.bucket())
+    except ClientError:
+        storage.client().create_bucket(Bucket=storage.bucket())
+
+
+def api_key(workspace_name: str) -> tuple[str, object]:
+    from core.services import api_key_create
+
+    row, raw = api_key_create(workspace_name=workspace_name)
+    return raw, row.workspace
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """gunicorn, gthread worker class, one worker (so its memory is the server's memory)."""
+
+    def __init__(self, *, threads: int = 8):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "gunicorn"),
+                "config.wsgi:application",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--worker-class",
+                "gthread",
+                "--workers",
+                "1",
+                "--threads",
+                str(threads),
+                "--timeout",
+                "0",
+            ],
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_CONN_MAX_AGE": "60"},
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.worker_pid():
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        raise RuntimeError("gunicorn did not start")
+
+    def worker_pid(self) -> int | None:
+        try:
+            with open(f"/proc/{self.process.pid}/task/{self.process.pid}/children") as handle:
+                children = handle.read().split()
+        except FileNotFoundError:
+            return None
+        return int(children[0]) if children else None
+
+    def memory_kib(self) -> dict[str, int]:
+        """VmRSS and VmHWM (peak RSS) of the worker, in KiB."""
+        values = {}
+        with open(f"/proc/{self.worker_pid()}/status") as handle:
+            for line in handle:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    name, amount, _ = line.split()
+                    values[name.rstrip(":")] = int(amount)
+        return values
+
+    def stop(self) -> None:
+        os.kill(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(self.process.pid, signal.SIGKILL)
