@@ -9,6 +9,7 @@ import signal
 import time
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
@@ -193,6 +194,49 @@ def _stream_into(uploader: _PartUploader, chunks: Iterable[bytes], *, max_bytes:
     return size, digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class StagedObject:
+    """A complete object in the store that no File points to yet: its upload intent is still
+    open, so if nothing commits it, reconciliation removes it."""
+
+    intent_id: int
+    object_key: str
+    size_bytes: int
+    sha256: str
+
+
+def object_stage_stream(
+    *, workspace: Workspace, chunks: Iterable[bytes], mime_type: str, max_bytes: int | None = None
+) -> StagedObject:
+    """Stream `chunks` into a new object under a committed, still-open upload intent; make
+    nothing visible. Memory stays bounded whatever the size; more than `max_bytes` (default
+    MANGO_FILE_MAX_BYTES) raises RequestTooLarge. Any failure (including one raised by
+    `chunks`) discards the partial object; if the store cannot be reached to do so, the open
+    intent is left for reconciliation."""
+    storage.require_configured()
+    max_bytes = settings.MANGO_FILE_MAX_BYTES if max_bytes is None else max_bytes
+    key = storage.new_object_key(workspace_id=workspace.id)
+    intent = StorageIntent.objects.create(kind=StorageIntent.Kind.UPLOAD, workspace=workspace, object_key=key)
+    uploader = _PartUploader(intent_id=intent.pk, key=key, content_type=mime_type)
+    try:
+        size, sha256 = _stream_into(uploader, chunks, max_bytes=max_bytes)
+    except BaseException as exc:
+        uploader._shutdown()
+        _intent_error(intent.pk, exc)
+        _upload_discard(intent_id=intent.pk, key=key, upload_id=uploader.upload_id)
+        if isinstance(exc, storage.StorageObjectMissing):
+            # Our multipart upload vanished: reconciliation claimed the (stalled) upload.
+            raise UploadReclaimed() from exc
+        raise
+    return StagedObject(intent_id=intent.pk, object_key=key, size_bytes=size, sha256=sha256)
+
+
+def object_stage_discard(staged: StagedObject) -> None:
+    """Give up a staged object: delete it and roll back its intent (or leave that to
+    reconciliation if the store is unreachable)."""
+    _upload_discard(intent_id=staged.intent_id, key=staged.object_key, upload_id=None)
+
+
 def file_upload_stream(
     *,
     workspace: Workspace,
@@ -210,35 +254,19 @@ def file_upload_stream(
 
     Invariant: the File row becomes visible only after the object write completes, and in the
     same transaction that closes the upload intent (committed before the first byte is sent to
-    the store). Memory stays bounded whatever the size; more than `max_bytes` (default
-    MANGO_FILE_MAX_BYTES) raises RequestTooLarge and leaves no object and no row. Any failure
-    (including one raised by `chunks`) discards the partial object; if the store cannot be
-    reached to do so, the open intent is left for reconciliation.
+    the store). Bounded memory and the size limit as in object_stage_stream; a failure leaves no
+    object and no row.
     """
-    storage.require_configured()
-    max_bytes = settings.MANGO_FILE_MAX_BYTES if max_bytes is None else max_bytes
-    key = storage.new_object_key(workspace_id=workspace.id)
-    intent = StorageIntent.objects.create(kind=StorageIntent.Kind.UPLOAD, workspace=workspace, object_key=key)
-    uploader = _PartUploader(intent_id=intent.pk, key=key, content_type=mime_type)
-    try:
-        size, sha256 = _stream_into(uploader, chunks, max_bytes=max_bytes)
-    except BaseException as exc:
-        uploader._shutdown()
-        _intent_error(intent.pk, exc)
-        _upload_discard(intent_id=intent.pk, key=key, upload_id=uploader.upload_id)
-        if isinstance(exc, storage.StorageObjectMissing):
-            # Our multipart upload vanished: reconciliation claimed the (stalled) upload.
-            raise UploadReclaimed() from exc
-        raise
+    staged = object_stage_stream(workspace=workspace, chunks=chunks, mime_type=mime_type, max_bytes=max_bytes)
     _crash_point("upload_before_commit")
     try:
         return _create_visible_file(
-            intent_id=intent.pk,
+            intent_id=staged.intent_id,
             workspace=workspace,
             filename=filename,
             mime_type=mime_type,
-            size_bytes=size,
-            sha256=sha256,
+            size_bytes=staged.size_bytes,
+            sha256=staged.sha256,
             downloadable=downloadable,
             scope_session_id=scope_session_id,
             origin=origin,
@@ -249,7 +277,7 @@ def file_upload_stream(
         raise
     except BaseException:
         # The row was not committed: the object must not outlive it.
-        _upload_discard(intent_id=intent.pk, key=key, upload_id=None)
+        object_stage_discard(staged)
         raise
 
 
@@ -371,3 +399,71 @@ def files_expire(*, now: datetime | None = None, batch_size: int = 500) -> int:
     for intent in intents:
         _delete_finish(intent)
     return len(intents)
+
+
+@dataclass
+class OutputsApplied:
+    added: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+def session_outputs_apply(
+    *, workspace: Workspace, session_id: str, staged: dict[str, tuple[StagedObject, str]], keep: set[str]
+) -> OutputsApplied:
+    """Make a session's visible output Files exactly `keep` (relative paths), in one
+    transaction: each staged path (path -> (object, mime type)) becomes a new downloadable,
+    session-scoped File, the File it replaces (if any) is hidden in the same commit, and every
+    output File whose path is not in `keep` is hidden. So one path never shows two Files and
+    never none. The hidden Files' objects and rows are then removed through delete intents.
+    Raises UploadReclaimed (nothing changed) if reconciliation claimed a staged object."""
+    _crash_point("outputs_before_apply")
+    applied = OutputsApplied()
+    with transaction.atomic():
+        current = {
+            file.output_path: file
+            for file in File.objects.select_for_update().filter(
+                workspace=workspace,
+                scope_session_id=session_id,
+                origin=File.Origin.SESSION_OUTPUT,
+                state=File.State.READY,
+            )
+        }
+        intents = StorageIntent.objects.select_for_update().in_bulk([obj.intent_id for obj, _ in staged.values()])
+        if any(
+            intents.get(obj.intent_id) is None
+            or intents[obj.intent_id].state != StorageIntent.State.OPEN
+            or intents[obj.intent_id].attempts
+            for obj, _ in staged.values()
+        ):
+            raise UploadReclaimed()
+        hidden = [file for path, file in current.items() if path in staged or path not in keep]
+        delete_intents = _hide_for_delete(hidden)
+        applied.replaced = sorted(path for path in staged if path in current)
+        applied.added = sorted(path for path in staged if path not in current)
+        applied.removed = sorted(path for path in current if path not in keep)
+        now = timezone.now()
+        for path in sorted(staged):
+            obj, mime_type = staged[path]
+            file_id = new_file_id()
+            File.objects.create(
+                id=file_id,
+                workspace=workspace,
+                created_at=file_id_time(file_id),
+                object_key=obj.object_key,
+                state=File.State.READY,
+                filename=path,
+                mime_type=mime_type,
+                size_bytes=obj.size_bytes,
+                sha256=obj.sha256,
+                downloadable=True,
+                scope_session_id=session_id,
+                origin=File.Origin.SESSION_OUTPUT,
+                output_path=path,
+            )
+            StorageIntent.objects.filter(pk=obj.intent_id).update(
+                state=StorageIntent.State.COMMITTED, file_id=file_id, closed_at=now, updated_at=now
+            )
+    for intent in delete_intents:
+        _delete_finish(intent)
+    return applied

@@ -50,16 +50,12 @@ _CONVERSATION_TYPES = (
 
 
 def before_idle(session: Session, interrupted: bool) -> None:
-    """Extension point, called in the worker just before `session.status_idle` is committed at
-    every idle boundary of a turn (not when the session was deleted).
+    """Called in the worker just before `session.status_idle` is committed at every idle
+    boundary of a turn (not when the session was deleted). Publishes the sandbox's outputs, so a
+    client that sees the idle event can list and download them at once; an interrupt skips it."""
+    from sessions.services.outputs import outputs_publish_at_idle
 
-    `interrupted` is True when the turn ended because of user.interrupt. Deliberately a no-op
-    here: outputs publication (streaming /mnt/session/outputs via sandbox.get_archive into
-    session-scoped Files) plugs in at this point. Implementations must check
-    `session.sandbox_state` (text-only sessions never have a sandbox) and
-    `sandbox.has_outputs_mount` (fail closed), and may append events (e.g. a recoverable
-    session.error) with services.events.session_event_append before returning."""
-    return None
+    outputs_publish_at_idle(session=session, interrupted=interrupted)
 
 
 class _Stop(Exception):

@@ -1,0 +1,267 @@
+"""Session outputs: publish the sandbox's /mnt/session/outputs as downloadable, session-scoped
+Files at every primary idle boundary (spec "Session outputs"; DESIGN flow 6).
+
+The archive is read once, as a tar stream straight from dockerd; each member goes to the object
+store as it is read (bounded memory, nothing extracted on the host, links never followed). Then
+one transaction makes the visible set of the session's output Files equal the tree: added and
+rewritten paths appear, rewritten and removed ones are hidden, in the same commit.
+"""
+
+import hashlib
+import io
+import logging
+import mimetypes
+import tarfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from files import storage
+from files.models import File
+from files.services import StagedObject, object_stage_discard, object_stage_stream, session_outputs_apply
+from processors.outputs import (
+    ARCHIVE_ROOT,
+    MAX_OUTPUT_FILES,
+    OUTPUTS_DIR,
+    check_output_count,
+    classify_output_member,
+)
+from sessions import sandbox
+from sessions.models import Session
+from sessions.services.events import session_event_append
+
+logger = logging.getLogger(__name__)
+
+READ_CHUNK = 1024 * 1024
+
+
+class OutputsMountMissing(Exception):
+    """The session's durable sandbox predates the outputs mount: fail closed."""
+
+    message = (
+        f"The session's sandbox was created before {OUTPUTS_DIR} was mounted, so its outputs cannot be "
+        "published. Delete the session and create a new one to get a sandbox with the outputs mount."
+    )
+
+
+@dataclass
+class PublishReport:
+    added: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    # One human-readable reason per offending path, naming the path.
+    invalid: list[str] = field(default_factory=list)
+    uploads: int = 0
+
+
+class _ChunkReader(io.RawIOBase):
+    """A read-only file object over an iterator of byte chunks (dockerd's archive stream)."""
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self._chunks: Iterator[bytes] = iter(chunks)
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._pending:
+            try:
+                self._pending = next(self._chunks)
+            except StopIteration:
+                return 0
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+
+def _open_archive(chunks: Iterable[bytes]) -> tarfile.TarFile:
+    # "r|": a forward-only stream; members must be read in order, nothing is seekable or cached.
+    return tarfile.open(fileobj=io.BufferedReader(_ChunkReader(chunks), READ_CHUNK), mode="r|")
+
+
+def _member_chunks(archive: tarfile.TarFile, member: tarfile.TarInfo) -> Iterator[bytes]:
+    reader = archive.extractfile(member)
+    while chunk := reader.read(READ_CHUNK):
+        yield chunk
+
+
+def _sha256(chunks: Iterable[bytes]) -> str:
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _mime_type(path: str) -> str:
+    return mimetypes.guess_type(path, strict=False)[0] or "application/octet-stream"
+
+
+def _relative_link_target(linkname: str) -> str | None:
+    root = ARCHIVE_ROOT + "/"
+    return linkname[len(root) :] if linkname.startswith(root) else None
+
+
+def publication_applies(*, session: Session) -> bool:
+    """Outputs are published only for Docker sandboxes of cloud environments with Files storage
+    configured, and only once a sandbox exists: a text-only session never gets one just to look."""
+    if not storage.is_configured() or settings.MANGO_SANDBOX != "docker":
+        return False
+    if (session.environment_config or {}).get("type") == "self_hosted":
+        return False
+    return session.sandbox_state != Session.SandboxState.NONE
+
+
+def outputs_publish(*, session: Session) -> PublishReport:
+    """Make the session's visible output Files equal the regular files now under
+    /mnt/session/outputs. Invariants: an unchanged path keeps its File and costs no upload; a
+    rewritten path is replaced atomically (never two Files, never none); a removed path is hidden
+    and its object deleted through the delete-intent path; at most 500 files and 500 MB each;
+    links, devices, FIFOs and traversing names are reported in `invalid`, never published.
+    Idempotent: a retry after a crash converges on the same visible set (staged objects of a
+    killed run are open upload intents that reconciliation removes).
+
+    Raises OutputsMountMissing for a sandbox without the outputs mount (never an empty tree).
+    """
+    if not sandbox.has_outputs_mount(session_id=session.id):
+        raise OutputsMountMissing(OutputsMountMissing.message)
+    workspace = session.workspace
+    max_bytes = settings.MANGO_FILE_MAX_BYTES
+    current = {
+        file.output_path: file
+        for file in File.objects.filter(
+            workspace=workspace,
+            scope_session_id=session.id,
+            origin=File.Origin.SESSION_OUTPUT,
+            state=File.State.READY,
+        )
+    }
+    report = PublishReport()
+    tree: dict[str, str] = {}  # relative path → sha256 of every file that stays or becomes visible
+    staged: dict[str, StagedObject] = {}
+    refetch: list[str] = []
+    hard_link_targets: set[str] = set()
+    over_limit: list[str] = []
+
+    def stage(path: str, chunks: Iterable[bytes]) -> None:
+        staged[path] = object_stage_stream(
+            workspace=workspace, chunks=chunks, mime_type=_mime_type(path), max_bytes=max_bytes
+        )
+        tree[path] = staged[path].sha256
+        report.uploads += 1
+
+    try:
+        chunks, _ = sandbox.get_archive(session_id=session.id)
+        with _open_archive(chunks) as archive:
+            for member in archive:
+                kind, value = classify_output_member(member, max_bytes=max_bytes)
+                if kind == "dir":
+                    continue
+                if kind == "invalid":
+                    report.invalid.append(value)
+                    if member.islnk() and (target := _relative_link_target(member.linkname)):
+                        hard_link_targets.add(target)
+                    continue
+                path = value
+                if len(tree) + len(refetch) >= MAX_OUTPUT_FILES:
+                    over_limit.append(path)
+                    continue
+                existing = current.get(path)
+                if existing is not None and existing.size_bytes == member.size:
+                    # Same size: hash without uploading; only new bytes are worth an upload.
+                    sha256 = _sha256(_member_chunks(archive, member))
+                    if sha256 == existing.sha256:
+                        tree[path] = sha256
+                    else:
+                        refetch.append(path)
+                    continue
+                stage(path, _member_chunks(archive, member))
+
+        # Same size, new bytes: the stream has moved on, so read just that file again.
+        for path in refetch:
+            chunks, _ = sandbox.get_archive(session_id=session.id, path=f"{OUTPUTS_DIR}/{path}")
+            with _open_archive(chunks) as archive:
+                member = archive.next()
+                if member is None or not member.isreg():
+                    report.invalid.append(f"{OUTPUTS_DIR}/{path}: changed while it was being published")
+                    continue
+                stage(path, _member_chunks(archive, member))
+
+        # The first name of a hard-linked file arrives as a regular member; its partner names it.
+        for path in sorted(hard_link_targets & set(tree)):
+            report.invalid.append(f"{OUTPUTS_DIR}/{path}: hard links are not published")
+            tree.pop(path)
+            if path in staged:
+                object_stage_discard(staged.pop(path))
+        if over_limit:
+            reason = check_output_count(len(tree) + len(over_limit))
+            report.invalid.extend(f"{OUTPUTS_DIR}/{path}: {reason}" for path in over_limit)
+
+        result = session_outputs_apply(
+            workspace=workspace,
+            session_id=session.id,
+            staged={path: (obj, _mime_type(path)) for path, obj in staged.items()},
+            keep=set(tree),
+        )
+    except BaseException:
+        for obj in staged.values():
+            object_stage_discard(obj)
+        raise
+    report.added = result.added
+    report.replaced = result.replaced
+    report.removed = result.removed
+    report.unchanged = sorted(set(tree) - set(staged))
+    logger.info(
+        "outputs published: %d added, %d replaced, %d unchanged, %d removed, %d invalid, %d uploads",
+        len(report.added),
+        len(report.replaced),
+        len(report.unchanged),
+        len(report.removed),
+        len(report.invalid),
+        report.uploads,
+        extra={"session_id": session.id},
+    )
+    return report
+
+
+def _session_error(*, session: Session, message: str) -> None:
+    # A recoverable error: the turn's answer stays, the session goes idle and stays usable.
+    session_event_append(
+        session_id=session.id,
+        type="session.error",
+        payload={"error": {"type": "unknown_error", "message": message, "retry_status": {"type": "exhausted"}}},
+    )
+
+
+def outputs_publish_at_idle(*, session: Session, interrupted: bool) -> PublishReport | None:
+    """The runner's idle-boundary hook: publish outputs before session.status_idle is committed,
+    and report anything not published as one session.error just before the idle event. An
+    explicit interrupt skips publication so that cancelling is never delayed by a snapshot."""
+    if interrupted or not publication_applies(session=session):
+        return None
+    try:
+        report = outputs_publish(session=session)
+    except OutputsMountMissing as exc:
+        _session_error(session=session, message=str(exc))
+        return None
+    except Exception as exc:  # the store or dockerd failed: report it, never wedge the turn
+        logger.exception("outputs publication failed", extra={"session_id": session.id})
+        _session_error(
+            session=session,
+            message=f"Files under {OUTPUTS_DIR} could not be published ({type(exc).__name__}); "
+            "the previously published files are unchanged. They will be published at the next idle.",
+        )
+        return None
+    if report.invalid:
+        listed = "; ".join(report.invalid)
+        _session_error(
+            session=session,
+            message=f"{len(report.invalid)} entr{'y' if len(report.invalid) == 1 else 'ies'} under {OUTPUTS_DIR} "
+            f"{'was' if len(report.invalid) == 1 else 'were'} not published: {listed}. "
+            "Only regular files (at most 500, each at most 500 MB) are published; remove or replace "
+            "these entries in a later turn.",
+        )
+    return report
