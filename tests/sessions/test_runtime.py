@@ -302,3 +302,68 @@ def test_self_hosted_environment_hands_builtin_tools_to_the_client(
     wait_for(lambda: _events(sdk, session.id)[-1].type == "session.status_idle" and len(model.requests) == 2)
     assert _events(sdk, session.id)[-1].stop_reason.type == "end_turn"
     assert _containers(docker_client, session.id) == []
+
+
+def test_always_ask_tool_waits_for_confirmation(sdk, model, celery_worker, env_cloud):
+    agent = sdk.beta.agents.create(
+        name="careful",
+        model=MODEL,
+        tools=[
+            {
+                "type": "agent_toolset_20260401",
+                "configs": [{"name": "bash", "permission_policy": {"type": "always_ask"}}],
+            }
+        ],
+    )
+    model.script(
+        [
+            tool_use("bash", {"command": "echo confirmed"}),
+            text("ran it"),
+            tool_use("bash", {"command": "rm -rf /"}),
+            text("ok"),
+        ]
+    )
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env_cloud.id)
+    sdk.beta.sessions.events.send(session.id, events=[_user("go")])
+    events = _wait_idle(sdk, session.id)
+    ask = next(e for e in events if e.type == "agent.tool_use")
+    assert ask.evaluated_permission == "ask" and ask.evaluation.type == "always_ask"
+    assert events[-1].stop_reason.type == "requires_action" and events[-1].stop_reason.event_ids == [ask.id]
+
+    sdk.beta.sessions.events.send(
+        session.id, events=[{"type": "user.tool_confirmation", "tool_use_id": ask.id, "result": "allow"}]
+    )
+    wait_for(lambda: _events(sdk, session.id)[-1].type == "session.status_idle" and len(model.requests) == 2, 20)
+    events = _events(sdk, session.id)
+    result = next(e for e in events if e.type == "agent.tool_result")
+    assert result.tool_use_id == ask.id and "confirmed" in result.content[0].text
+    assert events[-1].stop_reason.type == "end_turn"
+
+    sdk.beta.sessions.events.send(session.id, events=[_user("and now?")])
+    wait_for(lambda: len(model.requests) == 3 and _events(sdk, session.id)[-1].type == "session.status_idle", 20)
+    second_ask = [e for e in _events(sdk, session.id) if e.type == "agent.tool_use"][-1]
+    sdk.beta.sessions.events.send(
+        session.id,
+        events=[
+            {"type": "user.tool_confirmation", "tool_use_id": second_ask.id, "result": "deny", "deny_message": "no"}
+        ],
+    )
+    wait_for(lambda: len(model.requests) == 4 and _events(sdk, session.id)[-1].type == "session.status_idle", 20)
+    denied = [e for e in _events(sdk, session.id) if e.type == "agent.tool_result"][-1]
+    assert denied.is_error and denied.content[0].text == "no"
+
+
+def test_interrupt_during_a_slow_model_call(sdk, model, celery_worker, env_cloud, agent_bash):
+    model.script([text("too late", delay=5)])
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    with sdk.beta.sessions.events.stream(session.id) as stream:
+        sdk.beta.sessions.events.send(session.id, events=[_user("think")])
+        for event in stream:
+            if event.type == "span.model_request_start":
+                break
+        started = time.monotonic()
+        sdk.beta.sessions.events.send(session.id, events=[{"type": "user.interrupt"}])
+        rest = _collect_until_idle(stream, timeout=10)
+    assert time.monotonic() - started < 2.0
+    assert [e.type for e in rest if e.type.startswith("agent.")] == []
+    assert rest[-1].stop_reason.type == "end_turn"

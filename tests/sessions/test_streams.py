@@ -113,7 +113,7 @@ def test_stream_heartbeats_and_framing(sdk, live_server, api_key, settings):
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         lines, started = [], time.monotonic()
-        for line in response.iter_lines(decode_unicode=True):
+        for line in response.iter_lines(chunk_size=1, decode_unicode=True):
             lines.append(line)
             if lines.count("event: ping") >= 2:
                 break
@@ -124,7 +124,7 @@ def test_stream_heartbeats_and_framing(sdk, live_server, api_key, settings):
     with requests.get(url, headers=headers, stream=True, timeout=10) as response:
         sdk.beta.sessions.events.send(session.id, events=[{"type": "user.interrupt"}])
         block = []
-        for line in response.iter_lines(decode_unicode=True):
+        for line in response.iter_lines(chunk_size=1, decode_unicode=True):
             if line.startswith("event: user.interrupt"):
                 block.append(line)
             elif block:

@@ -1,0 +1,147 @@
+"""Admin: agents (with their versions), environments, and sessions with their event log, sandbox
+state and errors. Everything is read-only: writes go through the API's services."""
+
+import json
+
+from django.contrib import admin
+from django.utils.html import format_html
+
+from sessions import sandbox
+from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+def _pretty(value) -> str:
+    return format_html("<pre style='white-space:pre-wrap;margin:0'>{}</pre>", json.dumps(value, indent=2))
+
+
+class AgentVersionInline(ReadOnlyInline):
+    model = AgentVersion
+    fields = ("version", "created_at", "config_pretty")
+    readonly_fields = fields
+    ordering = ("-version",)
+
+    @admin.display(description="config")
+    def config_pretty(self, obj):
+        return _pretty(obj.config)
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ("id", "name", "workspace", "version", "created_at", "archived_at")
+    list_filter = ("archived_at",)
+    search_fields = ("id",)
+    readonly_fields = ("id", "workspace", "version", "created_at", "updated_at", "archived_at")
+    inlines = [AgentVersionInline]
+
+    @admin.display(description="name")
+    def name(self, obj):
+        version = obj.versions.filter(version=obj.version).first()
+        return version.config.get("name") if version else ""
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(Environment)
+class EnvironmentAdmin(admin.ModelAdmin):
+    list_display = ("id", "name", "workspace", "kind", "created_at", "archived_at")
+    search_fields = ("id", "name")
+    readonly_fields = ("id", "workspace", "config", "created_at", "updated_at", "archived_at")
+
+    @admin.display(description="type")
+    def kind(self, obj):
+        return obj.config.get("type")
+
+    def has_add_permission(self, request):
+        return False
+
+
+class SessionEventInline(ReadOnlyInline):
+    model = SessionEvent
+    fields = ("seq", "type", "processed_at", "payload_pretty")
+    readonly_fields = fields
+    ordering = ("seq",)
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj):
+        return _pretty(obj.payload)
+
+
+class StatusFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [("errors", "with errors"), ("deleted", "deleted"), ("live", "not deleted")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "errors":
+            return queryset.exclude(last_error__isnull=True).exclude(last_error="")
+        if self.value() == "deleted":
+            return queryset.filter(deleted_at__isnull=False)
+        if self.value() == "live":
+            return queryset.filter(deleted_at__isnull=True)
+        return queryset
+
+
+@admin.register(Session)
+class SessionAdmin(admin.ModelAdmin):
+    list_display = ("id", "workspace", "status", "agent", "sandbox_state", "last_error", "created_at", "deleted_at")
+    list_filter = ("status", "sandbox_state", StatusFilter)
+    search_fields = ("id", "title")
+    readonly_fields = (
+        "id",
+        "workspace",
+        "agent",
+        "agent_version",
+        "environment_id",
+        "status",
+        "title",
+        "metadata",
+        "usage",
+        "active_seconds",
+        "created_at",
+        "updated_at",
+        "archived_at",
+        "deleted_at",
+        "last_seq",
+        "runner_token",
+        "runner_heartbeat_at",
+        "turn_started_at",
+        "sandbox_state",
+        "sandbox_ref",
+        "sandbox_live",
+        "last_error",
+        "errors",
+        "environment_config",
+        "agent_snapshot",
+    )
+    exclude = ()
+    inlines = [SessionEventInline]
+
+    @admin.display(description="sandbox (live)")
+    def sandbox_live(self, obj):
+        return sandbox.describe(session_id=obj.id)
+
+    @admin.display(description="session.error events")
+    def errors(self, obj):
+        rows = obj.events.filter(type="session.error").order_by("-seq")[:20]
+        return _pretty([{"seq": e.seq, **e.payload.get("error", {})} for e in rows])
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return request.method in ("GET", "HEAD")
