@@ -100,13 +100,18 @@ def position_of_id(file_id: str, *, param: str) -> Position:
     return Position(created_at=created_at, id=file_id)
 
 
+# Keyset predicates. The redundant leading bound (created_at <= / >=) is what PostgreSQL turns
+# into an index condition on (workspace, created_at, id); the OR alone would be a filter that
+# scans every row before the position.
+
+
 def _after(position: Position) -> Q:
     # Strictly later in list order = older.
-    return Q(created_at__lt=position.created_at) | Q(created_at=position.created_at, id__lt=position.id)
+    return Q(created_at__lte=position.created_at) & (Q(created_at__lt=position.created_at) | Q(id__lt=position.id))
 
 
 def _before(position: Position) -> Q:
-    return Q(created_at__gt=position.created_at) | Q(created_at=position.created_at, id__gt=position.id)
+    return Q(created_at__gte=position.created_at) & (Q(created_at__gt=position.created_at) | Q(id__gt=position.id))
 
 
 def file_list(
