@@ -8,7 +8,7 @@ import os
 import signal
 import time
 from collections.abc import Iterable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -30,6 +30,10 @@ PARTS_IN_FLIGHT = 3
 # A live upload refreshes its intent this often, so reconciliation's grace window is measured
 # from the last sign of life, not from the start of a long upload.
 HEARTBEAT_SECONDS = 30
+# ObjectStager (many small objects, e.g. session outputs): PUTs in flight, and how many upload
+# intents are committed per batch.
+STAGER_CONCURRENCY = 8
+STAGER_INTENT_BATCH = 64
 
 
 class UploadReclaimed(ServiceUnavailable):
@@ -143,6 +147,10 @@ class _PartUploader:
             self._collect(done)
         self._pending.add(self._pool.submit(self._upload, self._next_part, body))
         self._next_part += 1
+
+    def keep_alive(self) -> None:
+        """Called as bytes arrive: refresh the intent now and then, so that a slow but live
+        upload stays out of reconciliation's reach."""
         if time.monotonic() - self._last_heartbeat > HEARTBEAT_SECONDS:
             _intent_heartbeat(self.intent_id)
             self._last_heartbeat = time.monotonic()
@@ -181,6 +189,7 @@ def _stream_into(uploader: _PartUploader, chunks: Iterable[bytes], *, max_bytes:
         if size > max_bytes:
             raise RequestTooLarge(f"File is larger than the {max_bytes}-byte limit.")
         digest.update(chunk)
+        uploader.keep_alive()
         view = memoryview(chunk)
         while view:
             take = min(len(view), PART_SIZE - filled)
@@ -205,6 +214,21 @@ class StagedObject:
     sha256: str
 
 
+def _stage_stream(*, intent_id: int, key: str, chunks: Iterable[bytes], mime_type: str, max_bytes: int) -> StagedObject:
+    uploader = _PartUploader(intent_id=intent_id, key=key, content_type=mime_type)
+    try:
+        size, sha256 = _stream_into(uploader, chunks, max_bytes=max_bytes)
+    except BaseException as exc:
+        uploader._shutdown()
+        _intent_error(intent_id, exc)
+        _upload_discard(intent_id=intent_id, key=key, upload_id=uploader.upload_id)
+        if isinstance(exc, storage.StorageObjectMissing):
+            # Our multipart upload vanished: reconciliation claimed the (stalled) upload.
+            raise UploadReclaimed() from exc
+        raise
+    return StagedObject(intent_id=intent_id, object_key=key, size_bytes=size, sha256=sha256)
+
+
 def object_stage_stream(
     *, workspace: Workspace, chunks: Iterable[bytes], mime_type: str, max_bytes: int | None = None
 ) -> StagedObject:
@@ -217,24 +241,109 @@ def object_stage_stream(
     max_bytes = settings.MANGO_FILE_MAX_BYTES if max_bytes is None else max_bytes
     key = storage.new_object_key(workspace_id=workspace.id)
     intent = StorageIntent.objects.create(kind=StorageIntent.Kind.UPLOAD, workspace=workspace, object_key=key)
-    uploader = _PartUploader(intent_id=intent.pk, key=key, content_type=mime_type)
-    try:
-        size, sha256 = _stream_into(uploader, chunks, max_bytes=max_bytes)
-    except BaseException as exc:
-        uploader._shutdown()
-        _intent_error(intent.pk, exc)
-        _upload_discard(intent_id=intent.pk, key=key, upload_id=uploader.upload_id)
-        if isinstance(exc, storage.StorageObjectMissing):
-            # Our multipart upload vanished: reconciliation claimed the (stalled) upload.
-            raise UploadReclaimed() from exc
-        raise
-    return StagedObject(intent_id=intent.pk, object_key=key, size_bytes=size, sha256=sha256)
+    return _stage_stream(intent_id=intent.pk, key=key, chunks=chunks, mime_type=mime_type, max_bytes=max_bytes)
 
 
 def object_stage_discard(staged: StagedObject) -> None:
     """Give up a staged object: delete it and roll back its intent (or leave that to
     reconciliation if the store is unreachable)."""
     _upload_discard(intent_id=staged.intent_id, key=staged.object_key, upload_id=None)
+
+
+class ObjectStager:
+    """Stages many objects of one workspace (a session's outputs) fast and in bounded memory.
+
+    Upload intents are committed in batches of STAGER_INTENT_BATCH *before* their objects are
+    written (unused ones are rolled back at close). An object of at most one part is read into
+    memory and PUT by a pool of STAGER_CONCURRENCY threads, so memory stays below that many
+    parts; a larger one streams through the multipart path. `results()` waits for all.
+    `close(discard=True)` removes every object staged so far (use it on failure)."""
+
+    def __init__(self, *, workspace: Workspace, max_bytes: int | None = None):
+        storage.require_configured()
+        self.workspace = workspace
+        self.max_bytes = settings.MANGO_FILE_MAX_BYTES if max_bytes is None else max_bytes
+        self.s3 = storage.client()
+        self._reserved: list[tuple[int, str]] = []
+        self._used: dict[str, tuple[int, str]] = {}
+        self._futures: dict[str, Future] = {}
+        self._pending: set[Future] = set()
+        self._pool = ThreadPoolExecutor(max_workers=STAGER_CONCURRENCY, thread_name_prefix="file-stage")
+
+    def _reserve(self) -> tuple[int, str]:
+        if not self._reserved:
+            # Batches grow with use (8, 16, … STAGER_INTENT_BATCH): few spare rows for a few files.
+            batch = min(STAGER_INTENT_BATCH, max(8, len(self._used)))
+            intents = StorageIntent.objects.bulk_create(
+                StorageIntent(
+                    kind=StorageIntent.Kind.UPLOAD,
+                    workspace=self.workspace,
+                    object_key=storage.new_object_key(workspace_id=self.workspace.id),
+                )
+                for _ in range(batch)
+            )
+            self._reserved = [(intent.pk, intent.object_key) for intent in reversed(intents)]
+        return self._reserved.pop()
+
+    def _put(self, intent_id: int, key: str, body: bytes, mime_type: str) -> StagedObject:
+        storage.put_object(key=key, body=body, content_type=mime_type, s3=self.s3)
+        return StagedObject(
+            intent_id=intent_id, object_key=key, size_bytes=len(body), sha256=hashlib.sha256(body).hexdigest()
+        )
+
+    def stage(self, tag: str, *, chunks: Iterable[bytes], mime_type: str, size: int) -> None:
+        """Stage the object for `tag`; `size` is the announced size (a tar header's)."""
+        intent_id, key = self._reserve()
+        self._used[tag] = (intent_id, key)
+        if size > PART_SIZE:
+            future = Future()
+            future.set_result(
+                _stage_stream(
+                    intent_id=intent_id, key=key, chunks=chunks, mime_type=mime_type, max_bytes=self.max_bytes
+                )
+            )
+            self._futures[tag] = future
+            return
+        body = b"".join(chunks)
+        if len(body) > self.max_bytes:
+            raise RequestTooLarge(f"File is larger than the {self.max_bytes}-byte limit.")
+        while len(self._pending) >= STAGER_CONCURRENCY:
+            _, self._pending = wait(self._pending, return_when=FIRST_COMPLETED)
+        future = self._pool.submit(self._put, intent_id, key, body, mime_type)
+        self._pending.add(future)
+        self._futures[tag] = future
+
+    def discard(self, tag: str) -> None:
+        """Drop one staged object (it must not be published after all)."""
+        future = self._futures.pop(tag)
+        wait([future])
+        intent_id, key = self._used.pop(tag)
+        _upload_discard(intent_id=intent_id, key=key, upload_id=None)
+
+    def results(self) -> dict[str, StagedObject]:
+        """Wait for every upload; raise the first failure."""
+        wait(list(self._futures.values()))
+        return {tag: future.result() for tag, future in self._futures.items()}
+
+    def close(self, *, discard: bool = False) -> None:
+        wait(list(self._futures.values()))
+        self._pool.shutdown(wait=True)
+        if self._reserved:
+            now = timezone.now()
+            StorageIntent.objects.filter(
+                pk__in=[intent_id for intent_id, _ in self._reserved], state=StorageIntent.State.OPEN
+            ).update(state=StorageIntent.State.ROLLED_BACK, closed_at=now, updated_at=now)
+            self._reserved = []
+        if discard:
+            for intent_id, key in self._used.values():
+                _upload_discard(intent_id=intent_id, key=key, upload_id=None)
+            self._used, self._futures = {}, {}
+
+    def __enter__(self) -> "ObjectStager":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(discard=exc_type is not None)
 
 
 def file_upload_stream(
@@ -273,10 +382,9 @@ def file_upload_stream(
             output_path=output_path,
             expires_at=expires_at,
         )
-    except UploadReclaimed:
-        raise
     except BaseException:
-        # The row was not committed: the object must not outlive it.
+        # The row was not committed: the object must not outlive it. (When reconciliation
+        # reclaimed the intent it deletes the object too, but ours may have landed after that.)
         object_stage_discard(staged)
         raise
 
@@ -315,8 +423,6 @@ def file_copy(*, source: File, scope_session_id: str, origin: str = File.Origin.
             output_path=None,
             expires_at=None,
         )
-    except UploadReclaimed:
-        raise
     except BaseException:
         _upload_discard(intent_id=intent.pk, key=key, upload_id=None)
         raise
@@ -375,8 +481,9 @@ def session_files_delete(*, workspace: Workspace, session_id: str) -> int:
     in one transaction, then their objects and rows are removed one by one. Returns how many
     were hidden."""
     with transaction.atomic():
+        # No SKIP LOCKED: every one of the session's Files must go, even one locked briefly.
         files = list(
-            File.objects.select_for_update(skip_locked=True).filter(
+            File.objects.select_for_update().filter(
                 workspace=workspace, scope_session_id=session_id, state=File.State.READY
             )
         )
@@ -443,27 +550,37 @@ def session_outputs_apply(
         applied.added = sorted(path for path in staged if path not in current)
         applied.removed = sorted(path for path in current if path not in keep)
         now = timezone.now()
+        files, closed = [], []
         for path in sorted(staged):
             obj, mime_type = staged[path]
             file_id = new_file_id()
-            File.objects.create(
-                id=file_id,
-                workspace=workspace,
-                created_at=file_id_time(file_id),
-                object_key=obj.object_key,
-                state=File.State.READY,
-                filename=path,
-                mime_type=mime_type,
-                size_bytes=obj.size_bytes,
-                sha256=obj.sha256,
-                downloadable=True,
-                scope_session_id=session_id,
-                origin=File.Origin.SESSION_OUTPUT,
-                output_path=path,
+            files.append(
+                File(
+                    id=file_id,
+                    workspace=workspace,
+                    created_at=file_id_time(file_id),
+                    object_key=obj.object_key,
+                    state=File.State.READY,
+                    filename=path,
+                    mime_type=mime_type,
+                    size_bytes=obj.size_bytes,
+                    sha256=obj.sha256,
+                    downloadable=True,
+                    scope_session_id=session_id,
+                    origin=File.Origin.SESSION_OUTPUT,
+                    output_path=path,
+                )
             )
-            StorageIntent.objects.filter(pk=obj.intent_id).update(
-                state=StorageIntent.State.COMMITTED, file_id=file_id, closed_at=now, updated_at=now
+            intent = intents[obj.intent_id]
+            intent.state, intent.file_id, intent.closed_at, intent.updated_at = (
+                StorageIntent.State.COMMITTED,
+                file_id,
+                now,
+                now,
             )
+            closed.append(intent)
+        File.objects.bulk_create(files)
+        StorageIntent.objects.bulk_update(closed, ["state", "file_id", "closed_at", "updated_at"])
     for intent in delete_intents:
         _delete_finish(intent)
     return applied
