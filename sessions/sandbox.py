@@ -402,7 +402,7 @@ def get_archive(*, session_id: str, path: str = OUTPUTS_PATH) -> tuple[Iterator[
         raise SandboxError("the session's sandbox has no outputs mount")
     container = _get_container(session_id)
     try:
-        stream, stat = container.get_archive(path, chunk_size=64 * 1024)
+        stream, stat = container.get_archive(path, chunk_size=1024 * 1024)
     except NotFound as exc:
         raise SandboxError(f"{path} does not exist in the sandbox") from exc
     return stream, stat

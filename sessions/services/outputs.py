@@ -19,7 +19,7 @@ from django.conf import settings
 
 from files import storage
 from files.models import File
-from files.services import StagedObject, object_stage_discard, object_stage_stream, session_outputs_apply
+from files.services import ObjectStager, session_outputs_apply
 from processors.outputs import (
     ARCHIVE_ROOT,
     MAX_OUTPUT_FILES,
@@ -140,20 +140,20 @@ def outputs_publish(*, session: Session) -> PublishReport:
         )
     }
     report = PublishReport()
-    tree: dict[str, str] = {}  # relative path → sha256 of every file that stays or becomes visible
-    staged: dict[str, StagedObject] = {}
+    tree: dict[str, str | None] = {}  # relative path → sha256 (None: staged, known after upload)
+    staged: set[str] = set()
     refetch: list[str] = []
     hard_link_targets: set[str] = set()
     over_limit: list[str] = []
 
-    def stage(path: str, chunks: Iterable[bytes]) -> None:
-        staged[path] = object_stage_stream(
-            workspace=workspace, chunks=chunks, mime_type=_mime_type(path), max_bytes=max_bytes
-        )
-        tree[path] = staged[path].sha256
-        report.uploads += 1
+    with ObjectStager(workspace=workspace, max_bytes=max_bytes) as stager:
 
-    try:
+        def stage(path: str, member: tarfile.TarInfo, chunks: Iterable[bytes]) -> None:
+            stager.stage(path, chunks=chunks, mime_type=_mime_type(path), size=member.size)
+            staged.add(path)
+            tree[path] = None
+            report.uploads += 1
+
         chunks, _ = sandbox.get_archive(session_id=session.id)
         with _open_archive(chunks) as archive:
             for member in archive:
@@ -178,7 +178,7 @@ def outputs_publish(*, session: Session) -> PublishReport:
                     else:
                         refetch.append(path)
                     continue
-                stage(path, _member_chunks(archive, member))
+                stage(path, member, _member_chunks(archive, member))
 
         # Same size, new bytes: the stream has moved on, so read just that file again.
         for path in refetch:
@@ -188,32 +188,30 @@ def outputs_publish(*, session: Session) -> PublishReport:
                 if member is None or not member.isreg():
                     report.invalid.append(f"{OUTPUTS_DIR}/{path}: changed while it was being published")
                     continue
-                stage(path, _member_chunks(archive, member))
+                stage(path, member, _member_chunks(archive, member))
 
         # The first name of a hard-linked file arrives as a regular member; its partner names it.
         for path in sorted(hard_link_targets & set(tree)):
             report.invalid.append(f"{OUTPUTS_DIR}/{path}: hard links are not published")
             tree.pop(path)
             if path in staged:
-                object_stage_discard(staged.pop(path))
+                staged.discard(path)
+                stager.discard(path)
         if over_limit:
             reason = check_output_count(len(tree) + len(over_limit))
             report.invalid.extend(f"{OUTPUTS_DIR}/{path}: {reason}" for path in over_limit)
 
+        objects = stager.results()
         result = session_outputs_apply(
             workspace=workspace,
             session_id=session.id,
-            staged={path: (obj, _mime_type(path)) for path, obj in staged.items()},
+            staged={path: (objects[path], _mime_type(path)) for path in staged},
             keep=set(tree),
         )
-    except BaseException:
-        for obj in staged.values():
-            object_stage_discard(obj)
-        raise
     report.added = result.added
     report.replaced = result.replaced
     report.removed = result.removed
-    report.unchanged = sorted(set(tree) - set(staged))
+    report.unchanged = sorted(set(tree) - staged)
     logger.info(
         "outputs published: %d added, %d replaced, %d unchanged, %d removed, %d invalid, %d uploads",
         len(report.added),

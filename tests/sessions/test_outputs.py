@@ -301,7 +301,8 @@ def test_worker_killed_mid_publication_then_retried(session, settings):
     assert visible(session) == {}
     orphans = bucket_keys(session.workspace)
     assert len(orphans) == 4
-    assert StorageIntent.objects.filter(state="open", kind="upload").count() == 4
+    # Each object was preceded by its committed upload intent (reserved in a batch).
+    assert StorageIntent.objects.filter(state="open", kind="upload").count() >= 4
 
     report = outputs_publish(session=session)
     assert sorted(report.added) == ["a.txt", "b.txt", "c.txt", "d.txt"]
