@@ -7,6 +7,8 @@ from urllib.parse import quote
 from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
@@ -30,7 +32,25 @@ def _rfc3339(value):
     return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+class FileScopeSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["session"])
+    id = serializers.CharField()
+
+
 class FileOutputSerializer(serializers.Serializer):
+    """FileMetadata (api-contract.md §1). Fields are declared for the OpenAPI schema; rendering
+    is one dict per File (lists render up to 1000 of them)."""
+
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["file"])
+    filename = serializers.CharField()
+    mime_type = serializers.CharField()
+    size_bytes = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    downloadable = serializers.BooleanField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    scope = FileScopeSerializer(allow_null=True)
+
     def to_representation(self, file):
         return {
             "id": file.id,
@@ -43,6 +63,38 @@ class FileOutputSerializer(serializers.Serializer):
             "expires_at": _rfc3339(file.expires_at),
             "scope": file.scope,
         }
+
+
+class FileListOutputSerializer(serializers.Serializer):
+    data = FileOutputSerializer(many=True)
+    has_more = serializers.BooleanField()
+    first_id = serializers.CharField(allow_null=True)
+    last_id = serializers.CharField(allow_null=True)
+    next_page = serializers.CharField(allow_null=True)
+
+
+class FileDeletedOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["file_deleted"])
+
+
+class FileUploadInputSerializer(serializers.Serializer):
+    """Schema only: the body is read by files.uploads, streaming, never by a DRF parser."""
+
+    expires_in_seconds = serializers.IntegerField(
+        required=False, min_value=3600, max_value=7_776_000, help_text="Send before the file part."
+    )
+    file = serializers.FileField()
+
+
+_LIST_PARAMETERS = [
+    OpenApiParameter("limit", int, description="1 to 1000, default 20."),
+    OpenApiParameter("page", str, description="Opaque cursor from a previous next_page (SDK ≥ 1.2)."),
+    OpenApiParameter("after_id", str, description="Older than this file (SDK ≤ 1.1)."),
+    OpenApiParameter("before_id", str, description="Newer than this file (SDK ≤ 1.1)."),
+    OpenApiParameter("ids[]", str, many=True, description="At most 100 ids; one page; unknown ids left out."),
+    OpenApiParameter("scope_id", str, description="Only Files scoped to this session."),
+]
 
 
 class IgnoreAccept(BaseContentNegotiation):
@@ -66,6 +118,7 @@ class FilesApiView(APIView):
 
 
 class FileListCreateApi(FilesApiView):
+    @extend_schema(operation_id="files_list", parameters=_LIST_PARAMETERS, responses=FileListOutputSerializer)
     def get(self, request):
         params = request.query_params
         before_id = params.get("before_id") or None
@@ -104,6 +157,11 @@ class FileListCreateApi(FilesApiView):
             next_page = selectors.cursor_encode(selectors.Position(created_at=files[-1].created_at, id=files[-1].id))
         return Response(_list_body(files, has_more=has_more, next_page=next_page))
 
+    @extend_schema(
+        operation_id="files_upload",
+        request={"multipart/form-data": FileUploadInputSerializer},
+        responses=FileOutputSerializer,
+    )
     def post(self, request):
         max_bytes = settings.MANGO_FILE_MAX_BYTES
         form = uploads.open_upload(request._request, max_bytes=max_bytes)
@@ -151,10 +209,12 @@ def _list_body(files, *, has_more: bool, next_page: str | None) -> dict:
 
 
 class FileDetailApi(FilesApiView):
+    @extend_schema(operation_id="files_retrieve_metadata", responses=FileOutputSerializer)
     def get(self, request, file_id):
         file = selectors.file_get(workspace=request.user, file_id=file_id)
         return Response(FileOutputSerializer(file).data)
 
+    @extend_schema(operation_id="files_delete", responses=FileDeletedOutputSerializer)
     def delete(self, request, file_id):
         file = selectors.file_get(workspace=request.user, file_id=file_id, allow_expired=True)
         services.file_delete(file=file)
@@ -191,6 +251,13 @@ def _content_disposition(filename: str) -> str:
 
 
 class FileContentApi(FilesApiView):
+    @extend_schema(
+        operation_id="files_download",
+        responses={
+            (200, "application/octet-stream"): OpenApiTypes.BINARY,
+            (206, "application/octet-stream"): OpenApiTypes.BINARY,
+        },
+    )
     def get(self, request, file_id):
         file = selectors.file_get(workspace=request.user, file_id=file_id)
         if not file.downloadable:
