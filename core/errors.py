@@ -15,6 +15,8 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 
+from processors.errors import ProcessorError
+
 logger = logging.getLogger(__name__)
 
 
@@ -136,6 +138,8 @@ def to_api_error(exc: Exception) -> ApiError | None:
     """Map any exception we know how to describe to an ApiError; None for the unexpected."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, ProcessorError):
+        return InvalidRequest(exc.message, code=exc.reason)
     if isinstance(exc, drf_exceptions.ValidationError):
         return InvalidRequest("; ".join(_flatten_validation(exc.detail)) or "Invalid request.")
     if isinstance(exc, drf_exceptions.ParseError):

@@ -51,6 +51,18 @@ def file_read_bounded(*, file: File, max_bytes: int) -> bytes:
     return storage.read_bounded(key=file.object_key, max_bytes=max_bytes)
 
 
+def file_get_for_admission(*, workspace: Workspace, file_id: str) -> File | None:
+    """The same gate as file_get, for admission reads that must tell a File being deleted apart
+    from a missing one: the workspace's File with this id if it is ready or deleting and not
+    expired; None for missing, foreign, malformed and expired ids alike."""
+    if file_id_time(file_id) is None:
+        return None
+    file = File.objects.filter(workspace=workspace, pk=file_id).first()
+    if file is None or (file.expires_at is not None and file.expires_at <= timezone.now()):
+        return None
+    return file
+
+
 # --- listing --------------------------------------------------------------------------------
 
 
