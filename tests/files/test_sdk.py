@@ -100,9 +100,9 @@ def test_new_sdk_expired_file(sdk, workspace):
 
 def test_new_sdk_oversize_is_content_too_large(sdk, workspace, settings):
     settings.MANGO_FILE_MAX_BYTES = 100
-    with pytest.raises(anthropic.APIStatusError) as excinfo:
+    with pytest.raises(anthropic.ContentTooLargeError) as excinfo:
         sdk.beta.files.upload(file=("big.bin", b"x" * 101))
-    assert excinfo.value.status_code == 413
+    assert excinfo.value.status_code == 413 and excinfo.value.type == "request_too_large"
     assert File.objects.count() == 0
 
 
