@@ -152,7 +152,6 @@ class _Runner:
         self.session_id = session_id
         self.token = token
         self.heartbeat = heartbeat
-        self._stop_checked_at = 0.0
 
     # --- work selection ----------------------------------------------------------------------
 
