@@ -47,7 +47,9 @@ def file_get(*, workspace: Workspace, file_id: str, allow_expired: bool = False)
 
 def file_read_bounded(*, file: File, max_bytes: int) -> bytes:
     """At most max_bytes + 1 bytes of the File's content (admission reads: callers compare the
-    length with max_bytes, and with file.size_bytes / file.sha256 to verify a full read)."""
+    length with max_bytes, and with file.size_bytes / file.sha256 to verify a full read).
+    Raises storage.StorageObjectMissing if the object is gone, storage.StorageUnavailable (a
+    503 ApiError) if the store cannot be reached."""
     return storage.read_bounded(key=file.object_key, max_bytes=max_bytes)
 
 

@@ -265,6 +265,11 @@ def test_file_read_bounded_reads_at_most_one_byte_past_the_limit(workspace):
     assert selectors.file_read_bounded(file=file, max_bytes=4) == b"01234"
     assert selectors.file_read_bounded(file=file, max_bytes=10) == b"0123456789"
     assert selectors.file_read_bounded(file=file, max_bytes=100) == b"0123456789"
+    empty = make_file(workspace, b"")
+    assert selectors.file_read_bounded(file=empty, max_bytes=100) == b""
+    storage.delete_object(key=file.object_key)
+    with pytest.raises(storage.StorageObjectMissing):
+        selectors.file_read_bounded(file=file, max_bytes=4)
 
 
 def test_session_files_delete(workspace, other_api_key, s3_bucket):
