@@ -178,9 +178,11 @@ class _PartUploader:
 def _stream_into(uploader: _PartUploader, chunks: Iterable[bytes], *, max_bytes: int) -> tuple[int, str]:
     digest = hashlib.sha256()
     size = 0
-    # Each part is assembled in place in its own buffer and handed to the uploader as is (no
-    # join, no second copy); the uploader keeps at most PARTS_IN_FLIGHT of them alive.
-    part = bytearray(PART_SIZE)
+    # Parts are assembled in place and handed to the uploader as they are (no join, no second
+    # copy); the uploader keeps at most PARTS_IN_FLIGHT of them alive. The first buffer grows as
+    # bytes arrive (a small upload never touches a whole part); once an upload has proved large,
+    # each next part is allocated at full size up front.
+    part = bytearray()
     filled = 0
     for chunk in chunks:
         if not chunk:
