@@ -9,6 +9,7 @@ from core.ids import new_id
 from sessions import notify
 from sessions.models import Session, SessionEvent
 from sessions.selectors import session_get
+from sessions.services.admission import events_admit
 
 # Events the client sends that the runner must act on (processed_at stays null until it has).
 RUNNER_INPUT_TYPES = (
@@ -87,7 +88,9 @@ def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[S
         payload = dict(item["payload"])
         if item["type"] == "user.define_outcome":
             payload["outcome_id"] = new_id("outc")
-        items.append({"type": item["type"], "payload": payload, "processed_at": None})
+        items.append(
+            {"type": item["type"], "payload": payload, "private": item.get("private") or {}, "processed_at": None}
+        )
     rows = events_append_locked(session=session, items=items)
     session_id = session.id
     if any(item["type"] == "user.interrupt" for item in parsed):
@@ -99,10 +102,14 @@ def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[S
     return rows
 
 
-@transaction.atomic
 def session_events_send(*, workspace, session_id: str, parsed: list[dict]) -> list[SessionEvent]:
-    """POST /v1/sessions/{id}/events. Events are committed before any worker sees them."""
-    session = session_get(workspace=workspace, session_id=session_id, for_update=True)
-    if session.archived_at is not None:
-        raise InvalidRequest("The session is archived and accepts no more events.")
-    return user_events_append_locked(session=session, parsed=parsed)
+    """POST /v1/sessions/{id}/events. File references are admitted first (object reads, outside
+    any transaction); then the events are committed together, before any worker sees them.
+    A rejected File commits nothing."""
+    session_get(workspace=workspace, session_id=session_id)
+    admitted = events_admit(workspace=workspace, parsed=parsed)
+    with transaction.atomic():
+        session = session_get(workspace=workspace, session_id=session_id, for_update=True)
+        if session.archived_at is not None:
+            raise InvalidRequest("The session is archived and accepts no more events.")
+        return user_events_append_locked(session=session, parsed=admitted)

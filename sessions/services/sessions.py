@@ -8,6 +8,7 @@ from sessions import notify
 from sessions.models import Session
 from sessions.selectors import agent_get, agent_version_get, environment_get, session_get
 from sessions.serializers import agent_config_to_wire, apply_metadata_patch, parse_tools
+from sessions.services.admission import events_admit
 from sessions.services.events import events_append_locked, user_events_append_locked
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,6 @@ def _resolve_agent_ref(*, workspace, agent) -> tuple:
     return row, agent_version_get(agent=row, version=version)
 
 
-@transaction.atomic
 def session_create(
     *,
     workspace,
@@ -42,7 +42,25 @@ def session_create(
     resources: list,
 ) -> Session:
     """A session starts idle with a snapshot of the agent version and the environment config.
-    Initial events are appended in order, in the same transaction, and wake the runner."""
+    Initial events are admitted first (File references are read outside any transaction), then
+    appended in order in the transaction that creates the session, and wake the runner. A
+    rejected File means no session at all."""
+    admitted = events_admit(workspace=workspace, parsed=initial_events, field="initial_events")
+    with transaction.atomic():
+        return _session_create(
+            workspace=workspace,
+            agent=agent,
+            environment_id=environment_id,
+            metadata=metadata,
+            title=title,
+            initial_events=admitted,
+            resources=resources,
+        )
+
+
+def _session_create(
+    *, workspace, agent, environment_id: str, metadata: dict, title, initial_events: list[dict], resources: list
+) -> Session:
     agent_row, version = _resolve_agent_ref(workspace=workspace, agent=agent)
     if not isinstance(environment_id, str) or not environment_id:
         raise InvalidRequest("environment_id: required.")
