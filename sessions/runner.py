@@ -58,6 +58,10 @@ def before_idle(session: Session, interrupted: bool) -> None:
     outputs_publish_at_idle(session=session, interrupted=interrupted)
 
 
+# A runaway tool loop ends the turn with tool_use_limit_reached_error.
+MAX_MODEL_CALLS_PER_TURN = 200
+
+
 class _Stop(Exception):
     """The turn must stop now: interrupted, session deleted, or lease lost."""
 
@@ -274,6 +278,7 @@ class _Runner:
             if work.resume:
                 self._answer_dangling_tool_uses("The worker running this tool stopped before it finished.")
             self._execute_confirmed_tools(session, specs)
+            model_calls = 0
             while True:
                 self.check_stop()
                 self._absorb_new_messages()
@@ -287,6 +292,18 @@ class _Runner:
                     return
                 if not tool_uses:
                     self.go_idle({"type": "end_turn"})
+                    return
+                model_calls += 1
+                if model_calls >= MAX_MODEL_CALLS_PER_TURN:
+                    self._model_error(
+                        model_client.ModelError(
+                            f"The turn made {model_calls} model calls with tool use; stopping.",
+                            error_type="tool_use_limit_reached_error",
+                            retryable=False,
+                        ),
+                        retrying=False,
+                    )
+                    self.go_idle({"type": "retries_exhausted"})
                     return
                 waiting = []
                 for event, mode in tool_uses:
@@ -504,7 +521,7 @@ class _Runner:
                         for row in unknown
                     ],
                 )
-        return [(row, mode) for row, mode in zip(rows, modes, strict=True) if mode in ("run", "client")]
+        return [(row, mode) for row, mode in zip(rows, modes, strict=True) if mode is not None]
 
     # --- tools -------------------------------------------------------------------------------
 

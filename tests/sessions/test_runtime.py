@@ -367,3 +367,15 @@ def test_interrupt_during_a_slow_model_call(sdk, model, celery_worker, env_cloud
     assert time.monotonic() - started < 2.0
     assert [e.type for e in rest if e.type.startswith("agent.")] == []
     assert rest[-1].stop_reason.type == "end_turn"
+
+
+def test_unknown_tool_gets_an_error_result_and_the_turn_continues(sdk, model, celery_worker, env_cloud, agent_bash):
+    model.script([tool_use("teleport", {"to": "mars"}), text("I cannot do that.")])
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    sdk.beta.sessions.events.send(session.id, events=[_user("go")])
+    events = _wait_idle(sdk, session.id)
+    use = next(e for e in events if e.type == "agent.tool_use")
+    result = next(e for e in events if e.type == "agent.tool_result")
+    assert use.evaluated_permission == "deny"
+    assert result.tool_use_id == use.id and result.is_error and "Unknown tool" in result.content[0].text
+    assert events[-1].stop_reason.type == "end_turn" and len(model.requests) == 2
