@@ -38,7 +38,13 @@ def _map_status_error(exc: anthropic.APIStatusError) -> ModelError:
 
 
 def messages_create(
-    *, model: str, system: str | None, messages: list[dict], tools: list[dict], max_tokens: int
+    *,
+    model: str,
+    system: str | None,
+    messages: list[dict],
+    tools: list[dict],
+    max_tokens: int,
+    tool_choice: dict | None = None,
 ) -> dict:
     """One non-streaming Messages API call. Returns the message as a plain dict."""
     params: dict = {"model": model, "max_tokens": max_tokens, "messages": messages}
@@ -46,6 +52,8 @@ def messages_create(
         params["system"] = system
     if tools:
         params["tools"] = tools
+    if tool_choice:
+        params["tool_choice"] = tool_choice
     try:
         message = _client().messages.create(**params)
     except anthropic.APIStatusError as exc:

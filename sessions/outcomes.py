@@ -1,0 +1,244 @@
+"""Outcomes (user.define_outcome): after each turn under an active outcome a grader model call
+judges the work against the rubric; the agent revises until the grader is satisfied or the
+iteration budget is spent (spec "Outcome rubrics").
+
+The rubric text the grader and the agent see is the snapshot admitted with the event
+(`private["rubric_text"]`), so deleting a rubric File later changes neither. State lives in the
+event log: an outcome's evaluations are its span.outcome_evaluation_start / _end events.
+"""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from sessions import model_client
+from sessions.models import SessionEvent
+from sessions.services.events import session_event_append
+
+DEFAULT_MAX_ITERATIONS = 3
+TERMINAL_RESULTS = ("satisfied", "max_iterations_reached", "failed", "interrupted")
+# The grader reads the tail of the work when it is longer than this.
+TRANSCRIPT_MAX_CHARS = 200_000
+
+GRADER_TOOL = {
+    "name": "submit_evaluation",
+    "description": "Submit the verdict on whether the agent's work satisfies the rubric.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "result": {
+                "type": "string",
+                "enum": ["satisfied", "needs_revision", "failed"],
+                "description": "satisfied: every criterion is met. needs_revision: some are not, and the agent "
+                "can fix that. failed: the rubric cannot apply to this work.",
+            },
+            "explanation": {
+                "type": "string",
+                "description": "Why; for needs_revision, exactly which criteria are unmet and what is missing.",
+            },
+        },
+        "required": ["result", "explanation"],
+    },
+}
+
+GRADER_SYSTEM = (
+    "You are a strict grader. You receive an outcome description, a rubric and the transcript of an "
+    "agent's work. Judge the work against every criterion of the rubric and call submit_evaluation "
+    "exactly once."
+)
+
+_TYPES = ("user.define_outcome", "span.outcome_evaluation_start", "span.outcome_evaluation_end")
+
+
+@dataclass
+class ActiveOutcome:
+    event: SessionEvent
+    outcome_id: str
+    description: str
+    rubric_text: str
+    max_iterations: int
+    iteration: int  # 0-indexed: the index of the evaluation about to run
+
+
+def _rubric_text(event: SessionEvent) -> str:
+    rubric = event.payload.get("rubric") or {}
+    return event.private.get("rubric_text") or rubric.get("content") or ""
+
+
+def active_outcome(session_id: str) -> ActiveOutcome | None:
+    """The latest processed outcome of the session, unless its evaluation has ended."""
+    define = (
+        SessionEvent.objects.filter(session_id=session_id, type="user.define_outcome", processed_at__isnull=False)
+        .order_by("-seq")
+        .first()
+    )
+    if define is None:
+        return None
+    outcome_id = define.payload["outcome_id"]
+    results = list(
+        SessionEvent.objects.filter(
+            session_id=session_id, type="span.outcome_evaluation_end", payload__outcome_id=outcome_id
+        ).values_list("payload__result", flat=True)
+    )
+    if any(result in TERMINAL_RESULTS for result in results):
+        return None
+    return ActiveOutcome(
+        event=define,
+        outcome_id=outcome_id,
+        description=define.payload.get("description", ""),
+        rubric_text=_rubric_text(define),
+        max_iterations=define.payload.get("max_iterations") or DEFAULT_MAX_ITERATIONS,
+        iteration=len(results),
+    )
+
+
+def _transcript(session_id: str, since_seq: int) -> str:
+    lines = []
+    for event in SessionEvent.objects.filter(session_id=session_id, seq__gt=since_seq).order_by("seq"):
+        payload = event.payload
+        if event.type == "agent.message":
+            lines.append("AGENT: " + "".join(b.get("text", "") for b in payload.get("content") or []))
+        elif event.type in ("agent.tool_use", "agent.custom_tool_use"):
+            lines.append(f"TOOL CALL {payload.get('name')}: {json.dumps(payload.get('input') or {})}")
+        elif event.type in ("agent.tool_result", "user.tool_result", "user.custom_tool_result"):
+            content = payload.get("content") or []
+            text = content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
+            lines.append(f"TOOL RESULT{' (error)' if payload.get('is_error') else ''}: {text}")
+        elif event.type == "user.message":
+            lines.append("USER: " + "".join(b.get("text", "") for b in payload.get("content") or [] if "text" in b))
+        elif event.type == "span.outcome_evaluation_end":
+            lines.append(f"GRADER ({payload.get('result')}): {payload.get('explanation', '')}")
+    text = "\n".join(lines)
+    return text if len(text) <= TRANSCRIPT_MAX_CHARS else "…" + text[-TRANSCRIPT_MAX_CHARS:]
+
+
+def _grader_request(outcome: ActiveOutcome, transcript: str) -> str:
+    return (
+        f"<outcome_description>\n{outcome.description}\n</outcome_description>\n\n"
+        f"<rubric>\n{outcome.rubric_text}\n</rubric>\n\n"
+        f"<agent_work>\n{transcript}\n</agent_work>"
+    )
+
+
+def _verdict(response: dict) -> tuple[str, str]:
+    for block in response.get("content") or []:
+        if block.get("type") == "tool_use" and block.get("name") == GRADER_TOOL["name"]:
+            data = block.get("input") or {}
+            result = data.get("result")
+            if result in ("satisfied", "needs_revision", "failed"):
+                return result, str(data.get("explanation") or "")
+    return "failed", "The grader gave no usable verdict."
+
+
+def _usage(response: dict | None) -> dict:
+    usage = (response or {}).get("usage") or {}
+    return {
+        key: int(usage.get(key) or 0)
+        for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    }
+
+
+def outcome_evaluate(*, session, call: Callable[[Callable[[], dict]], dict]) -> bool:
+    """Run one evaluation of the session's active outcome, if any, after the agent ended a turn.
+    Returns True when the agent must continue (needs revision, or one final acknowledgement
+    turn after max_iterations_reached), False when the session may go idle. `call` runs the
+    upstream request (interruptibly); if it raises (an interrupt), the evaluation ends as
+    `interrupted` and the exception propagates."""
+    outcome = active_outcome(session.id)
+    if outcome is None:
+        return False
+    start = session_event_append(
+        session_id=session.id,
+        type="span.outcome_evaluation_start",
+        payload={"outcome_id": outcome.outcome_id, "iteration": outcome.iteration},
+    )
+
+    def end(result: str, explanation: str, usage: dict) -> None:
+        session_event_append(
+            session_id=session.id,
+            type="span.outcome_evaluation_end",
+            payload={
+                "outcome_id": outcome.outcome_id,
+                "outcome_evaluation_start_id": start.id,
+                "iteration": outcome.iteration,
+                "result": result,
+                "explanation": explanation,
+                "usage": usage,
+            },
+        )
+
+    request = _grader_request(outcome, _transcript(session.id, outcome.event.seq))
+    try:
+        response = call(
+            lambda: model_client.messages_create(
+                model=session.agent_snapshot["model"]["id"],
+                system=GRADER_SYSTEM,
+                messages=[{"role": "user", "content": request}],
+                tools=[GRADER_TOOL],
+                tool_choice={"type": "tool", "name": GRADER_TOOL["name"]},
+                max_tokens=settings.MANGO_MODEL_MAX_TOKENS,
+            )
+        )
+    except model_client.ModelError as exc:
+        end("failed", f"The grader could not be reached: {exc.message}", _usage(None))
+        return False
+    except BaseException:
+        end("interrupted", "The evaluation was interrupted.", _usage(None))
+        raise
+    result, explanation = _verdict(response)
+    if result == "needs_revision" and outcome.iteration + 1 >= outcome.max_iterations:
+        result = "max_iterations_reached"
+    end(result, explanation, _usage(response))
+    return result in ("needs_revision", "max_iterations_reached")
+
+
+def feedback_blocks(event: SessionEvent) -> list[dict]:
+    """How an evaluation reaches the working agent in the conversation (user side)."""
+    result = event.payload.get("result")
+    explanation = event.payload.get("explanation", "")
+    if result == "needs_revision":
+        text = (
+            "A grader checked your work against the rubric and found it does not yet satisfy it:\n"
+            f"{explanation}\nRevise the work to meet every criterion."
+        )
+    elif result == "max_iterations_reached":
+        text = (
+            "A grader checked your work against the rubric and it still does not satisfy it:\n"
+            f"{explanation}\nNo more revisions will be evaluated. Briefly acknowledge what remains unmet."
+        )
+    else:
+        return []
+    return [{"type": "text", "text": text}]
+
+
+def outcome_evaluations(session_id: str) -> list[dict]:
+    """The session object's `outcome_evaluations`: one entry per outcome, newest state."""
+    entries: dict[str, dict] = {}
+    for event in SessionEvent.objects.filter(session_id=session_id, type__in=_TYPES).order_by("seq"):
+        payload = event.payload
+        if event.type == "user.define_outcome":
+            entries[payload["outcome_id"]] = {
+                "type": "outcome_evaluation",
+                "outcome_id": payload["outcome_id"],
+                "description": payload.get("description", ""),
+                "iteration": 0,
+                "result": "running" if event.processed_at else "pending",
+                "explanation": None,
+                "completed_at": None,
+            }
+            continue
+        entry = entries.get(payload.get("outcome_id"))
+        if entry is None:
+            continue
+        entry["iteration"] = payload.get("iteration", 0)
+        if event.type == "span.outcome_evaluation_start":
+            entry["result"] = "evaluating"
+        else:
+            result = payload.get("result")
+            entry["explanation"] = payload.get("explanation")
+            entry["result"] = result if result in TERMINAL_RESULTS else "running"
+            if result in TERMINAL_RESULTS:
+                entry["completed_at"] = event.processed_at
+    return list(entries.values())
