@@ -164,3 +164,32 @@ class SessionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.seq} {self.type}"
+
+
+def _resource_id() -> str:
+    return new_id("sesrsc")
+
+
+class SessionResource(models.Model):
+    """A File mounted into a session (DESIGN flow 5). `file_id` is the session-scoped copy made
+    when the resource was added; `source_file_id` the client's File it was copied from.
+    `placed_ref` is the sandbox (container id or folder) the copy was last written into."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=_resource_id, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="resources")
+    type = models.CharField(max_length=32, default="file")
+    source_file_id = models.CharField(max_length=64)
+    file_id = models.CharField(max_length=64)
+    mount_path = models.CharField(max_length=1024)
+    placed_ref = models.CharField(max_length=128, null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "mount_path"], name="session_resource_mount_unique"),
+        ]
+        indexes = [models.Index(fields=["session", "id"], name="session_resource_order")]
+
+    def __str__(self) -> str:
+        return f"{self.id} → {self.mount_path}"
