@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 # Object-store part size and parallelism for streamed uploads. Memory per upload is bounded by
 # (PARTS_IN_FLIGHT + 1) * PART_SIZE plus one read buffer.
 PART_SIZE = 8 * 1024 * 1024
-PARTS_IN_FLIGHT = 3
+PARTS_IN_FLIGHT = 2
 # A live upload refreshes its intent this often, so reconciliation's grace window is measured
 # from the last sign of life, not from the start of a long upload.
 HEARTBEAT_SECONDS = 30
