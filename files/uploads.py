@@ -8,6 +8,7 @@ an iterator of chunks, which the upload service streams straight into the object
 
 import mimetypes
 import posixpath
+import re
 from collections.abc import Iterator
 
 from django.utils.http import parse_header_parameters
@@ -22,6 +23,8 @@ MAX_PARTS = 16
 # declared Content-Length beyond limit + slack can be refused before reading anything.
 FRAMING_SLACK_BYTES = 1024 * 1024
 DRAIN_CHUNKED_BYTES = 4 * 1024 * 1024
+
+_MEDIA_TYPE = re.compile(r"^[a-z0-9!#$&^_.+-]{1,127}/[a-z0-9!#$&^_.+-]{1,127}$")
 
 FILE_FIELD = "file"
 KNOWN_FIELDS = {"expires_in_seconds"}
@@ -237,7 +240,7 @@ def clean_filename(filename: str | None, mime_type: str) -> str:
     """Only the last path component; an absent or empty name becomes `unnamed` + the
     extension of the media type, when one is known (api-contract.md §1)."""
     name = (filename or "").replace("\\", "/")
-    name = posixpath.basename(name).strip().replace("\x00", "")
+    name = "".join(char for char in posixpath.basename(name) if ord(char) >= 32 and char != "\x7f").strip()
     if name in ("", ".", ".."):
         extension = mimetypes.guess_extension(mime_type or "", strict=False) or ""
         return f"unnamed{extension}"
@@ -246,7 +249,7 @@ def clean_filename(filename: str | None, mime_type: str) -> str:
 
 def resolve_mime_type(content_type: str | None, filename: str | None) -> str:
     """The part's content type, else a guess from the extension, else octet-stream."""
-    if content_type and "/" in content_type:
+    if content_type and _MEDIA_TYPE.match(content_type):
         return content_type
     if filename:
         guessed, _ = mimetypes.guess_type(filename, strict=False)

@@ -88,9 +88,13 @@ def test_filename_rule():
     assert clean_filename(None, "application/pdf") == "unnamed.pdf"
     assert clean_filename("", "text/plain") == "unnamed.txt"
     assert clean_filename(None, "application/x-mango-unknown") == "unnamed"
+    assert clean_filename("a\r\nb\x00c\x7f.txt", "text/plain") == "abc.txt"
+    assert clean_filename("\r\n", "text/plain") == "unnamed.txt"
 
 
 def test_mime_type_rule():
     assert resolve_mime_type("text/csv", "a.txt") == "text/csv"
     assert resolve_mime_type(None, "a.pdf") == "application/pdf"
     assert resolve_mime_type(None, "noext") == "application/octet-stream"
+    assert resolve_mime_type("text/" + "x" * 300, "a.txt") == "text/plain"
+    assert resolve_mime_type("not a type", None) == "application/octet-stream"
