@@ -556,6 +556,8 @@ class _Runner:
             )
         except sandbox.SandboxError as exc:
             outcome = tools.ToolOutcome(f"The sandbox is unavailable: {exc}", is_error=True)
+        if Session.objects.filter(id=self.session_id, deleted_at__isnull=False).exists():
+            raise _Stop()  # deleted meanwhile (its sandbox went with it): nothing more is logged
         payload = {
             "tool_use_id": event.id,
             "content": [{"type": "text", "text": outcome.text}],

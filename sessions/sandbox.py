@@ -365,7 +365,9 @@ def remove(*, session_id: str) -> None:
         shutil.rmtree(local_root(session_id), ignore_errors=True)
         return
     client = _docker()
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL_SESSION}={session_id}"}):
+    for container in client.containers.list(
+        all=True, filters={"label": f"{LABEL_SESSION}={session_id}"}, ignore_removed=True
+    ):
         try:
             container.remove(force=True, v=True)
         except NotFound:
@@ -380,7 +382,7 @@ def containers(*, session_id: str) -> list[dict]:
     """The docker containers labelled with this session (empty for local_process)."""
     if _backend() == "local_process":
         return []
-    found = _docker().containers.list(all=True, filters={"label": f"{LABEL_SESSION}={session_id}"})
+    found = _docker().containers.list(all=True, filters={"label": f"{LABEL_SESSION}={session_id}"}, ignore_removed=True)
     return [{"id": c.id, "name": c.name, "status": c.status, "labels": c.labels} for c in found]
 
 

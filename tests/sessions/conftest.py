@@ -90,7 +90,9 @@ def _remove_test_sandboxes(request):
     except docker.errors.DockerException:  # no dockerd: nothing can have been created
         return
     try:
-        for container in client.containers.list(all=True, filters={"label": f"mango.workspace={workspace_id}"}):
+        for container in client.containers.list(
+            all=True, filters={"label": f"mango.workspace={workspace_id}"}, ignore_removed=True
+        ):
             container.remove(force=True)
         for volume in client.volumes.list(filters={"label": f"mango.workspace={workspace_id}"}):
             volume.remove(force=True)

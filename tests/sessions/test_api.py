@@ -257,3 +257,12 @@ def test_raw_wire_shapes(api, api_key):
     response = api.post(f"/v1/agents/{agent['id']}", {"version": 7, "name": "x"}, content_type="application/json")
     assert response.status_code == 409 and response.headers["x-should-retry"] == "false"
     assert response.json()["error"]["type"] == "conflict_error"
+
+
+def test_strict_mode_requires_the_agents_beta_header(api, settings):
+    settings.MANGO_STRICT = True
+    response = api.get("/v1/agents")
+    assert response.status_code == 400
+    assert "managed-agents-2026-04-01" in response.json()["error"]["message"]
+    ok = api.get("/v1/agents", headers={"anthropic-beta": "files-api-2025-04-14, managed-agents-2026-04-01"})
+    assert ok.status_code == 200

@@ -53,7 +53,9 @@ def _wait_idle(sdk, session_id: str, timeout: float = 20.0):
 
 
 def _containers(docker_client, session_id: str) -> list:
-    return docker_client.containers.list(all=True, filters={"label": f"mango.session={session_id}"})
+    return docker_client.containers.list(
+        all=True, filters={"label": f"mango.session={session_id}"}, ignore_removed=True
+    )
 
 
 def test_bash_turn_streamed_over_sse(sdk, api_key, model, celery_worker, env_cloud, agent_bash, docker_client):
@@ -379,3 +381,29 @@ def test_unknown_tool_gets_an_error_result_and_the_turn_continues(sdk, model, ce
     assert use.evaluated_permission == "deny"
     assert result.tool_use_id == use.id and result.is_error and "Unknown tool" in result.content[0].text
     assert events[-1].stop_reason.type == "end_turn" and len(model.requests) == 2
+
+
+def test_delete_during_a_running_command(sdk, model, celery_worker, env_cloud, agent_bash, docker_client):
+    model.script([tool_use("bash", {"command": "sleep 60"}), text("never")])
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    with sdk.beta.sessions.events.stream(session.id) as stream:
+        sdk.beta.sessions.events.send(session.id, events=[_user("sleep")])
+        for event in stream:
+            if event.type == "agent.tool_use":
+                break
+        wait_for(lambda: _containers(docker_client, session.id), 10)
+        time.sleep(0.3)
+        sdk.beta.sessions.delete(session.id)
+        tail = [e.type for e in stream]
+    assert tail[-1] == "session.deleted"
+    assert _containers(docker_client, session.id) == []
+
+    def runner_done():
+        row = Session.objects.get(id=session.id)
+        return row.runner_token is None
+
+    wait_for(runner_done, 10)
+    last = Session.objects.get(id=session.id).events.order_by("-seq").first()
+    assert last.type == "session.deleted"
+    assert _containers(docker_client, session.id) == []
+    assert len(model.requests) == 1
