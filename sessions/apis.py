@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from core.api import query_bool, query_int, query_list, require_beta_in_strict_mode
 from core.errors import InvalidRequest
 from sessions import notify
+from sessions.outcomes import outcome_evaluations
 from sessions.selectors import (
     agent_get,
     agent_list,
@@ -27,6 +28,8 @@ from sessions.selectors import (
     session_events_after,
     session_get,
     session_list,
+    session_resource_list,
+    session_resource_page,
 )
 from sessions.serializers import (
     INITIAL_EVENT_TYPES,
@@ -39,10 +42,12 @@ from sessions.serializers import (
     parse_environment_config,
     parse_events,
     parse_metadata,
+    resource_to_wire,
     session_to_wire,
 )
 from sessions.services import agents as agent_services
 from sessions.services import environments as environment_services
+from sessions.services import resources as resource_services
 from sessions.services import sessions as session_services
 from sessions.services.events import session_events_send
 
@@ -220,10 +225,13 @@ class EnvironmentArchiveApi(AgentsApi):
 # --- sessions --------------------------------------------------------------------------------
 
 
-def session_resources_wire(session) -> list:
-    """The session's `resources` list. File resources arrive with their own issue; until then
-    every session has none. (Extension point: render SessionResource rows here.)"""
-    return []
+def session_wire(session) -> dict:
+    """A session as the API renders it, with its resources and outcome evaluations."""
+    return session_to_wire(
+        session,
+        resources=[resource_to_wire(row) for row in session_resource_list(session=session)],
+        outcome_evaluations=outcome_evaluations(session.id),
+    )
 
 
 class SessionListCreateApi(AgentsApi):
@@ -235,8 +243,6 @@ class SessionListCreateApi(AgentsApi):
         if title is not None and not isinstance(title, str):
             raise InvalidRequest("title: must be a string or null.")
         resources = body.get("resources") or []
-        if not isinstance(resources, list):
-            raise InvalidRequest("resources: must be an array.")
         if body.get("vault_ids"):
             raise InvalidRequest("vault_ids: vaults are not supported by this server.")
         initial_events = parse_events(
@@ -254,7 +260,7 @@ class SessionListCreateApi(AgentsApi):
             initial_events=initial_events,
             resources=resources,
         )
-        return Response(session_to_wire(session, resources=session_resources_wire(session)))
+        return Response(session_wire(session))
 
     def get(self, request):
         statuses = query_list(request, "statuses")
@@ -272,14 +278,14 @@ class SessionListCreateApi(AgentsApi):
             agent_version=query_int(request, "agent_version", minimum=1),
             created=_created_filters(request),
         )
-        data = [session_to_wire(row, resources=session_resources_wire(row)) for row in rows]
+        data = [session_wire(row) for row in rows]
         return Response({"data": data, "next_page": next_page, "prev_page": prev_page})
 
 
 class SessionDetailApi(AgentsApi):
     def get(self, request, session_id: str):
         session = session_get(workspace=request.user, session_id=session_id)
-        return Response(session_to_wire(session, resources=session_resources_wire(session)))
+        return Response(session_wire(session))
 
     def post(self, request, session_id: str):
         body = _body(request)
@@ -301,7 +307,7 @@ class SessionDetailApi(AgentsApi):
         if body.get("budget") is not None:
             raise InvalidRequest("budget: a budget cannot be added to a session created without one.")
         session = session_services.session_update(workspace=request.user, session_id=session_id, changes=changes)
-        return Response(session_to_wire(session, resources=session_resources_wire(session)))
+        return Response(session_wire(session))
 
     def delete(self, request, session_id: str):
         session_services.session_delete(workspace=request.user, session_id=session_id)
@@ -311,7 +317,40 @@ class SessionDetailApi(AgentsApi):
 class SessionArchiveApi(AgentsApi):
     def post(self, request, session_id: str):
         session = session_services.session_archive(workspace=request.user, session_id=session_id)
-        return Response(session_to_wire(session, resources=session_resources_wire(session)))
+        return Response(session_wire(session))
+
+
+# --- resources -------------------------------------------------------------------------------
+
+
+class SessionResourcesApi(AgentsApi):
+    def post(self, request, session_id: str):
+        row = resource_services.resource_add(workspace=request.user, session_id=session_id, param=_body(request))
+        return Response(resource_to_wire(row))
+
+    def get(self, request, session_id: str):
+        session = session_get(workspace=request.user, session_id=session_id)
+        # No limit: every resource (api-contract.md §5).
+        rows, next_page = session_resource_page(
+            session=session,
+            limit=query_int(request, "limit", minimum=1, maximum=1000),
+            page=request.query_params.get("page"),
+        )
+        return Response({"data": [resource_to_wire(row) for row in rows], "next_page": next_page})
+
+
+class SessionResourceDetailApi(AgentsApi):
+    def get(self, request, session_id: str, resource_id: str):
+        row = resource_services.resource_get(workspace=request.user, session_id=session_id, resource_id=resource_id)
+        return Response(resource_to_wire(row))
+
+    def post(self, request, session_id: str, resource_id: str):
+        resource_services.resource_get(workspace=request.user, session_id=session_id, resource_id=resource_id)
+        raise InvalidRequest("Only github_repository resources can be updated (authorization_token rotation).")
+
+    def delete(self, request, session_id: str, resource_id: str):
+        resource_services.resource_delete(workspace=request.user, session_id=session_id, resource_id=resource_id)
+        return Response({"id": resource_id, "type": "session_resource_deleted"})
 
 
 # --- events ----------------------------------------------------------------------------------

@@ -181,7 +181,7 @@ class SessionResource(models.Model):
     source_file_id = models.CharField(max_length=64)
     file_id = models.CharField(max_length=64)
     mount_path = models.CharField(max_length=1024)
-    placed_ref = models.CharField(max_length=128, null=True, blank=True)
+    placed_ref = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001 — NULL: not placed yet
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

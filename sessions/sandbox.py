@@ -27,13 +27,15 @@ import subprocess
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 from django.conf import settings
 from docker.errors import APIError, NotFound
+
+from core.streams import buffered_reader
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +44,8 @@ OUTPUTS_MOUNT_VERSION = "1"
 LABEL_SESSION = "mango.session"
 LABEL_WORKSPACE = "mango.workspace"
 LABEL_OUTPUTS_MOUNT = "mango.outputs_mount_version"
+# Owner of file resources placed in a sandbox ("nobody"): not the sandbox's root.
+RESOURCE_OWNER_UID = 65534
 WORKDIR = "/workspace"
 MAX_OUTPUT_BYTES = 1024 * 1024
 
@@ -127,7 +131,9 @@ def _docker_ensure(*, session_id: str, workspace_id: str, networking: dict | Non
                 volumes={volume_name(session_id): {"bind": OUTPUTS_PATH, "mode": "rw"}},
                 working_dir=WORKDIR,
                 security_opt=["no-new-privileges"],
-                cap_drop=["NET_RAW", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT"],
+                # Without DAC_OVERRIDE, FOWNER and CHOWN, root in the sandbox cannot write, chmod
+                # or chown the read-only file resources (owned by RESOURCE_OWNER_UID).
+                cap_drop=["NET_RAW", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT", "DAC_OVERRIDE", "FOWNER", "CHOWN"],
                 environment={"HOME": "/root", "PATH": "/bin:/usr/bin:/sbin:/usr/sbin"},
             )
         except APIError as exc:
@@ -422,3 +428,34 @@ def describe(*, session_id: str) -> str:
     if not found:
         return "no container"
     return "; ".join(f"{c['name']} {c['status']}" for c in found)
+
+
+def put_archive(*, session_id: str, directory: str, chunks: Iterable[bytes]) -> None:
+    """Extract a tar stream (an iterable of chunks, sent as it is produced: bounded memory) at
+    `directory` in the session's sandbox, creating the directory first."""
+    if _backend() == "local_process":
+        target = _local_path(session_id, directory)
+        target.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=buffered_reader(chunks), mode="r|") as archive:
+            archive.extractall(target, filter="data")
+        return
+    result = exec_argv(session_id=session_id, argv=["mkdir", "-p", directory], timeout=30)
+    if result.exit_code != 0:
+        raise SandboxError(f"could not create {directory}: {result.output.decode(errors='replace')}")
+    container = _get_container(session_id)
+    if container is None:
+        raise SandboxError("the session has no sandbox")
+    try:
+        if not container.put_archive(directory, (bytes(chunk) for chunk in chunks)):
+            raise SandboxError(f"could not write into {directory}")
+    except docker.errors.DockerException as exc:
+        raise SandboxError(str(exc)) from exc
+
+
+def remove_path(*, session_id: str, path: str) -> None:
+    if _backend() == "local_process":
+        _local_path(session_id, path).unlink(missing_ok=True)
+        return
+    result = exec_argv(session_id=session_id, argv=["rm", "-f", path], timeout=30)
+    if result.exit_code != 0:
+        raise SandboxError(f"could not remove {path}: {result.output.decode(errors='replace')}")

@@ -6,7 +6,7 @@ from datetime import datetime
 from django.db.models import F
 
 from core.errors import InvalidRequest, NotFound
-from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent
+from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent, SessionResource
 from sessions.pagination import keyset_page
 
 
@@ -122,3 +122,16 @@ def session_event_list(
 def session_events_after(*, session_id: str, after_seq: int, limit: int = 500) -> list[SessionEvent]:
     """Events appended after `after_seq`, oldest first: what an SSE stream sends next."""
     return list(SessionEvent.objects.filter(session_id=session_id, seq__gt=after_seq).order_by("seq")[:limit])
+
+
+def session_resource_list(*, session: Session) -> list[SessionResource]:
+    return list(SessionResource.objects.filter(session=session).order_by("id"))
+
+
+def session_resource_page(*, session: Session, limit: int | None, page: str | None):
+    """Resources oldest first; all of them when no limit is given."""
+    queryset = SessionResource.objects.filter(session=session)
+    if limit is None and not page:
+        return list(queryset.order_by("id")), None
+    rows, next_page, _ = keyset_page(queryset, key="id", descending=False, limit=limit or 1000, page=page)
+    return rows, next_page

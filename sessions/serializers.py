@@ -556,7 +556,18 @@ def event_to_wire(event) -> dict:
 # --- sessions --------------------------------------------------------------------------------
 
 
-def session_to_wire(session, *, resources: list | None = None) -> dict:
+def resource_to_wire(resource) -> dict:
+    return {
+        "id": resource.id,
+        "type": "file",
+        "file_id": resource.file_id,
+        "mount_path": resource.mount_path,
+        "created_at": ts(resource.created_at),
+        "updated_at": ts(resource.updated_at),
+    }
+
+
+def session_to_wire(session, *, resources: list | None = None, outcome_evaluations: list | None = None) -> dict:
     usage = dict(session.usage or {})
     return {
         "id": session.id,
@@ -571,7 +582,9 @@ def session_to_wire(session, *, resources: list | None = None) -> dict:
         "updated_at": ts(session.updated_at),
         "archived_at": ts(session.archived_at),
         "budget": None,
-        "outcome_evaluations": [],
+        "outcome_evaluations": [
+            {**evaluation, "completed_at": ts(evaluation["completed_at"])} for evaluation in outcome_evaluations or []
+        ],
         "stats": {
             "active_seconds": round(session.active_seconds, 3),
             "duration_seconds": round((timezone.now() - session.created_at).total_seconds(), 3),

@@ -15,6 +15,8 @@ urlpatterns = [
     path("sessions", apis.SessionListCreateApi.as_view()),
     path("sessions/<str:session_id>", apis.SessionDetailApi.as_view()),
     path("sessions/<str:session_id>/archive", apis.SessionArchiveApi.as_view()),
+    path("sessions/<str:session_id>/resources", apis.SessionResourcesApi.as_view()),
+    path("sessions/<str:session_id>/resources/<str:resource_id>", apis.SessionResourceDetailApi.as_view()),
     path("sessions/<str:session_id>/events", apis.SessionEventsApi.as_view()),
     path("sessions/<str:session_id>/events/stream", apis.SessionEventStreamApi.as_view()),
 ]

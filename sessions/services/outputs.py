@@ -8,7 +8,6 @@ rewritten paths appear, rewritten and removed ones are hidden, in the same commi
 """
 
 import hashlib
-import io
 import logging
 import mimetypes
 import tarfile
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from core.streams import buffered_reader
 from files import storage
 from files.models import File
 from files.services import ObjectStager, session_outputs_apply
@@ -56,31 +56,9 @@ class PublishReport:
     uploads: int = 0
 
 
-class _ChunkReader(io.RawIOBase):
-    """A read-only file object over an iterator of byte chunks (dockerd's archive stream)."""
-
-    def __init__(self, chunks: Iterable[bytes]):
-        self._chunks: Iterator[bytes] = iter(chunks)
-        self._pending = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        while not self._pending:
-            try:
-                self._pending = next(self._chunks)
-            except StopIteration:
-                return 0
-        size = min(len(buffer), len(self._pending))
-        buffer[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
-        return size
-
-
 def _open_archive(chunks: Iterable[bytes]) -> tarfile.TarFile:
     # "r|": a forward-only stream; members must be read in order, nothing is seekable or cached.
-    return tarfile.open(fileobj=io.BufferedReader(_ChunkReader(chunks), READ_CHUNK), mode="r|")
+    return tarfile.open(fileobj=buffered_reader(chunks, READ_CHUNK), mode="r|")
 
 
 def _member_chunks(archive: tarfile.TarFile, member: tarfile.TarInfo) -> Iterator[bytes]:

@@ -4,12 +4,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import InvalidRequest
+from core.ids import new_id
+from files.services import session_files_delete
 from sessions import notify
 from sessions.models import Session
 from sessions.selectors import agent_get, agent_version_get, environment_get, session_get
 from sessions.serializers import agent_config_to_wire, apply_metadata_patch, parse_tools
 from sessions.services.admission import events_admit
 from sessions.services.events import events_append_locked, user_events_append_locked
+from sessions.services.resources import resource_rows_create, resources_admit, resources_copy
 
 logger = logging.getLogger(__name__)
 
@@ -42,24 +45,37 @@ def session_create(
     resources: list,
 ) -> Session:
     """A session starts idle with a snapshot of the agent version and the environment config.
-    Initial events are admitted first (File references are read outside any transaction), then
-    appended in order in the transaction that creates the session, and wake the runner. A
-    rejected File means no session at all."""
+
+    Everything that reads or copies objects happens first, outside any transaction: initial
+    events are admitted (File references read and snapshotted) and file resources are admitted
+    and copied. Then one transaction creates the session, its resources and its events (which
+    wake the runner). A rejected File means no session at all; if the transaction fails, the
+    copies are deleted."""
     admitted = events_admit(workspace=workspace, parsed=initial_events, field="initial_events")
-    with transaction.atomic():
-        return _session_create(
-            workspace=workspace,
-            agent=agent,
-            environment_id=environment_id,
-            metadata=metadata,
-            title=title,
-            initial_events=admitted,
-            resources=resources,
-        )
+    sources = resources_admit(workspace=workspace, params=resources, existing=[])
+    session_id = new_id("sesn")
+    copies = resources_copy(session_id=session_id, admitted=sources)
+    try:
+        with transaction.atomic():
+            session = _session_create(
+                session_id=session_id,
+                workspace=workspace,
+                agent=agent,
+                environment_id=environment_id,
+                metadata=metadata,
+                title=title,
+                initial_events=admitted,
+            )
+            resource_rows_create(session=session, copies=copies)
+            return session
+    except BaseException:
+        if copies:
+            session_files_delete(workspace=workspace, session_id=session_id)
+        raise
 
 
 def _session_create(
-    *, workspace, agent, environment_id: str, metadata: dict, title, initial_events: list[dict], resources: list
+    *, session_id: str, workspace, agent, environment_id: str, metadata: dict, title, initial_events: list[dict]
 ) -> Session:
     agent_row, version = _resolve_agent_ref(workspace=workspace, agent=agent)
     if not isinstance(environment_id, str) or not environment_id:
@@ -67,9 +83,6 @@ def _session_create(
     environment = environment_get(workspace=workspace, environment_id=environment_id)
     if environment.archived_at is not None:
         raise InvalidRequest(f"Environment {environment_id!r} is archived.", code="environment_archived")
-    if resources:
-        # File resources arrive with their own issue; see sessions.resources.
-        raise InvalidRequest("resources: not supported yet; send an empty list.")
     snapshot = agent_config_to_wire(agent_id=agent_row.id, version=version.version, config=version.config)
     if isinstance(agent, dict) and agent.get("type") == "agent_with_overrides":
         for key in ("system",):
@@ -83,6 +96,7 @@ def _session_create(
             snapshot["model"] = parse_model(agent["model"])
     now = timezone.now()
     session = Session.objects.create(
+        id=session_id,
         workspace=workspace,
         agent=agent_row,
         agent_version=version.version,
@@ -158,13 +172,5 @@ def session_resources_cleanup(*, workspace, session_id: str) -> None:
         from sessions.tasks import session_sandbox_remove
 
         session_sandbox_remove.delay(session_id)
-    _session_files_delete(workspace=workspace, session_id=session_id)
-
-
-def _session_files_delete(*, workspace, session_id: str) -> None:
-    try:
-        from files.services import session_files_delete
-    except ImportError:  # TODO(lead): files.services.session_files_delete not merged yet.
-        logger.warning("files.services.session_files_delete unavailable", extra={"session_id": session_id})
-        return
     session_files_delete(workspace=workspace, session_id=session_id)
+

@@ -1,0 +1,191 @@
+"""File resources (DESIGN flow 5): a client File mounted into a session.
+
+Adding one admits the source (a ready, top-level client upload of the caller's workspace),
+makes an independent, downloadable, session-scoped copy inside the object store (no bytes pass
+through this process), and places the copy read-only in the sandbox at its mount path — at once
+when the sandbox is running, otherwise when it starts. Deleting the source later does not touch
+the copy; deleting the resource removes it from the sandbox and deletes the copy.
+"""
+
+import logging
+import posixpath
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import InvalidRequest, NotFound
+from core.models import Workspace
+from files import storage
+from files.models import File
+from files.selectors import file_get_for_admission
+from files.services import file_copy, file_delete
+from processors.errors import ProcessorError
+from processors.resources import (
+    MAX_FILE_RESOURCES,
+    check_mount_path_available,
+    check_resource_count,
+    resolve_mount_path,
+    tar_stream_for_file,
+)
+from sessions import sandbox
+from sessions.models import Session, SessionResource
+from sessions.selectors import session_get
+
+logger = logging.getLogger(__name__)
+
+PLACE_CHUNK = 1024 * 1024
+
+
+def _admit_source(*, workspace: Workspace, file_id, field: str) -> File:
+    """The admission rules for a resource's source: the workspace's ready, top-level upload."""
+    if not isinstance(file_id, str) or not file_id:
+        raise InvalidRequest(f"{field}.file_id: must be a non-empty string.")
+    file = file_get_for_admission(workspace=workspace, file_id=file_id)
+    if file is None:
+        raise InvalidRequest(f"{field}.file_id: File {file_id} not found.", code="missing")
+    if file.state != File.State.READY:
+        raise InvalidRequest(f"{field}.file_id: File {file_id} is being deleted.", code="deleting")
+    if file.scope_session_id:
+        raise InvalidRequest(
+            f"{field}.file_id: File {file_id} is session-scoped; only top-level uploads can be mounted.",
+            code="session_scoped",
+        )
+    return file
+
+
+def resources_admit(*, workspace: Workspace, params, existing: list[str], field: str = "resources") -> list:
+    """Validate resource params before anything is copied: [(source File, mount path)]."""
+    if not isinstance(params, list):
+        raise InvalidRequest(f"{field}: must be an array.")
+    admitted, paths = [], list(existing)
+    try:
+        check_resource_count(len(existing), adding=len(params))
+    except ProcessorError as exc:
+        raise InvalidRequest(f"{field}: {exc.message}", code=exc.reason)
+    for index, param in enumerate(params):
+        where = f"{field}[{index}]"
+        if not isinstance(param, dict):
+            raise InvalidRequest(f"{where}: must be an object.")
+        if param.get("type") != "file":
+            raise InvalidRequest(f"{where}.type: only file resources are supported.")
+        source = _admit_source(workspace=workspace, file_id=param.get("file_id"), field=where)
+        try:
+            mount_path = resolve_mount_path(source.id, param.get("mount_path"))
+            check_mount_path_available(mount_path, paths)
+        except ProcessorError as exc:
+            raise InvalidRequest(f"{where}.mount_path: {exc.message}", code=exc.reason)
+        paths.append(mount_path)
+        admitted.append((source, mount_path))
+    return admitted
+
+
+def resources_copy(*, session_id: str, admitted: list) -> list[tuple[File, File, str]]:
+    """Copy each admitted source (server-side). On failure the copies made so far are deleted."""
+    copies = []
+    try:
+        for source, mount_path in admitted:
+            copies.append((source, file_copy(source=source, scope_session_id=session_id), mount_path))
+    except BaseException:
+        for _, copy, _ in copies:
+            file_delete(file=copy)
+        raise
+    return copies
+
+
+def resource_rows_create(*, session: Session, copies: list) -> list[SessionResource]:
+    """Inside the caller's transaction (session row locked)."""
+    now = timezone.now()
+    return SessionResource.objects.bulk_create(
+        SessionResource(
+            session=session,
+            source_file_id=source.id,
+            file_id=copy.id,
+            mount_path=mount_path,
+            created_at=now,
+            updated_at=now,
+        )
+        for source, copy, mount_path in copies
+    )
+
+
+def resource_add(*, workspace: Workspace, session_id: str, param) -> SessionResource:
+    """POST /v1/sessions/{id}/resources. The copy is made before the row is committed; if the
+    row cannot be committed the copy is deleted."""
+    session = session_get(workspace=workspace, session_id=session_id)
+    existing = list(SessionResource.objects.filter(session=session).values_list("mount_path", flat=True))
+    admitted = resources_admit(workspace=workspace, params=[param], existing=existing, field="resource")
+    copies = resources_copy(session_id=session.id, admitted=admitted)
+    try:
+        with transaction.atomic():
+            session = session_get(workspace=workspace, session_id=session_id, for_update=True)
+            taken = list(SessionResource.objects.filter(session=session).values_list("mount_path", flat=True))
+            if len(taken) >= MAX_FILE_RESOURCES:
+                raise InvalidRequest(f"resource: a session has at most {MAX_FILE_RESOURCES} file resources.")
+            if copies[0][2] in taken:
+                raise InvalidRequest(f"resource.mount_path: {copies[0][2]} is already used by another resource.")
+            (row,) = resource_rows_create(session=session, copies=copies)
+    except BaseException:
+        for _, copy, _ in copies:
+            file_delete(file=copy)
+        raise
+    if session.sandbox_state == Session.SandboxState.RUNNING:
+        resources_place(session=session)
+        row.refresh_from_db()
+    return row
+
+
+def resource_get(*, workspace: Workspace, session_id: str, resource_id: str) -> SessionResource:
+    session = session_get(workspace=workspace, session_id=session_id)
+    row = SessionResource.objects.filter(session=session, id=resource_id).first()
+    if row is None:
+        raise NotFound(f"Resource {resource_id!r} not found.")
+    return row
+
+
+def resource_delete(*, workspace: Workspace, session_id: str, resource_id: str) -> None:
+    """Remove the resource from the sandbox, then its row, then the copy (through the Files
+    delete path). The source File is untouched."""
+    row = resource_get(workspace=workspace, session_id=session_id, resource_id=resource_id)
+    session = row.session
+    if row.placed_ref and session.sandbox_state == Session.SandboxState.RUNNING:
+        sandbox.remove_path(session_id=session.id, path=row.mount_path)
+    with transaction.atomic():
+        deleted, _ = SessionResource.objects.filter(pk=row.pk).delete()
+    if not deleted:
+        raise NotFound(f"Resource {resource_id!r} not found.")
+    copy = File.objects.filter(pk=row.file_id, state=File.State.READY).first()
+    if copy is not None:
+        try:
+            file_delete(file=copy)
+        except NotFound:
+            pass
+
+
+def resources_place(*, session: Session) -> int:
+    """Write every resource not yet in the session's current sandbox into it, streamed from the
+    store with bounded memory, read-only. Called when a sandbox starts and when a resource is
+    added to a running one. Returns how many were placed."""
+    ref = session.sandbox_ref
+    placed = 0
+    for row in SessionResource.objects.filter(session=session).exclude(placed_ref=ref).order_by("id"):
+        copy = File.objects.filter(pk=row.file_id, state=File.State.READY).first()
+        if copy is None:
+            continue
+        parent = posixpath.dirname(row.mount_path)
+        body = storage.open_object(key=copy.object_key)
+        chunks = storage.iter_object(body, chunk_size=PLACE_CHUNK)
+        # Read-only: mode 0444, owned by a user that is not the sandbox's (root without
+        # CAP_DAC_OVERRIDE / CAP_FOWNER can neither write it nor chmod it back).
+        stream = tar_stream_for_file(
+            row.mount_path,
+            copy.size_bytes,
+            chunks,
+            root=parent,
+            include_parents=False,
+            uid=sandbox.RESOURCE_OWNER_UID,
+            gid=sandbox.RESOURCE_OWNER_UID,
+        )
+        sandbox.put_archive(session_id=session.id, directory=parent, chunks=stream)
+        SessionResource.objects.filter(pk=row.pk).update(placed_ref=ref, updated_at=timezone.now())
+        placed += 1
+    return placed
