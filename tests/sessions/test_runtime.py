@@ -190,6 +190,7 @@ def test_interrupt_stops_a_long_command_within_two_seconds(sdk, model, celery_wo
         sdk.beta.sessions.events.send(session.id, events=[{"type": "user.interrupt"}])
         rest = _collect_until_idle(stream, timeout=10)
         elapsed = time.monotonic() - started
+    print(f"\ninterrupt during a command -> idle on the stream: {elapsed:.3f}s")
     assert elapsed < 2.0, elapsed
     assert rest[-1].stop_reason.type == "end_turn"
     result = next(e for e in rest if e.type == "agent.tool_result")
@@ -366,7 +367,9 @@ def test_interrupt_during_a_slow_model_call(sdk, model, celery_worker, env_cloud
         started = time.monotonic()
         sdk.beta.sessions.events.send(session.id, events=[{"type": "user.interrupt"}])
         rest = _collect_until_idle(stream, timeout=10)
-    assert time.monotonic() - started < 2.0
+    elapsed = time.monotonic() - started
+    print(f"\ninterrupt during a model call -> idle on the stream: {elapsed:.3f}s")
+    assert elapsed < 2.0
     assert [e.type for e in rest if e.type.startswith("agent.")] == []
     assert rest[-1].stop_reason.type == "end_turn"
 
