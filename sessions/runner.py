@@ -31,7 +31,9 @@ from django.utils import timezone
 
 from sessions import model_client, notify, sandbox, tools
 from sessions.models import Session, SessionEvent
+from sessions.outcomes import feedback_blocks, outcome_evaluate
 from sessions.services.events import RUNNER_INPUT_TYPES, events_append_locked, session_event_append
+from sessions.services.resources import resources_place
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ _CONVERSATION_TYPES = (
     "user.custom_tool_result",
     "user.tool_result",
     "user.tool_confirmation",
+    "span.outcome_evaluation_end",
 )
 
 
@@ -291,6 +294,10 @@ class _Runner:
                     self.go_idle({"type": "refusal"})
                     return
                 if not tool_uses:
+                    # Under an active outcome the grader judges the work; the agent revises
+                    # while it needs revision (its verdict joins the conversation).
+                    if outcome_evaluate(session=session, call=self._interruptible):
+                        continue
                     self.go_idle({"type": "end_turn"})
                     return
                 model_calls += 1
@@ -542,6 +549,10 @@ class _Runner:
         if session.sandbox_ref != ref or session.sandbox_state != Session.SandboxState.RUNNING:
             session.sandbox_ref, session.sandbox_state = ref, Session.SandboxState.RUNNING
             Session.objects.filter(id=session.id).update(sandbox_ref=ref, sandbox_state=Session.SandboxState.RUNNING)
+        try:
+            resources_place(session=session)  # file resources not yet in this sandbox
+        except Exception as exc:
+            raise sandbox.SandboxError(f"file resources could not be placed: {exc}") from exc
 
     def _run_tool(self, session: Session, event: SessionEvent) -> None:
         name = event.payload["name"]
@@ -742,11 +753,12 @@ def build_messages(events: list[SessionEvent]) -> list[dict]:
 
     for event in events:
         kind = event.type
-        if kind in ("user.message", "system.message", "user.define_outcome"):
+        if kind in ("user.message", "system.message", "user.define_outcome", "span.outcome_evaluation_end"):
+            blocks = feedback_blocks(event) if kind == "span.outcome_evaluation_end" else _user_blocks(event)
             if open_ids:
-                deferred.extend(_user_blocks(event))
+                deferred.extend(blocks)
             else:
-                add("user", _user_blocks(event))
+                add("user", blocks)
         elif kind == "agent.message":
             close_open()
             add(
