@@ -185,6 +185,7 @@ CELERY_BEAT_SCHEDULE = {
     "files-reconcile": {"task": "files.reconcile", "schedule": timedelta(minutes=5)},
     "files-expire": {"task": "files.expire", "schedule": timedelta(minutes=1)},
     "sessions-recover": {"task": "sessions.recover_stuck", "schedule": timedelta(minutes=1)},
+    "sessions-orphan-files": {"task": "sessions.orphan_files_sweep", "schedule": timedelta(minutes=10)},
 }
 
 # --- Logging: one JSON object per line ------------------------------------------------------

@@ -82,6 +82,12 @@ class File(models.Model):
                 condition=Q(output_path__isnull=True) | Q(origin="session_output"),
                 name="files_file_output_path_only_for_outputs",
             ),
+            # A session output path never shows two Files (publication swaps them in one commit).
+            models.UniqueConstraint(
+                fields=["scope_session_id", "output_path"],
+                condition=Q(state="ready", origin="session_output"),
+                name="files_one_visible_output_per_path",
+            ),
         ]
         indexes = [
             # The hot list query: newest first, keyset on (created_at, id), visible rows only.

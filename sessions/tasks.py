@@ -67,3 +67,11 @@ def session_sandbox_remove(session_id: str) -> None:
 
     sandbox.remove(session_id=session_id)
     Session.objects.filter(id=session_id).update(sandbox_state=Session.SandboxState.REMOVED)
+
+
+@shared_task(name="sessions.orphan_files_sweep", acks_late=True)
+def session_orphan_files_sweep() -> int:
+    """Session-scoped Files left without a live session are deleted (every 10 minutes)."""
+    from sessions.services.sessions import session_orphan_files_delete
+
+    return session_orphan_files_delete(older_than_seconds=settings.MANGO_RECONCILE_GRACE_SECONDS)

@@ -1,10 +1,12 @@
 import logging
+from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
 from core.errors import InvalidRequest
 from core.ids import new_id
+from core.models import Workspace
 from files.services import session_files_delete
 from sessions import notify
 from sessions.models import Session
@@ -174,3 +176,25 @@ def session_resources_cleanup(*, workspace, session_id: str) -> None:
         session_sandbox_remove.delay(session_id)
     session_files_delete(workspace=workspace, session_id=session_id)
 
+
+def session_orphan_files_delete(*, older_than_seconds: float) -> int:
+    """Delete session-scoped Files whose session does not exist (a crash between copying a
+    resource and committing the session) or was deleted (a cleanup that failed). Only Files
+    older than `older_than_seconds`, so a session being created right now is never touched.
+    Returns how many sessions' Files were cleaned up."""
+    from files.models import File
+
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    live = Session.objects.filter(deleted_at__isnull=True).values("id")
+    orphans = (
+        File.objects.filter(scope_session_id__isnull=False, state=File.State.READY, created_at__lt=cutoff)
+        .exclude(scope_session_id__in=live)
+        .values_list("workspace_id", "scope_session_id")
+        .distinct()
+    )
+    count = 0
+    for workspace_id, session_id in list(orphans[:500]):
+        logger.warning("deleting orphaned session files", extra={"session_id": session_id})
+        session_files_delete(workspace=Workspace.objects.get(pk=workspace_id), session_id=session_id)
+        count += 1
+    return count

@@ -362,3 +362,22 @@ def test_rubric_file_of_any_media_type_is_accepted_if_utf8_and_not_made_download
     assert event.private["rubric_text"] == "Critère: précis"
     assert event.payload["rubric"] == {"type": "file", "file_id": rubric.id}
     assert File.objects.get(pk=rubric.id).downloadable is False
+
+
+def test_file_documents_in_tool_results_are_unsupported(sdk, new_session):
+    notes = upload(sdk, "n.txt", b"notes")
+    session = new_session()
+    before = state_counts()
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        sdk.beta.sessions.events.send(
+            session.id,
+            events=[
+                {
+                    "type": "user.custom_tool_result",
+                    "custom_tool_use_id": "sevt_01m8zzzzzzzzzzzzzzzzzzzzzz",
+                    "content": [doc(notes.id)],
+                }
+            ],
+        )
+    assert "unsupported" in raised.value.message.lower()
+    assert state_counts() == before

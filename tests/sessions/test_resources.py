@@ -177,3 +177,24 @@ def test_placed_when_the_sandbox_starts_and_readable_by_the_agent(sdk, agent_env
     assert storage.read_bounded(key=File.objects.get(pk=session.resources[0].file_id).object_key, max_bytes=100) == (
         b"mounted content"
     )
+
+
+def test_orphaned_session_files_are_swept(sdk, agent_env, api_key, settings):
+    """A crash between copying a resource and committing its session leaves a scoped copy with
+    no session: the sweep deletes it (and never touches a live session's Files)."""
+    from files.services import file_copy
+    from sessions.services.sessions import session_orphan_files_delete
+
+    agent, environment = agent_env
+    source = upload(sdk, "s.txt", b"s", "text/plain")
+    live = sdk.beta.sessions.create(
+        agent=agent.id, environment_id=environment.id, resources=[{"type": "file", "file_id": source.id}]
+    )
+    orphan = file_copy(source=File.objects.get(pk=source.id), scope_session_id="sesn_never_committed")
+
+    assert session_orphan_files_delete(older_than_seconds=3600) == 0
+    assert session_orphan_files_delete(older_than_seconds=0) == 1
+
+    assert not File.objects.filter(pk=orphan.id).exists()
+    assert not storage.head_object(key=orphan.object_key)
+    assert File.objects.filter(pk=live.resources[0].file_id, state="ready").exists()
