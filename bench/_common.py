@@ -90,6 +90,9 @@ class Server:
                 str(threads),
                 "--timeout",
                 "0",
+                # gunicorn 27 otherwise shares one control socket (~/.gunicorn/gunicorn.ctl)
+                # among all its instances on the machine.
+                "--no-control-socket",
             ],
             cwd=ROOT,
             env={**os.environ, "DATABASE_CONN_MAX_AGE": "60"},

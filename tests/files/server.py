@@ -62,6 +62,9 @@ class GunicornServer:
                 "8",
                 "--timeout",
                 "0",
+                # gunicorn 27 otherwise shares one control socket (~/.gunicorn/gunicorn.ctl)
+                # among all its instances on the machine.
+                "--no-control-socket",
             ],
             cwd=ROOT,
             env=self.env,
