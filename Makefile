@@ -12,3 +12,9 @@ lint:
 
 sandbox-image:
 	@bash sandbox/build.sh $${MANGO_SANDBOX_IMAGE:-mango-sandbox:latest}
+
+bench:  ## benchmarks (need the services `make test` starts); each prints ratios measured side by side
+	@.venv/bin/python bench/files_throughput.py
+	@.venv/bin/python bench/files_list.py
+	@.venv/bin/python bench/outputs_publish.py
+	@.venv/bin/python bench/sessions_sse.py

@@ -34,7 +34,7 @@ ensure_database
 "$PY" manage.py reconcile_files
 
 setsid "$VENV/bin/gunicorn" config.wsgi:application --bind "127.0.0.1:$PORT" \
-  --worker-class gthread --workers 2 --threads 64 --timeout 0 --access-logfile - &
+  --worker-class gthread --workers 2 --threads 64 --timeout 0 --no-control-socket --access-logfile - &
 pids+=($!)
 setsid "$VENV/bin/celery" -A config worker --loglevel INFO --concurrency 2 &
 pids+=($!)

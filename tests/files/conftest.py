@@ -74,11 +74,3 @@ def open_intents():
 
     return _open
 
-
-@pytest.fixture(autouse=True, scope="session")
-def _close_live_server_connections():
-    """The live server answers each request in a new thread; with a persistent CONN_MAX_AGE
-    those threads' connections outlive them and block dropping the test database."""
-    from django.db import connections
-
-    connections.settings["default"]["CONN_MAX_AGE"] = 0
