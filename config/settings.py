@@ -181,6 +181,10 @@ CELERY_TASK_SOFT_TIME_LIMIT = env.int("MANGO_TASK_SOFT_TIME_LIMIT", default=1800
 CELERY_TASK_TIME_LIMIT = env.int("MANGO_TASK_TIME_LIMIT", default=1900)
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Session tasks (sessions.*) go to this queue; the router reads the setting at send time, so a
+# test run can use a queue of its own on a shared Redis.
+MANGO_SESSIONS_QUEUE = env.str("MANGO_SESSIONS_QUEUE", default="celery")
+CELERY_TASK_ROUTES = ("sessions.tasks.route_task",)
 CELERY_BEAT_SCHEDULE = {
     "files-reconcile": {"task": "files.reconcile", "schedule": timedelta(minutes=5)},
     "files-expire": {"task": "files.expire", "schedule": timedelta(minutes=1)},
