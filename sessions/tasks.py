@@ -14,6 +14,14 @@ from sessions.services.events import RUNNER_INPUT_TYPES
 
 logger = logging.getLogger(__name__)
 
+
+def route_task(name, args, kwargs, options, task=None, **kw):
+    """CELERY_TASK_ROUTES: sessions.* tasks go to settings.MANGO_SESSIONS_QUEUE (read per send)."""
+    if name.startswith("sessions."):
+        return {"queue": settings.MANGO_SESSIONS_QUEUE}
+    return None
+
+
 # Time-limited generously: a turn may run many tools. On the soft limit the runner hands the
 # session to a fresh task, which resumes the turn.
 TURN_SOFT_TIME_LIMIT = 6 * 3600

@@ -5,8 +5,10 @@
     worker.stop()                              # graceful
 
 It connects to the pytest test database (DATABASE_URL built from the live connection settings)
-and to the tests' dedicated Redis database (REDIS_URL from settings, /14 under pytest), so a
-developer's worker never steals test tasks. Logs go to var/log/test-worker-<n>.log.
+and to the tests' dedicated Redis database (REDIS_URL from settings, /14 under pytest), and
+consumes only this run's sessions queue (tests/sessions/conftest.py sets MANGO_SESSIONS_QUEUE to
+one per pytest process), so neither a developer's worker nor a concurrent test run steals tasks.
+Logs go to var/log/test-worker-<n>.log.
 """
 
 import itertools
@@ -35,7 +37,7 @@ def test_database_url() -> str:
 
 
 class CeleryWorker:
-    def __init__(self, *, env: dict[str, str] | None = None, concurrency: int = 4):
+    def __init__(self, *, env: dict[str, str] | None = None, concurrency: int = 4, queues: str | None = None):
         self.number = next(_counter)
         self.log_path = ROOT / "var" / "log" / f"test-worker-{os.getpid()}-{self.number}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -48,6 +50,9 @@ class CeleryWorker:
             **(env or {}),
         }
         self.concurrency = concurrency
+        # Consume only this run's queue (settings.MANGO_SESSIONS_QUEUE unless told otherwise).
+        self.queues = queues or settings.MANGO_SESSIONS_QUEUE
+        self.env.setdefault("MANGO_SESSIONS_QUEUE", settings.MANGO_SESSIONS_QUEUE)
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 30.0) -> "CeleryWorker":
@@ -56,7 +61,7 @@ class CeleryWorker:
         self.process = subprocess.Popen(
             [
                 str(celery), "-A", "config", "worker", "--pool", "prefork", "--concurrency", str(self.concurrency),
-                "--loglevel", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                "--loglevel", "INFO", "-Q", self.queues, "--without-gossip", "--without-mingle", "--without-heartbeat",
                 "-n", f"test-{os.getpid()}-{self.number}@%h",
             ],
             cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,

@@ -1,10 +1,12 @@
 """Fixtures for the sessions runtime: the scripted model upstream, a real Celery worker wired to
 it and to the test database, and Docker cleanup per test."""
 
+import os
 import time
 
 import docker
 import pytest
+import redis
 from django.conf import settings
 
 from tests.scripted_model import ScriptedModel
@@ -12,6 +14,9 @@ from tests.worker import CeleryWorker
 
 # Short enough that the recovery test does not wait long; heartbeats renew every quarter of it.
 TEST_LEASE_SECONDS = 4
+
+# Session tasks of this pytest process go to a queue of its own: concurrent runs share Redis /14.
+settings.MANGO_SESSIONS_QUEUE = f"mango-test-{os.getpid()}"
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +73,7 @@ def celery_worker(django_db_setup, django_db_blocker, scripted_model):
         handle = WorkerHandle(worker_env(scripted_model))
     yield handle
     handle.stop()
+    redis.Redis.from_url(settings.REDIS_URL).delete(settings.MANGO_SESSIONS_QUEUE)  # leftovers
 
 
 @pytest.fixture
