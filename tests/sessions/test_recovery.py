@@ -10,7 +10,7 @@ from sessions.tasks import session_recover_stuck
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def test_worker_killed_mid_turn_is_recovered(sdk, model, celery_worker):

@@ -9,7 +9,7 @@ from sessions.models import Session
 from tests.scripted_model import error, text, tool_use
 from tests.sessions.conftest import wait_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(120)]
 
 MODEL = "claude-sonnet-4-5"
 

@@ -13,7 +13,7 @@ import requests
 
 from tests.scripted_model import text
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(180)]
 
 STREAMS = 50
 
