@@ -278,7 +278,7 @@ class _Runner:
         definitions, specs = tools.session_tools(session.agent_snapshot)
         self_hosted = session.environment_config.get("type") == "self_hosted"
         try:
-            if work.resume:
+            if work.resume and not self_hosted:
                 self._answer_dangling_tool_uses("The worker running this tool stopped before it finished.")
             self._execute_confirmed_tools(session, specs)
             model_calls = 0
@@ -614,14 +614,23 @@ class _Runner:
         return answered
 
     def _answer_dangling_tool_uses(self, message: str) -> None:
-        """On resume, built-in tool uses that never got a result are answered with an error."""
+        """On resume, built-in tool uses of the interrupted turn (after the last idle) that the
+        dead worker was executing, and that never got a result, are answered with an error."""
+        last_idle = (
+            SessionEvent.objects.filter(session_id=self.session_id, type="session.status_idle")
+            .order_by("-seq")
+            .values_list("seq", flat=True)
+            .first()
+        ) or 0
         answered = self._answered_tool_use_ids()
         confirmed = set(
             SessionEvent.objects.filter(session_id=self.session_id, type="user.tool_confirmation").values_list(
                 "payload__tool_use_id", flat=True
             )
         )
-        for tool_use in SessionEvent.objects.filter(session_id=self.session_id, type="agent.tool_use").order_by("seq"):
+        for tool_use in SessionEvent.objects.filter(
+            session_id=self.session_id, type="agent.tool_use", seq__gt=last_idle
+        ).order_by("seq"):
             if tool_use.id in answered or tool_use.id in confirmed:
                 continue
             if tool_use.payload.get("evaluated_permission") != "allow":
