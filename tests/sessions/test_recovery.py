@@ -50,3 +50,34 @@ def test_worker_killed_mid_turn_is_recovered(sdk, model, celery_worker):
     resumed_request = model.requests[-1]["body"]["messages"]
     assert resumed_request[-1]["content"][0]["type"] == "tool_result"
     assert Session.objects.get(id=session.id).runner_token is None
+
+
+def test_lost_wake_up_is_recovered(sdk, model, celery_worker):
+    """Client input committed but its task lost (say, Redis flushed): recover_stuck runs it."""
+    from django.db import transaction
+
+    from sessions.services.events import events_append_locked
+
+    agent = sdk.beta.agents.create(name="r", model="claude-sonnet-4-5")
+    env = sdk.beta.environments.create(name="e")
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    model.script([text("picked up")])
+    with transaction.atomic():  # appended without enqueuing a run, as if the task vanished
+        row = Session.objects.select_for_update().get(id=session.id)
+        events_append_locked(
+            session=row,
+            items=[
+                {"type": "user.message", "payload": {"content": [{"type": "text", "text": "hi"}]}, "processed_at": None}
+            ],
+        )
+    time.sleep(0.5)
+    assert model.requests == []
+    assert session_recover_stuck(stale_seconds=0) == [session.id]
+
+    def idle():
+        events = list(sdk.beta.sessions.events.list(session.id))
+        return events if events[-1].type == "session.status_idle" else None
+
+    events = wait_for(idle, 20)
+    assert events[-2].content[0].text == "picked up"
+    assert session_recover_stuck(stale_seconds=0) == []
