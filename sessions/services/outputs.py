@@ -118,7 +118,7 @@ def outputs_publish(*, session: Session) -> PublishReport:
         )
     }
     report = PublishReport()
-    tree: dict[str, str | None] = {}  # relative path → sha256 (None: staged, known after upload)
+    keep: set[str] = set()  # relative paths that stay or become visible: the tree as published
     staged: set[str] = set()
     refetch: list[str] = []
     hard_link_targets: set[str] = set()
@@ -129,7 +129,7 @@ def outputs_publish(*, session: Session) -> PublishReport:
         def stage(path: str, member: tarfile.TarInfo, chunks: Iterable[bytes]) -> None:
             stager.stage(path, chunks=chunks, mime_type=_mime_type(path), size=member.size)
             staged.add(path)
-            tree[path] = None
+            keep.add(path)
             report.uploads += 1
 
         chunks, _ = sandbox.get_archive(session_id=session.id)
@@ -144,15 +144,14 @@ def outputs_publish(*, session: Session) -> PublishReport:
                         hard_link_targets.add(target)
                     continue
                 path = value
-                if len(tree) + len(refetch) >= MAX_OUTPUT_FILES:
+                if len(keep) + len(refetch) >= MAX_OUTPUT_FILES:
                     over_limit.append(path)
                     continue
                 existing = current.get(path)
                 if existing is not None and existing.size_bytes == member.size:
                     # Same size: hash without uploading; only new bytes are worth an upload.
-                    sha256 = _sha256(_member_chunks(archive, member))
-                    if sha256 == existing.sha256:
-                        tree[path] = sha256
+                    if _sha256(_member_chunks(archive, member)) == existing.sha256:
+                        keep.add(path)
                     else:
                         refetch.append(path)
                     continue
@@ -169,14 +168,14 @@ def outputs_publish(*, session: Session) -> PublishReport:
                 stage(path, member, _member_chunks(archive, member))
 
         # The first name of a hard-linked file arrives as a regular member; its partner names it.
-        for path in sorted(hard_link_targets & set(tree)):
+        for path in sorted(hard_link_targets & keep):
             report.invalid.append(f"{OUTPUTS_DIR}/{path}: hard links are not published")
-            tree.pop(path)
+            keep.discard(path)
             if path in staged:
                 staged.discard(path)
                 stager.discard(path)
         if over_limit:
-            reason = check_output_count(len(tree) + len(over_limit))
+            reason = check_output_count(len(keep) + len(over_limit))
             report.invalid.extend(f"{OUTPUTS_DIR}/{path}: {reason}" for path in over_limit)
 
         objects = stager.results()
@@ -184,12 +183,12 @@ def outputs_publish(*, session: Session) -> PublishReport:
             workspace=workspace,
             session_id=session.id,
             staged={path: (objects[path], _mime_type(path)) for path in staged},
-            keep=set(tree),
+            keep=keep,
         )
     report.added = result.added
     report.replaced = result.replaced
     report.removed = result.removed
-    report.unchanged = sorted(set(tree) - staged)
+    report.unchanged = sorted(keep - staged)
     logger.info(
         "outputs published: %d added, %d replaced, %d unchanged, %d removed, %d invalid, %d uploads",
         len(report.added),
