@@ -129,7 +129,11 @@ def resource_add(*, workspace: Workspace, session_id: str, param) -> SessionReso
             file_delete(file=copy)
         raise
     if session.sandbox_state == Session.SandboxState.RUNNING:
-        resources_place(session=session)
+        try:
+            resources_place(session=session)
+        except Exception:
+            # The row is committed; the runner places it before the next tool call.
+            logger.warning("resource placement deferred", extra={"session_id": session.id}, exc_info=True)
         row.refresh_from_db()
     return row
 
