@@ -2,6 +2,8 @@
 ANTHROPIC_BASE_URL with ANTHROPIC_API_KEY. Errors come back as ModelError with the session error
 type they map to and whether retrying can help."""
 
+from collections.abc import Callable
+
 import anthropic
 from django.conf import settings
 
@@ -45,8 +47,11 @@ def messages_create(
     tools: list[dict],
     max_tokens: int,
     tool_choice: dict | None = None,
+    on_stream_event: Callable[[dict], None] | None = None,
 ) -> dict:
-    """One non-streaming Messages API call. Returns the message as a plain dict."""
+    """One Messages API call. Returns the message as a plain dict. With `on_stream_event` the call
+    streams and reports {"type": "block_start", "index", "block_type"} and
+    {"type": "text_delta", "index", "text"} as they arrive (raising from it aborts the call)."""
     params: dict = {"model": model, "max_tokens": max_tokens, "messages": messages}
     if system:
         params["system"] = system
@@ -55,7 +60,18 @@ def messages_create(
     if tool_choice:
         params["tool_choice"] = tool_choice
     try:
-        message = _client().messages.create(**params)
+        if on_stream_event is None:
+            message = _client().messages.create(**params)
+        else:
+            with _client().messages.stream(**params) as stream:
+                for event in stream:
+                    if event.type == "content_block_start":
+                        on_stream_event(
+                            {"type": "block_start", "index": event.index, "block_type": event.content_block.type}
+                        )
+                    elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+                        on_stream_event({"type": "text_delta", "index": event.index, "text": event.delta.text})
+                message = stream.get_final_message()
     except anthropic.APIStatusError as exc:
         raise _map_status_error(exc) from exc
     except anthropic.APITimeoutError as exc:

@@ -2,6 +2,7 @@
 interrupt flag a running turn polls. Both are hints; PostgreSQL stays the source of truth (streams
 also poll the database, the runner confirms interrupts against the event log)."""
 
+import json
 import logging
 import threading
 
@@ -26,6 +27,10 @@ def events_channel(session_id: str) -> str:
     return f"mango:session-events:{session_id}"
 
 
+def deltas_channel(session_id: str) -> str:
+    return f"mango:session-deltas:{session_id}"
+
+
 def interrupt_key(session_id: str) -> str:
     return f"mango:session-interrupt:{session_id}"
 
@@ -35,6 +40,14 @@ def publish_events(session_id: str, last_seq: int) -> None:
         client().publish(events_channel(session_id), str(last_seq))
     except redis.RedisError:
         logger.warning("could not publish session events", extra={"session_id": session_id})
+
+
+def publish_delta(session_id: str, payload: dict) -> None:
+    """An ephemeral preview (event_start / event_delta) for streams that opted into deltas."""
+    try:
+        client().publish(deltas_channel(session_id), json.dumps(payload, separators=(",", ":")))
+    except redis.RedisError:
+        logger.debug("could not publish a delta", extra={"session_id": session_id})
 
 
 def set_interrupt(session_id: str) -> None:
@@ -58,9 +71,11 @@ def interrupt_flagged(session_id: str) -> bool:
         return False
 
 
-def subscribe(session_id: str):
-    """A dedicated pub/sub connection for one SSE stream; the caller closes it."""
+def subscribe(session_id: str, *, deltas: bool = False):
+    """A dedicated pub/sub connection for one SSE stream (events wake-ups, and delta previews
+    when asked); the caller closes it."""
     conn = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=None)
     pubsub = conn.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(events_channel(session_id))
+    channels = [events_channel(session_id)] + ([deltas_channel(session_id)] if deltas else [])
+    pubsub.subscribe(*channels)
     return conn, pubsub

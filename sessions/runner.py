@@ -29,6 +29,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.ids import new_id
 from sessions import model_client, notify, sandbox, tools
 from sessions.models import Session, SessionEvent
 from sessions.outcomes import feedback_blocks, outcome_evaluate
@@ -359,16 +360,20 @@ class _Runner:
         for attempt in range(attempts):
             messages = build_messages(self._conversation_events())
             start = session_event_append(session_id=self.session_id, type="span.model_request_start")
+            previews = _PreviewPublisher(self.session_id)
             try:
                 response = self._interruptible(
-                    lambda messages=messages: model_client.messages_create(
+                    lambda messages=messages, previews=previews: model_client.messages_create(
                         model=snapshot["model"]["id"],
                         system=snapshot.get("system"),
                         messages=messages,
                         tools=definitions,
                         max_tokens=settings.MANGO_MODEL_MAX_TOKENS,
-                    )
+                        on_stream_event=previews.handle,
+                    ),
+                    on_abandon=previews.cancel,
                 )
+                self._preview_ids = list(previews.message_ids)
             except model_client.ModelError as exc:
                 self._span_end(start.id, None)
                 retrying = exc.retryable and attempt + 1 < attempts
@@ -385,7 +390,7 @@ class _Runner:
             return response
         return None
 
-    def _interruptible(self, call):
+    def _interruptible(self, call, on_abandon=None):
         """Run a blocking upstream call in a helper thread so an interrupt need not wait for it."""
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         try:
@@ -394,7 +399,12 @@ class _Runner:
                 try:
                     return future.result(timeout=0.1)
                 except concurrent.futures.TimeoutError:
-                    self.check_stop()
+                    try:
+                        self.check_stop()
+                    except _Stop:
+                        if on_abandon is not None:
+                            on_abandon()
+                        raise
         finally:
             executor.shutdown(wait=False)
 
@@ -460,10 +470,14 @@ class _Runner:
         """Model content → agent events, in order. Returns (tool-use event, mode) with mode
         "run" (execute here), "client" (hand to the client) or "done" (answered already)."""
         items, modes, text = [], [], []
+        preview_ids = list(getattr(self, "_preview_ids", []))
+        self._preview_ids = []
 
         def flush_text():
             if text:
-                items.append({"type": "agent.message", "payload": {"content": list(text)}})
+                # The id the streamed preview (event_start / event_delta) announced, if any.
+                event_id = preview_ids.pop(0) if preview_ids else None
+                items.append({"id": event_id, "type": "agent.message", "payload": {"content": list(text)}})
                 modes.append(None)
                 text.clear()
 
@@ -682,6 +696,62 @@ class _Runner:
                 self.go_idle({"type": "retries_exhausted"})
         except Exception:
             logger.exception("could not record a failed turn", extra={"session_id": self.session_id})
+
+
+# --- streamed previews -----------------------------------------------------------------------
+
+
+class _AbortStream(Exception):
+    """Raised inside the upstream stream to stop it once the turn no longer wants it."""
+
+
+class _PreviewPublisher:
+    """Turns the upstream's streamed text into event_start / event_delta previews of the
+    agent.message events the runner will append (ids allocated here, in order; contiguous text
+    blocks form one agent.message, as in _append_response). Previews are ephemeral: published
+    on Redis to streams that opted in with event_deltas[], never stored."""
+
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+        self.message_ids: list[str] = []
+        self._blocks: dict[int, tuple[str, int]] = {}
+        self._run: list | None = None  # [event id, content index] while text blocks are contiguous
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def handle(self, event: dict) -> None:
+        if self._cancelled:
+            raise _AbortStream()
+        if event["type"] == "block_start":
+            if event["block_type"] != "text":
+                self._run = None
+                return
+            if self._run is None:
+                event_id = new_id("sevt")
+                self.message_ids.append(event_id)
+                self._run = [event_id, 0]
+                notify.publish_delta(
+                    self.session_id, {"type": "event_start", "event": {"type": "agent.message", "id": event_id}}
+                )
+            else:
+                self._run[1] += 1
+            self._blocks[event["index"]] = (self._run[0], self._run[1])
+        elif event["type"] == "text_delta" and event["index"] in self._blocks:
+            event_id, content_index = self._blocks[event["index"]]
+            notify.publish_delta(
+                self.session_id,
+                {
+                    "type": "event_delta",
+                    "event_id": event_id,
+                    "delta": {
+                        "type": "content_delta",
+                        "content": {"type": "text", "text": event["text"]},
+                        "index": content_index,
+                    },
+                },
+            )
 
 
 # --- conversation ----------------------------------------------------------------------------

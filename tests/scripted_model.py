@@ -159,7 +159,18 @@ class ScriptedModel:
                                 "content_block": {"type": "text", "text": ""},
                             },
                         )
-                        delta = {"type": "text_delta", "text": block["text"]}
+                        words = block["text"].split(" ")
+                        pieces = [word + " " for word in words[:-1]] + [words[-1]]
+                        for piece in pieces[:-1]:  # several deltas, as a real stream sends
+                            send(
+                                "content_block_delta",
+                                {
+                                    "type": "content_block_delta",
+                                    "index": index,
+                                    "delta": {"type": "text_delta", "text": piece},
+                                },
+                            )
+                        delta = {"type": "text_delta", "text": pieces[-1]}
                     else:
                         send(
                             "content_block_start",

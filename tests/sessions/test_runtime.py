@@ -6,7 +6,7 @@ import time
 import pytest
 
 from sessions.models import Session
-from tests.scripted_model import error, text, tool_use
+from tests.scripted_model import error, message, text, tool_use
 from tests.sessions.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -410,3 +410,25 @@ def test_delete_during_a_running_command(sdk, model, celery_worker, env_cloud, a
     assert last.type == "session.deleted"
     assert _containers(docker_client, session.id) == []
     assert len(model.requests) == 1
+
+
+def test_event_deltas_preview_agent_messages(sdk, model, celery_worker, env_cloud, agent_bash):
+    model.script([message([{"type": "text", "text": "Hello there"}, {"type": "text", "text": "world"}])])
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    with sdk.beta.sessions.events.stream(session.id, event_deltas=["agent.message"]) as stream:
+        sdk.beta.sessions.events.send(session.id, events=[_user("hi")])
+        seen = _collect_until_idle(stream)
+    types = [e.type for e in seen]
+    start = next(e for e in seen if e.type == "event_start")
+    deltas = [e for e in seen if e.type == "event_delta"]
+    final = next(e for e in seen if e.type == "agent.message")
+    assert start.event.type == "agent.message" and start.event.id == final.id
+    assert types.index("event_start") < types.index("event_delta") < types.index("agent.message")
+    assert all(d.event_id == final.id for d in deltas)
+    rebuilt: dict[int, str] = {}
+    for d in deltas:
+        rebuilt[d.delta.index] = rebuilt.get(d.delta.index, "") + d.delta.content.text
+    assert [rebuilt[i] for i in sorted(rebuilt)] == [b.text for b in final.content] == ["Hello there", "world"]
+    # Previews are never stored; a stream without event_deltas never sees them.
+    assert not [e for e in _events(sdk, session.id) if e.type.startswith("event_")]
+    assert model.requests[0]["body"]["stream"] is True
