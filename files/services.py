@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 # (PARTS_IN_FLIGHT + 1) * PART_SIZE plus one read buffer.
 PART_SIZE = 8 * 1024 * 1024
 PARTS_IN_FLIGHT = 2
+# Workers (session outputs) are not web processes serving many uploads at once: more in flight.
+WORKER_PARTS_IN_FLIGHT = 4
 # A live upload refreshes its intent this often, so reconciliation's grace window is measured
 # from the last sign of life, not from the start of a long upload.
 HEARTBEAT_SECONDS = 30
@@ -109,8 +111,9 @@ class _PartUploader:
     """Streams bytes into one object: a single PUT if everything fits in one part, else a
     multipart upload with a few parts in flight."""
 
-    def __init__(self, *, intent_id: int, key: str, content_type: str):
+    def __init__(self, *, intent_id: int, key: str, content_type: str, parts_in_flight: int = PARTS_IN_FLIGHT):
         self.intent_id = intent_id
+        self.parts_in_flight = parts_in_flight
         self.key = key
         self.content_type = content_type
         self.upload_id: str | None = None
@@ -125,7 +128,7 @@ class _PartUploader:
         self.upload_id = storage.multipart_start(key=self.key, content_type=self.content_type, s3=self.s3)
         _intent_heartbeat(self.intent_id, upload_id=self.upload_id)
         self._last_heartbeat = time.monotonic()
-        self._pool = ThreadPoolExecutor(max_workers=PARTS_IN_FLIGHT, thread_name_prefix="file-part")
+        self._pool = ThreadPoolExecutor(max_workers=self.parts_in_flight, thread_name_prefix="file-part")
 
     def _collect(self, done) -> None:
         for future in done:
@@ -142,7 +145,7 @@ class _PartUploader:
     def add_part(self, body: bytes | bytearray) -> None:
         if self.upload_id is None:
             self._start()
-        while len(self._pending) >= PARTS_IN_FLIGHT:
+        while len(self._pending) >= self.parts_in_flight:
             done, _ = wait(self._pending, return_when=FIRST_COMPLETED)
             self._collect(done)
         self._pending.add(self._pool.submit(self._upload, self._next_part, body))
@@ -216,8 +219,16 @@ class StagedObject:
     sha256: str
 
 
-def _stage_stream(*, intent_id: int, key: str, chunks: Iterable[bytes], mime_type: str, max_bytes: int) -> StagedObject:
-    uploader = _PartUploader(intent_id=intent_id, key=key, content_type=mime_type)
+def _stage_stream(
+    *,
+    intent_id: int,
+    key: str,
+    chunks: Iterable[bytes],
+    mime_type: str,
+    max_bytes: int,
+    parts_in_flight: int = PARTS_IN_FLIGHT,
+) -> StagedObject:
+    uploader = _PartUploader(intent_id=intent_id, key=key, content_type=mime_type, parts_in_flight=parts_in_flight)
     try:
         size, sha256 = _stream_into(uploader, chunks, max_bytes=max_bytes)
     except BaseException as exc:
@@ -301,7 +312,12 @@ class ObjectStager:
             future = Future()
             future.set_result(
                 _stage_stream(
-                    intent_id=intent_id, key=key, chunks=chunks, mime_type=mime_type, max_bytes=self.max_bytes
+                    intent_id=intent_id,
+                    key=key,
+                    chunks=chunks,
+                    mime_type=mime_type,
+                    max_bytes=self.max_bytes,
+                    parts_in_flight=WORKER_PARTS_IN_FLIGHT,
                 )
             )
             self._futures[tag] = future
