@@ -28,8 +28,8 @@ from sessions.selectors import (
     session_events_after,
     session_get,
     session_list,
-    session_resource_list,
     session_resource_page,
+    session_resources_by_session,
 )
 from sessions.serializers import (
     INITIAL_EVENT_TYPES,
@@ -225,13 +225,24 @@ class EnvironmentArchiveApi(AgentsApi):
 # --- sessions --------------------------------------------------------------------------------
 
 
+def sessions_wire(sessions: list) -> list[dict]:
+    """Sessions as the API renders them, with their resources and outcome evaluations (two
+    queries whatever the number of sessions)."""
+    ids = [session.id for session in sessions]
+    resources = session_resources_by_session(session_ids=ids)
+    evaluations = outcome_evaluations(ids)
+    return [
+        session_to_wire(
+            session,
+            resources=[resource_to_wire(row) for row in resources[session.id]],
+            outcome_evaluations=evaluations[session.id],
+        )
+        for session in sessions
+    ]
+
+
 def session_wire(session) -> dict:
-    """A session as the API renders it, with its resources and outcome evaluations."""
-    return session_to_wire(
-        session,
-        resources=[resource_to_wire(row) for row in session_resource_list(session=session)],
-        outcome_evaluations=outcome_evaluations(session.id),
-    )
+    return sessions_wire([session])[0]
 
 
 class SessionListCreateApi(AgentsApi):
@@ -278,7 +289,7 @@ class SessionListCreateApi(AgentsApi):
             agent_version=query_int(request, "agent_version", minimum=1),
             created=_created_filters(request),
         )
-        data = [session_wire(row) for row in rows]
+        data = sessions_wire(rows)
         return Response({"data": data, "next_page": next_page, "prev_page": prev_page})
 
 

@@ -213,13 +213,16 @@ def feedback_blocks(event: SessionEvent) -> list[dict]:
     return [{"type": "text", "text": text}]
 
 
-def outcome_evaluations(session_id: str) -> list[dict]:
-    """The session object's `outcome_evaluations`: one entry per outcome, newest state."""
-    entries: dict[str, dict] = {}
-    for event in SessionEvent.objects.filter(session_id=session_id, type__in=_TYPES).order_by("seq"):
+def outcome_evaluations(session_ids: list[str]) -> dict[str, list[dict]]:
+    """Each session's `outcome_evaluations` (one entry per outcome, newest state), for many
+    sessions in one query."""
+    entries: dict[str, dict[str, dict]] = {session_id: {} for session_id in session_ids}
+    events = SessionEvent.objects.filter(session_id__in=session_ids, type__in=_TYPES).order_by("session_id", "seq")
+    for event in events:
         payload = event.payload
+        outcomes = entries[event.session_id]
         if event.type == "user.define_outcome":
-            entries[payload["outcome_id"]] = {
+            outcomes[payload["outcome_id"]] = {
                 "type": "outcome_evaluation",
                 "outcome_id": payload["outcome_id"],
                 "description": payload.get("description", ""),
@@ -229,7 +232,7 @@ def outcome_evaluations(session_id: str) -> list[dict]:
                 "completed_at": None,
             }
             continue
-        entry = entries.get(payload.get("outcome_id"))
+        entry = outcomes.get(payload.get("outcome_id"))
         if entry is None:
             continue
         entry["iteration"] = payload.get("iteration", 0)
@@ -241,4 +244,4 @@ def outcome_evaluations(session_id: str) -> list[dict]:
             entry["result"] = result if result in TERMINAL_RESULTS else "running"
             if result in TERMINAL_RESULTS:
                 entry["completed_at"] = event.processed_at
-    return list(entries.values())
+    return {session_id: list(outcomes.values()) for session_id, outcomes in entries.items()}

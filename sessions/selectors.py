@@ -124,8 +124,12 @@ def session_events_after(*, session_id: str, after_seq: int, limit: int = 500) -
     return list(SessionEvent.objects.filter(session_id=session_id, seq__gt=after_seq).order_by("seq")[:limit])
 
 
-def session_resource_list(*, session: Session) -> list[SessionResource]:
-    return list(SessionResource.objects.filter(session=session).order_by("id"))
+def session_resources_by_session(*, session_ids: list[str]) -> dict[str, list[SessionResource]]:
+    """Each session's resources, oldest first, for many sessions in one query."""
+    grouped: dict[str, list[SessionResource]] = {session_id: [] for session_id in session_ids}
+    for row in SessionResource.objects.filter(session_id__in=session_ids).order_by("id"):
+        grouped[row.session_id].append(row)
+    return grouped
 
 
 def session_resource_page(*, session: Session, limit: int | None, page: str | None):

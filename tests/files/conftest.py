@@ -73,4 +73,3 @@ def open_intents():
         return list(StorageIntent.objects.filter(state=StorageIntent.State.OPEN))
 
     return _open
-
