@@ -9,18 +9,11 @@ from core.ids import new_id
 from sessions import notify
 from sessions.models import Session, SessionEvent
 from sessions.selectors import session_get
+from sessions.serializers import USER_EVENT_TYPES
 from sessions.services.admission import events_admit
 
-# Events the client sends that the runner must act on (processed_at stays null until it has).
-RUNNER_INPUT_TYPES = (
-    "user.message",
-    "user.interrupt",
-    "user.tool_confirmation",
-    "user.custom_tool_result",
-    "user.tool_result",
-    "user.define_outcome",
-    "system.message",
-)
+# Every event a client may send is input the runner acts on (processed_at stays null until it has).
+RUNNER_INPUT_TYPES = USER_EVENT_TYPES
 
 
 def events_append_locked(*, session: Session, items: list[dict]) -> list[SessionEvent]:

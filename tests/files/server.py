@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from django.db import connection
+from tests.worker import test_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,14 +30,11 @@ def _children(pid: int) -> list[int]:
 
 class GunicornServer:
     def __init__(self, *, log_path: Path, env: dict[str, str] | None = None):
-        settings = connection.settings_dict
-        user, host, port = settings["USER"] or "postgres", settings["HOST"] or "127.0.0.1", settings["PORT"] or 5432
-        database_url = f"postgres://{user}@{host}:{port}/{settings['NAME']}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
             **os.environ,
-            "DATABASE_URL": database_url,
+            "DATABASE_URL": test_database_url(),
             "DATABASE_CONN_MAX_AGE": "0",
             "DJANGO_SETTINGS_MODULE": "config.settings",
             **(env or {}),
