@@ -7,10 +7,11 @@ cd "$ROOT"
 ensure_venv
 check_database_and_redis
 
-# Tests always use the embedded store (bucket mango-test; see pyproject.toml), never a
-# configured production bucket.
+# Tests always use the embedded store (bucket $MANGO_TEST_BUCKET, default mango-test; see
+# pyproject.toml), never a configured production bucket.
 unset MANGO_FILE_S3_ENDPOINT_URL
-export MANGO_FILE_S3_BUCKET=mango-test
+export MANGO_TEST_BUCKET="${MANGO_TEST_BUCKET:-mango-test}"
+export MANGO_FILE_S3_BUCKET="$MANGO_TEST_BUCKET"
 export_embedded_s3_env
 EMBEDDED_S3_PID=""
 start_embedded_s3
