@@ -1,5 +1,5 @@
 """File resources: where a File goes in the sandbox, and the tar stream that puts it there
-(DESIGN flow 5). Pure; `sessions/sandbox.py` feeds the stream to Docker's put_archive."""
+(DESIGN flow 5). Pure; `sessions/sandbox/` feeds the stream to Docker's put_archive."""
 
 import posixpath
 import re
