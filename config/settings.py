@@ -3,20 +3,35 @@
 Each variable is documented, with its default, in README.md ("Configuration").
 """
 
+import logging
 from datetime import timedelta
 from pathlib import Path
 
 import environ
 from botocore.config import Config as BotoConfig
 
+from core.logging import json_logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
+# `make run` writes .env (the embedded store's endpoint and credentials, …) so that every
+# management command started from another shell sees the same defaults. Variables already in
+# the environment win over the file.
+if (BASE_DIR / ".env").is_file() and not env.bool("MANGO_IGNORE_DOTENV", default=False):
+    environ.Env.read_env(BASE_DIR / ".env")
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="mango-dev-insecure-secret-key-change-me")
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["*"])
 PORT = env.int("PORT", default=8000)
+
+# Behind a TLS-terminating proxy: trust its X-Forwarded-Proto (only when the proxy always sets
+# it), list the admin's public origin(s) for CSRF, and send cookies over HTTPS only.
+if env.bool("DJANGO_TRUST_X_FORWARDED_PROTO", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -36,6 +51,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "core.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's CSS/JS) from the app process itself, in every layout.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -79,6 +96,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
+# Also serve app static files that collectstatic has not copied yet (tests, a fresh checkout).
+WHITENOISE_USE_FINDERS = True
 
 # JSON bodies (events, agents, ...) are small; file uploads stream through files.uploads and
 # are bounded by MANGO_FILE_MAX_BYTES instead.
@@ -97,7 +116,7 @@ MANGO_RECONCILE_GRACE_SECONDS = env.int("MANGO_RECONCILE_GRACE_SECONDS", default
 
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
     "files": {
         "BACKEND": "storages.backends.s3.S3Storage",
         "OPTIONS": {
@@ -192,12 +211,13 @@ CELERY_BEAT_SCHEDULE = {
     "sessions-orphan-files": {"task": "sessions.orphan_files_sweep", "schedule": timedelta(minutes=10)},
 }
 
-# --- Logging: one JSON object per line ------------------------------------------------------
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "core.logging.JsonFormatter"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
-    "root": {"handlers": ["console"], "level": env.str("MANGO_LOG_LEVEL", default="INFO")},
-    "loggers": {"django.server": {"level": "WARNING"}},
-}
+# Worker/beat liveness (core/heartbeats.py): renewed every MANGO_HEARTBEAT_SECONDS, gone after
+# MANGO_HEARTBEAT_STALE_SECONDS without renewal. /readyz needs a live worker on the sessions queue
+# unless MANGO_READYZ_REQUIRE_WORKER is false.
+MANGO_HEARTBEAT_SECONDS = env.float("MANGO_HEARTBEAT_SECONDS", default=10.0)
+MANGO_HEARTBEAT_STALE_SECONDS = env.int("MANGO_HEARTBEAT_STALE_SECONDS", default=30)
+MANGO_READYZ_REQUIRE_WORKER = env.bool("MANGO_READYZ_REQUIRE_WORKER", default=True)
+
+# --- Logging: one JSON object per line, every process (core/logging.py) -------------------
+LOGGING = json_logging_config(env.str("MANGO_LOG_LEVEL", default="INFO"))
+logging.captureWarnings(True)  # Python warnings become JSON lines too (logger py.warnings)

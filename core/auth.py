@@ -3,6 +3,7 @@
 The optional `anthropic-workspace-id` header must name the key's workspace.
 """
 
+from django.db.models import Q
 from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication
 
@@ -31,6 +32,7 @@ def api_key_authenticate(request) -> ApiKey:
     api_key = (
         ApiKey.objects.select_related("workspace")
         .filter(key_hash=hash_api_key(raw_key), revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
         .first()
     )
     if api_key is None:

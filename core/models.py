@@ -2,6 +2,8 @@ import hashlib
 import secrets
 
 from django.db import models
+from django.db.models import Q
+from django.utils import timezone
 
 from core.ids import new_id
 
@@ -45,12 +47,26 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Optional: the key stops authenticating at this time.
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "API key"
+        constraints = [
+            # A key row is only ever created with the SHA-256 of a raw key: never empty.
+            models.CheckConstraint(condition=Q(key_hash__regex=r"^[0-9a-f]{64}$"), name="core_apikey_hash_is_sha256"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.key_hint}… ({self.workspace})"
+
+    def status(self, now=None) -> str:
+        now = now or timezone.now()
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
 
     @staticmethod
     def generate_raw_key() -> str:

@@ -33,8 +33,9 @@ ensure_database
 "$PY" manage.py collectstatic --noinput -v 0
 "$PY" manage.py reconcile_files
 
-setsid "$VENV/bin/gunicorn" config.wsgi:application --bind "127.0.0.1:$PORT" \
-  --worker-class gthread --workers 2 --threads 64 --timeout 0 --no-control-socket --access-logfile - &
+# Logging, timeouts and worker recycling: config/gunicorn.conf.py.
+setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.wsgi:application --bind "127.0.0.1:$PORT" \
+  --worker-class gthread --workers 2 --threads 64 &
 pids+=($!)
 setsid "$VENV/bin/celery" -A config worker --loglevel INFO --concurrency 2 &
 pids+=($!)
