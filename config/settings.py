@@ -49,6 +49,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "core.metrics.MetricsMiddleware",
     "core.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files (the admin's CSS/JS) from the app process itself, in every layout.
@@ -217,6 +218,9 @@ CELERY_BEAT_SCHEDULE = {
 MANGO_HEARTBEAT_SECONDS = env.float("MANGO_HEARTBEAT_SECONDS", default=10.0)
 MANGO_HEARTBEAT_STALE_SECONDS = env.int("MANGO_HEARTBEAT_STALE_SECONDS", default=30)
 MANGO_READYZ_REQUIRE_WORKER = env.bool("MANGO_READYZ_REQUIRE_WORKER", default=True)
+
+# /metrics (core/metrics.py) asks for `Authorization: Bearer <token>` when this is set.
+MANGO_METRICS_TOKEN = env.str("MANGO_METRICS_TOKEN", default="") or None
 
 # --- Logging: one JSON object per line, every process (core/logging.py) -------------------
 LOGGING = json_logging_config(env.str("MANGO_LOG_LEVEL", default="INFO"))

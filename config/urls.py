@@ -2,11 +2,13 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from core import metrics as core_metrics
 from core import views as core_views
 
 urlpatterns = [
     path("healthz", core_views.healthz),
     path("readyz", core_views.readyz),
+    path("metrics", core_metrics.metrics_view),
     path("admin/", admin.site.urls),
     path("openapi.json", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[])),
     path("v1/", include("files.urls")),

@@ -11,3 +11,7 @@ class CoreConfig(AppConfig):
         readiness.register("postgresql", readiness.check_database)
         readiness.register("redis", readiness.check_redis)
         readiness.register("celery_worker", readiness.check_celery_worker)
+
+        from core import metrics
+
+        metrics.register_collector("celery", metrics.celery_collect)

@@ -14,6 +14,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core import metrics
 from core.api import query_int, query_list, require_beta_in_strict_mode
 from core.errors import InvalidRequest, RequestTooLarge
 from files import selectors, services, storage, uploads
@@ -182,6 +183,7 @@ class FileListCreateApi(FilesApiView):
         except RequestTooLarge:
             form.reader.discard_rest()
             raise
+        metrics.FILE_UPLOAD_BYTES.inc(file.size_bytes)
         return Response(FileOutputSerializer(file).data)
 
 
@@ -298,4 +300,5 @@ class FileContentApi(FilesApiView):
             response["Content-Range"] = f"bytes {first}-{last}/{file.size_bytes}"
         for name, value in headers.items():
             response[name] = value
+        metrics.FILE_DOWNLOAD_BYTES.inc(int(response.get("Content-Length") or 0))
         return response

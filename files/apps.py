@@ -10,6 +10,11 @@ class FilesConfig(AppConfig):
 
         readiness.register("object_store", _check_object_store)
 
+        from core import metrics
+        from files import metrics as files_metrics
+
+        metrics.register_collector("files", files_metrics.collect)
+
 
 def _check_object_store() -> None:
     from files import storage

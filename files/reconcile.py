@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from files import metrics as files_metrics
 from files import storage
 from files.models import File, StorageIntent
 
@@ -147,6 +148,7 @@ def reconcile(
                 .filter(closed_at__lt=timezone.now() - CLOSED_INTENT_RETENTION)
                 .delete()
             )
+        files_metrics.record_reconcile(report)
     return report
 
 

@@ -29,6 +29,10 @@ if [ "${MANGO_SANDBOX:-docker}" = docker ]; then
 fi
 
 ensure_database
+# Prometheus multiprocess mode: gunicorn workers, Celery and commands record into one directory,
+# emptied at each start (README, "Operating").
+export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$VAR/prometheus}"
+rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 "$PY" manage.py migrate --noinput -v 0
 "$PY" manage.py collectstatic --noinput -v 0
 "$PY" manage.py reconcile_files

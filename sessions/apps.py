@@ -6,3 +6,9 @@ class SessionsConfig(AppConfig):
     name = "sessions"
     label = "agent_sessions"
     verbose_name = "Agent sessions"
+
+    def ready(self):
+        from core import metrics
+        from sessions import metrics as sessions_metrics
+
+        metrics.register_collector("sessions", sessions_metrics.collect)

@@ -7,6 +7,8 @@ from collections.abc import Callable
 import anthropic
 from django.conf import settings
 
+from core import metrics
+
 
 class ModelError(Exception):
     def __init__(self, message: str, *, error_type: str, retryable: bool, status: int | None = None):
@@ -39,6 +41,7 @@ def _map_status_error(exc: anthropic.APIStatusError) -> ModelError:
     return ModelError(detail, error_type="model_request_failed_error", retryable=retryable, status=status)
 
 
+@metrics.timed_model_call
 def messages_create(
     *,
     model: str,
