@@ -34,7 +34,7 @@ CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=False)
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "core.apps.MangoAdminConfig",  # django.contrib.admin, with the operator dashboard
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

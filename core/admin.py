@@ -2,8 +2,11 @@
 answers the form, and stored nowhere), revoke as an action, optional expiry, last use."""
 
 from django.contrib import admin, messages
+from django.db.models import Count, Q, Sum
+from django.template.defaultfilters import filesizeformat
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from core import services
@@ -34,10 +37,27 @@ class ApiKeyInline(admin.TabularInline):
 
 @admin.register(Workspace)
 class WorkspaceAdmin(admin.ModelAdmin):
-    list_display = ("name", "id", "created_at", "keys_link", "files_link")
+    list_display = ("name", "id", "created_at", "file_count", "storage_used", "keys_link", "files_link")
     search_fields = ("name", "id")
-    readonly_fields = ("id", "created_at", "keys_link", "files_link")
+    readonly_fields = ("id", "created_at", "file_count", "storage_used", "keys_link", "files_link")
     inlines = [ApiKeyInline]
+
+    def get_queryset(self, request):
+        # Storage used per workspace: visible Files only, in one query with the list.
+        ready = Q(files__state="ready")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(file_count=Count("files", filter=ready), file_bytes=Sum("files__size_bytes", filter=ready))
+        )
+
+    @admin.display(description="files", ordering="file_count")
+    def file_count(self, obj):
+        return obj.file_count
+
+    @admin.display(description="storage used", ordering="file_bytes")
+    def storage_used(self, obj):
+        return format_html('<span title="{} bytes">{}</span>', obj.file_bytes or 0, filesizeformat(obj.file_bytes or 0))
 
     @admin.display(description="API keys")
     def keys_link(self, obj):
@@ -64,9 +84,6 @@ class KeyStatusFilter(admin.SimpleListFilter):
         return [("active", "active"), ("revoked", "revoked"), ("expired", "expired")]
 
     def queryset(self, request, queryset):
-        from django.db.models import Q
-        from django.utils import timezone
-
         now = timezone.now()
         if self.value() == "active":
             return queryset.filter(revoked_at__isnull=True).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))

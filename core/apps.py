@@ -1,7 +1,9 @@
 from django.apps import AppConfig
+from django.contrib.admin import apps as admin_apps
 
 
 class CoreConfig(AppConfig):
+    default = True  # this module also holds MangoAdminConfig
     name = "core"
     verbose_name = "Workspaces and API keys"
 
@@ -15,3 +17,17 @@ class CoreConfig(AppConfig):
         from core import metrics
 
         metrics.register_collector("celery", metrics.celery_collect)
+
+        from core import dashboard, dashboard_panels
+
+        dashboard.register(
+            key="celery", title="Workers", template="admin/mango/panel_celery.html",
+            context=dashboard_panels.celery_panel, order=30,
+        )  # fmt: skip
+
+
+class MangoAdminConfig(admin_apps.AdminConfig):
+    """django.contrib.admin with the operator dashboard as its index."""
+
+    default = False  # core's default is CoreConfig; settings name this class explicitly
+    default_site = "core.admin_site.MangoAdminSite"

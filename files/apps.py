@@ -15,6 +15,11 @@ class FilesConfig(AppConfig):
 
         metrics.register_collector("files", files_metrics.collect)
 
+        from core import dashboard
+        from files.dashboard import storage_panel
+
+        dashboard.register(key="files", title="Storage", template="admin/mango/panel_files.html", context=storage_panel)
+
 
 def _check_object_store() -> None:
     from files import storage

@@ -4,10 +4,11 @@ state and errors. Everything is read-only: writes go through the API's services.
 import json
 
 from django.contrib import admin
+from django.core.paginator import Paginator
 from django.utils.html import format_html
 
 from sessions import sandbox
-from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent
+from sessions.models import Agent, AgentVersion, Environment, Session
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -20,6 +21,9 @@ class ReadOnlyInline(admin.TabularInline):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+EVENTS_PER_PAGE = 20
 
 
 def _pretty(value) -> str:
@@ -45,6 +49,12 @@ class AgentAdmin(admin.ModelAdmin):
     readonly_fields = ("id", "workspace", "version", "created_at", "updated_at", "archived_at")
     inlines = [AgentVersionInline]
 
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
     @admin.display(description="name")
     def name(self, obj):
         version = obj.versions.filter(version=obj.version).first()
@@ -64,19 +74,14 @@ class EnvironmentAdmin(admin.ModelAdmin):
     def kind(self, obj):
         return obj.config.get("type")
 
-    def has_add_permission(self, request):
+    def has_change_permission(self, request, obj=None):
         return False
 
+    def has_delete_permission(self, request, obj=None):
+        return False
 
-class SessionEventInline(ReadOnlyInline):
-    model = SessionEvent
-    fields = ("seq", "type", "processed_at", "payload_pretty")
-    readonly_fields = fields
-    ordering = ("seq",)
-
-    @admin.display(description="payload")
-    def payload_pretty(self, obj):
-        return _pretty(obj.payload)
+    def has_add_permission(self, request):
+        return False
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -129,7 +134,8 @@ class SessionAdmin(admin.ModelAdmin):
         "agent_snapshot",
     )
     exclude = ()
-    inlines = [SessionEventInline]
+    list_select_related = ("workspace", "agent")
+    change_form_template = "admin/agent_sessions/session/change_form.html"
 
     @admin.display(description="sandbox (live)")
     def sandbox_live(self, obj):
@@ -143,5 +149,28 @@ class SessionAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
+    # Read-only: the view page has no Save or Delete buttons; writes go through the API.
     def has_change_permission(self, request, obj=None):
-        return request.method in ("GET", "HEAD")
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = {**(extra_context or {})}
+        session = Session.objects.filter(pk=object_id).first()
+        if session is not None:
+            events = Paginator(
+                session.events.order_by("seq").only("seq", "type", "processed_at", "created_at", "payload"),
+                EVENTS_PER_PAGE,
+            )
+            page = events.get_page(request.GET.get("events_page"))
+            extra["events_page"] = page
+            extra["events_page_range"] = events.get_elided_page_range(page.number, on_each_side=2, on_ends=1)
+            extra["events_rows"] = [
+                {"seq": e.seq, "type": e.type, "processed_at": e.processed_at, "created_at": e.created_at,
+                 "payload": json.dumps(e.payload, indent=2)}
+                for e in page.object_list
+            ]  # fmt: skip
+            extra["resources"] = list(session.resources.order_by("created_at", "id"))
+        return super().change_view(request, object_id, form_url, extra)

@@ -12,3 +12,14 @@ class SessionsConfig(AppConfig):
         from sessions import metrics as sessions_metrics
 
         metrics.register_collector("sessions", sessions_metrics.collect)
+
+        from core import dashboard
+        from sessions.dashboard import sessions_panel
+
+        dashboard.register(
+            key="sessions",
+            title="Sessions",
+            template="admin/mango/panel_sessions.html",
+            context=sessions_panel,
+            order=20,
+        )

@@ -1,0 +1,131 @@
+"""The operator pages: the dashboard (admin index) with real numbers, storage per workspace,
+stuck intents flagged with a link to act, session pages with paged events and resources and no
+edit buttons, file pages with a download link and a link to their session."""
+
+import re
+from html import unescape
+
+import pytest
+
+from core import heartbeats
+from core.services import api_key_create
+from files.models import StorageIntent
+from sessions.services.agents import agent_create
+from sessions.services.environments import environment_create
+from sessions.services.events import session_event_append
+from sessions.services.sessions import session_create
+from tests.files.conftest import make_file
+from tests.files.test_services import _age, interrupted_put
+
+pytestmark = pytest.mark.django_db
+
+
+def _session(workspace, *, events: int = 0):
+    agent, _ = agent_create(workspace=workspace, fields={"name": "a", "model": {"id": "m"}, "tools": []})
+    env = environment_create(
+        workspace=workspace, name="e", config={"type": "self_hosted"}, description=None, metadata={}, scope=None
+    )
+    session = session_create(
+        workspace=workspace, agent=agent.id, environment_id=env.id, metadata={}, title="t", initial_events=[],
+        resources=[],
+    )  # fmt: skip
+    for n in range(events):
+        session_event_append(session_id=session.id, type="agent.message", payload={"content": [{"text": f"m{n}"}]})
+    return session
+
+
+def _text(html: bytes) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html.decode()))
+
+
+def test_dashboard_shows_storage_intents_sessions_and_workers(admin_client, s3_bucket):
+    small, _ = api_key_create(workspace_name="dash-small")
+    big, _ = api_key_create(workspace_name="dash-big")
+    make_file(small.workspace, b"x" * 1500)
+    make_file(big.workspace, b"y" * (2 * 1024 * 1024))
+    make_file(big.workspace, b"z" * 10)
+    stuck = interrupted_put(small.workspace)
+    _age([stuck])
+    interrupted_put(big.workspace)  # fresh: maybe live, not stuck
+    session = _session(small.workspace)
+    error = {
+        "type": "model_request_failed_error",
+        "message": "upstream unreachable",
+        "retry_status": {"type": "exhausted"},
+    }
+    session_event_append(session_id=session.id, type="session.error", payload={"error": error})
+    heartbeats.worker_beat(hostname="dash@test", queues=["dash-queue"])
+    try:
+        response = admin_client.get("/admin/")
+    finally:
+        heartbeats.worker_gone(hostname="dash@test", queues=["dash-queue"])
+    assert response.status_code == 200
+    page = _text(response.content)
+    assert "Operator dashboard" in page
+    assert "3 files" in page and "2.0 MB stored" in page
+    # Per workspace, biggest first, human-readable, linked to the workspace's files.
+    assert page.index("dash-big 2 2.0 MB") < page.index("dash-small 1 1.5 KB")
+    html = response.content.decode()
+    assert f"/admin/files/file/?workspace__id__exact={small.workspace.id}" in html
+    # Open intents by kind and age; the stuck one flagged with a link to reconcile it.
+    assert "1 stuck — reconcile" in page
+    assert "/admin/files/storageintent/?state__exact=open&amp;kind__exact=upload&amp;idle=stuck" in html
+    assert "1 session.error in the last hour" in page
+    assert "upstream unreachable" in page
+    assert "dash@test" in page and "dash-queue" in page
+    assert "sandboxes running" in page
+    # The stuck filter lists the stuck intent only, with its error column on screen.
+    StorageIntent.objects.filter(pk=stuck.pk).update(last_error="reconcile: store down")
+    _age([stuck])
+    listing = admin_client.get("/admin/files/storageintent/?state__exact=open&kind__exact=upload&idle=stuck")
+    assert "reconcile: store down" in listing.content.decode()
+    assert "(stuck)" in _text(listing.content)
+    assert len(re.findall(r'name="_selected_action"', listing.content.decode())) == 1
+
+
+def test_session_page_pages_events_shows_resources_and_has_no_edit_buttons(admin_client, api_key):
+    session = _session(api_key.workspace, events=45)
+    first = admin_client.get(f"/admin/agent_sessions/session/{session.id}/change/")
+    assert first.status_code == 200
+    html = unescape(first.content.decode())
+    assert "Events (45; page 1 of 3)" in html
+    assert '"text": "m0"' in html and '"text": "m19"' in html and '"text": "m20"' not in html
+    assert "?events_page=3" in html
+    last = unescape(
+        admin_client.get(f"/admin/agent_sessions/session/{session.id}/change/?events_page=3").content.decode()
+    )
+    assert '"text": "m44"' in last and '"text": "m0"' not in last
+    assert "Resources (0)" in html and "No resources mounted." in html
+    for page in (html, last):
+        assert 'name="_save"' not in page and 'name="_continue"' not in page
+        assert f"/admin/agent_sessions/session/{session.id}/delete/" not in page
+    assert admin_client.post(f"/admin/agent_sessions/session/{session.id}/change/", {}).status_code == 403
+
+
+def test_file_page_has_a_download_link_and_a_link_to_its_session(admin_client, api_key, s3_bucket):
+    session = _session(api_key.workspace)
+    output = make_file(
+        api_key.workspace, b"report bytes", filename="report.txt", downloadable=True, scope_session_id=session.id
+    )
+    upload = make_file(api_key.workspace, b"client bytes", filename="mine.txt")
+    html = admin_client.get(f"/admin/files/file/{output.id}/change/").content.decode()
+    assert f"/admin/files/file/{output.id}/download/" in html
+    assert f'href="/admin/agent_sessions/session/{session.id}/change/"' in html
+    assert 'name="_save"' not in html
+    download = admin_client.get(f"/admin/files/file/{output.id}/download/")
+    assert download.status_code == 200
+    assert b"".join(download.streaming_content) == b"report bytes"
+    assert "report.txt" in download["Content-Disposition"]
+    html = admin_client.get(f"/admin/files/file/{upload.id}/change/").content.decode()
+    assert f"/admin/files/file/{upload.id}/download/" not in html and "not downloadable" in html
+    assert admin_client.get(f"/admin/files/file/{upload.id}/download/").status_code == 404
+    listing = _text(admin_client.get("/admin/files/file/").content)
+    assert "12 bytes" in listing
+
+
+def test_workspace_list_shows_storage_used(admin_client, api_key, s3_bucket):
+    make_file(api_key.workspace, b"a" * 3000)
+    make_file(api_key.workspace, b"b" * 3000)
+    page = _text(admin_client.get("/admin/core/workspace/").content)
+    assert f"{api_key.workspace.name} {api_key.workspace.id}" in page
+    assert "5.9 KB" in page
