@@ -156,6 +156,9 @@ DOCKER_HOST = env.str("DOCKER_HOST", default="") or None
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="https://api.anthropic.com")
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="") or None
 MANGO_SSE_HEARTBEAT_SECONDS = env.float("MANGO_SSE_HEARTBEAT_SECONDS", default=15.0)
+# A list response ends early (with a next page) once its rows reach this many bytes, whatever
+# `limit` is: one request's memory does not grow with what tenants chose to store.
+MANGO_LIST_RESPONSE_MAX_BYTES = env.int("MANGO_LIST_RESPONSE_MAX_BYTES", default=8 * 1024 * 1024)
 MANGO_SANDBOX_CPUS = env.float("MANGO_SANDBOX_CPUS", default=1.0)
 MANGO_SANDBOX_MEMORY = env.str("MANGO_SANDBOX_MEMORY", default="1g")
 MANGO_SANDBOX_PIDS = env.int("MANGO_SANDBOX_PIDS", default=256)
@@ -186,6 +189,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Self-hosted Files API and Managed Agents sessions.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "core.schema.add_error_responses"],
 }
 
 # --- Celery ---------------------------------------------------------------------------------

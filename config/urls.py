@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularJSONAPIView
 
 from core import metrics as core_metrics
 from core import views as core_views
@@ -10,7 +10,7 @@ urlpatterns = [
     path("readyz", core_views.readyz),
     path("metrics", core_metrics.metrics_view),
     path("admin/", admin.site.urls),
-    path("openapi.json", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[])),
+    path("openapi.json", SpectacularJSONAPIView.as_view(authentication_classes=[], permission_classes=[])),
     path("v1/", include("files.urls")),
     path("v1/", include("sessions.urls")),
 ]

@@ -1,7 +1,10 @@
 """Small helpers shared by every API module: header parsing and query-parameter readers that
-understand the SDK's bracketed arrays (api-contract.md §0)."""
+understand the SDK's bracketed arrays (api-contract.md §0), and the API's one timestamp format."""
+
+from datetime import UTC, datetime
 
 from django.conf import settings
+from django.utils.dateparse import parse_datetime
 
 from core.errors import InvalidRequest
 
@@ -34,9 +37,12 @@ def query_int(
     try:
         value = int(raw)
     except ValueError:
-        raise InvalidRequest(f"{name}: must be an integer, got {raw!r}.")
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise InvalidRequest(f"{name}: must be between {minimum} and {maximum}, got {value}.")
+        raise InvalidRequest(f"{name}: must be an integer, got {raw[:40]!r}.")
+    # Integer query parameters map to 32-bit columns: the default bounds keep them there.
+    minimum = -(2**31) if minimum is None else minimum
+    maximum = 2**31 - 1 if maximum is None else maximum
+    if not minimum <= value <= maximum:
+        raise InvalidRequest(f"{name}: must be between {minimum} and {maximum}, got {str(value)[:40]}.")
     return value
 
 
@@ -48,4 +54,41 @@ def query_bool(request, name: str, *, default: bool = False) -> bool:
         return True
     if raw.lower() in ("false", "0"):
         return False
-    raise InvalidRequest(f"{name}: must be true or false, got {raw!r}.")
+    raise InvalidRequest(f"{name}: must be true or false, got {raw[:40]!r}.")
+
+
+def rfc3339(value: datetime | None) -> str | None:
+    """Every timestamp the API renders: RFC 3339 in UTC with microseconds and a `Z`."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def query_datetime(request, name: str) -> datetime | None:
+    """An RFC 3339 query parameter as an aware UTC datetime. Offsets outside ±24 h, and times that
+    fall outside the representable range once moved to UTC, are 400s like any other bad value."""
+    raw = request.query_params.get(name)
+    if not raw:
+        return None
+    error = InvalidRequest(f"{name}: must be an RFC 3339 datetime.")
+    if len(raw) > 64:
+        raise error
+    try:
+        value = parse_datetime(raw.replace(" ", "+"))
+        if value is None:
+            raise error
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+    except (ValueError, OverflowError):
+        raise error
+
+
+TIME_RANGE_OPERATORS = ("gt", "gte", "lt", "lte")
+
+
+def query_time_range(request, prefix: str = "created_at") -> dict[str, datetime]:
+    """The given bounds of `prefix[gt]`, `prefix[gte]`, `prefix[lt]`, `prefix[lte]`, as Django
+    lookups ({"gte": datetime, ...}); absent bounds are left out."""
+    bounds = {op: query_datetime(request, f"{prefix}[{op}]") for op in TIME_RANGE_OPERATORS}
+    return {op: value for op, value in bounds.items() if value is not None}

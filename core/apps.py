@@ -25,6 +25,8 @@ class CoreConfig(AppConfig):
             context=dashboard_panels.celery_panel, order=30,
         )  # fmt: skip
 
+        from core import schema  # noqa: F401 — registers the OpenAPI authentication extension
+
 
 class MangoAdminConfig(admin_apps.AdminConfig):
     """django.contrib.admin with the operator dashboard as its index."""

@@ -116,6 +116,9 @@ def _flatten_validation(detail, prefix: str = "") -> list[str]:
     if isinstance(detail, dict):
         out = []
         for key, value in detail.items():
+            if isinstance(key, int):  # a ListField's per-item errors
+                out += _flatten_validation(value, f"{prefix}[{key}]")
+                continue
             name = key if key != "non_field_errors" else ""
             out += _flatten_validation(value, f"{prefix}.{name}" if prefix and name else (name or prefix))
         return out

@@ -1,7 +1,7 @@
 import logging
 import uuid
 
-from core.errors import ApiError, error_response, to_api_error
+from core.errors import ApiError, InvalidRequest, error_response, to_api_error
 
 logger = logging.getLogger(__name__)
 
@@ -16,7 +16,10 @@ class RequestIdMiddleware:
 
     def __call__(self, request):
         request.request_id = f"req_{uuid.uuid4().hex}"
-        response = self.get_response(request)
+        if _has_nul(request):
+            response = error_response(request, InvalidRequest("The URL must not contain NUL characters."))
+        else:
+            response = self.get_response(request)
         response["request-id"] = request.request_id
         return response
 
@@ -26,3 +29,11 @@ class RequestIdMiddleware:
             logger.exception("unhandled error", extra={"request_id": getattr(request, "request_id", None)})
             error = ApiError()
         return error_response(request, error)
+
+
+def _has_nul(request) -> bool:
+    """A NUL in the path or a query parameter can reach no stored value (PostgreSQL refuses it):
+    refuse it up front instead of failing in a query."""
+    if "\x00" in request.path:
+        return True
+    return any("\x00" in key or any("\x00" in value for value in values) for key, values in request.GET.lists())

@@ -1,7 +1,7 @@
 """Files API views (api-contract.md §1): parse, call a service or selector, render."""
 
 import re
-from datetime import UTC, timedelta
+from datetime import timedelta
 from urllib.parse import quote
 
 from django.conf import settings
@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import metrics
-from core.api import query_int, query_list, require_beta_in_strict_mode
+from core.api import query_int, query_list, require_beta_in_strict_mode, rfc3339
 from core.errors import InvalidRequest, RequestTooLarge
 from files import selectors, services, storage, uploads
 from files.exceptions import FileNotDownloadable, RangeNotSatisfiable
@@ -25,12 +25,6 @@ EXPIRES_MAX_SECONDS = 7_776_000
 MAX_IDS = 100
 _ID_SHAPE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DOWNLOAD_CHUNK_BYTES = 2 * 1024 * 1024
-
-
-def _rfc3339(value):
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class FileScopeSerializer(serializers.Serializer):
@@ -59,9 +53,9 @@ class FileOutputSerializer(serializers.Serializer):
             "filename": file.filename,
             "mime_type": file.mime_type,
             "size_bytes": file.size_bytes,
-            "created_at": _rfc3339(file.created_at),
+            "created_at": rfc3339(file.created_at),
             "downloadable": file.downloadable,
-            "expires_at": _rfc3339(file.expires_at),
+            "expires_at": rfc3339(file.expires_at),
             "scope": file.scope,
         }
 

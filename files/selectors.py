@@ -1,21 +1,17 @@
 """Reads for Files. `file_get` is the only way any code obtains a File by id."""
 
-import base64
-import hashlib
-import hmac
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from core import pagination
 from core.errors import InvalidRequest, NotFound
 from core.models import Workspace
 from files import storage
 from files.models import File, file_id_time
 
-CURSOR_PREFIX = "page_"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -76,33 +72,23 @@ class Position:
     id: str
 
 
-def _sign(payload: str) -> str:
-    key = hashlib.sha256(b"mango.files.cursor:" + settings.SECRET_KEY.encode()).digest()
-    return hmac.new(key, payload.encode(), hashlib.sha256).hexdigest()[:16]
-
-
 def cursor_encode(position: Position) -> str:
     micros = (position.created_at - _EPOCH) // timedelta(microseconds=1)
-    payload = f"{micros}.{position.id}"
-    token = base64.urlsafe_b64encode(f"{payload}.{_sign(payload)}".encode()).decode().rstrip("=")
-    return CURSOR_PREFIX + token
+    return pagination.cursor_encode({"t": micros, "i": position.id}, purpose="files")
 
 
 def cursor_decode(cursor: str) -> Position:
     """The position in a `page` cursor we issued; anything else is a 400."""
-    error = InvalidRequest("page: unknown or malformed page cursor.")
-    if not cursor.startswith(CURSOR_PREFIX) or len(cursor) > 200:
-        raise error
-    token = cursor[len(CURSOR_PREFIX) :]
+    payload = pagination.cursor_decode(
+        cursor,
+        purpose="files",
+        fields={"t": pagination.is_int, "i": lambda value: isinstance(value, str) and file_id_time(value) is not None},
+    )
     try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-        micros, file_id, signature = raw.split(".")
-        if not hmac.compare_digest(signature, _sign(f"{micros}.{file_id}")):
-            raise error
-        created_at = _EPOCH + timedelta(microseconds=int(micros))
-    except (ValueError, UnicodeDecodeError, OverflowError, OSError):
-        raise error
-    return Position(created_at=created_at, id=file_id)
+        created_at = _EPOCH + timedelta(microseconds=payload["t"])
+    except OverflowError:
+        raise InvalidRequest("page: unknown or malformed page cursor.")
+    return Position(created_at=created_at, id=payload["i"])
 
 
 def position_of_id(file_id: str, *, param: str) -> Position:

@@ -1,6 +1,6 @@
 """Agents (versioned), environments, sessions and their append-only event log.
 
-Wire rendering lives in sessions/serializers.py; writes in sessions/services/; reads in
+Wire rendering lives in sessions/serializers/; writes in sessions/services/; reads in
 sessions/selectors.py.
 """
 

@@ -3,11 +3,11 @@ as a missing one (one access gate per resource)."""
 
 from datetime import datetime
 
-from django.db.models import F
+from django.db.models import F, OuterRef, Subquery
 
 from core.errors import InvalidRequest, NotFound
+from core.pagination import keyset_page, rendered_bytes
 from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent, SessionResource
-from sessions.pagination import keyset_page
 
 
 def agent_get(*, workspace, agent_id: str, for_update: bool = False) -> Agent:
@@ -27,26 +27,40 @@ def agent_version_get(*, agent: Agent, version: int | None = None) -> AgentVersi
     return row
 
 
-def _created_filters(queryset, created: dict[str, datetime | None]):
-    for op, value in created.items():
-        if value is not None:
-            queryset = queryset.filter(**{f"created_at__{op}": value})
-    return queryset
+def _in_range(queryset, field: str, bounds: dict[str, datetime]):
+    """Rows whose `field` is within the bounds of core.api.query_time_range."""
+    return queryset.filter(**{f"{field}__{op}": value for op, value in bounds.items()})
 
 
 def agent_list(*, workspace, limit: int, page: str | None, include_archived: bool, created: dict):
     queryset = Agent.objects.filter(workspace=workspace)
     if not include_archived:
         queryset = queryset.filter(archived_at__isnull=True)
-    queryset = _created_filters(queryset, created)
-    rows, next_page, _ = keyset_page(queryset, key="id", descending=True, limit=limit, page=page)
+    queryset = _in_range(queryset, "created_at", created)
+    rows, next_page, _ = keyset_page(
+        queryset, key="id", descending=True, limit=limit, page=page, purpose="agents", size=_agent_config_bytes()
+    )
     versions = {row.agent_id: row for row in AgentVersion.objects.filter(agent__in=rows, version=F("agent__version"))}
     return [(agent, versions[agent.id]) for agent in rows], next_page
 
 
+def _agent_config_bytes():
+    current = AgentVersion.objects.filter(agent=OuterRef("pk"), version=OuterRef("version"))
+    return Subquery(current.annotate(n=rendered_bytes("config")).values("n")[:1])
+
+
 def agent_version_list(*, agent: Agent, limit: int, page: str | None):
     queryset = AgentVersion.objects.filter(agent=agent)
-    rows, next_page, _ = keyset_page(queryset, key="version", descending=True, limit=limit, page=page)
+    rows, next_page, _ = keyset_page(
+        queryset,
+        key="version",
+        descending=True,
+        limit=limit,
+        page=page,
+        purpose="agent_versions",
+        integer_key=True,
+        size=rendered_bytes("config"),
+    )
     return rows, next_page
 
 
@@ -64,7 +78,15 @@ def environment_list(*, workspace, limit: int, page: str | None, include_archive
     queryset = Environment.objects.filter(workspace=workspace)
     if not include_archived:
         queryset = queryset.filter(archived_at__isnull=True)
-    rows, next_page, _ = keyset_page(queryset, key="id", descending=True, limit=limit, page=page)
+    rows, next_page, _ = keyset_page(
+        queryset,
+        key="id",
+        descending=True,
+        limit=limit,
+        page=page,
+        purpose="environments",
+        size=rendered_bytes("config", "metadata", "description", "name"),
+    )
     return rows, next_page
 
 
@@ -102,8 +124,16 @@ def session_list(
             queryset = queryset.filter(agent_version=agent_version)
     elif agent_version is not None:
         raise InvalidRequest("agent_version: only together with agent_id.")
-    queryset = _created_filters(queryset, created)
-    return keyset_page(queryset, key="id", descending=order == "desc", limit=limit, page=page)
+    queryset = _in_range(queryset, "created_at", created)
+    return keyset_page(
+        queryset,
+        key="id",
+        descending=order == "desc",
+        limit=limit,
+        page=page,
+        purpose="sessions",
+        size=rendered_bytes("agent_snapshot", "metadata", "title"),
+    )
 
 
 def session_event_list(
@@ -112,10 +142,17 @@ def session_event_list(
     queryset = SessionEvent.objects.filter(session=session)
     if types:
         queryset = queryset.filter(type__in=types)
-    for op, value in processed.items():
-        if value is not None:
-            queryset = queryset.filter(**{f"processed_at__{op}": value})
-    rows, next_page, _ = keyset_page(queryset, key="seq", descending=order == "desc", limit=limit, page=page)
+    queryset = _in_range(queryset, "processed_at", processed)
+    rows, next_page, _ = keyset_page(
+        queryset,
+        key="seq",
+        descending=order == "desc",
+        limit=limit,
+        page=page,
+        purpose="events",
+        integer_key=True,
+        size=rendered_bytes("payload"),
+    )
     return rows, next_page
 
 
@@ -137,5 +174,7 @@ def session_resource_page(*, session: Session, limit: int | None, page: str | No
     queryset = SessionResource.objects.filter(session=session)
     if limit is None and not page:
         return list(queryset.order_by("id")), None
-    rows, next_page, _ = keyset_page(queryset, key="id", descending=False, limit=limit or 1000, page=page)
+    rows, next_page, _ = keyset_page(
+        queryset, key="id", descending=False, limit=limit or 1000, page=page, purpose="resources"
+    )
     return rows, next_page

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from sessions import sandbox
-from sessions.serializers import TOOLSET_TYPE
+from sessions.serializers.agents import TOOLSET_TYPE
 
 MAX_RESULT_CHARS = 100_000
 DEFAULT_BASH_TIMEOUT_SECONDS = 120.0

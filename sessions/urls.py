@@ -2,21 +2,21 @@
 
 from django.urls import path
 
-from sessions import apis
+from sessions.apis import agents, environments, events, resources, sessions
 
 urlpatterns = [
-    path("agents", apis.AgentListCreateApi.as_view()),
-    path("agents/<str:agent_id>", apis.AgentDetailApi.as_view()),
-    path("agents/<str:agent_id>/archive", apis.AgentArchiveApi.as_view()),
-    path("agents/<str:agent_id>/versions", apis.AgentVersionsApi.as_view()),
-    path("environments", apis.EnvironmentListCreateApi.as_view()),
-    path("environments/<str:environment_id>", apis.EnvironmentDetailApi.as_view()),
-    path("environments/<str:environment_id>/archive", apis.EnvironmentArchiveApi.as_view()),
-    path("sessions", apis.SessionListCreateApi.as_view()),
-    path("sessions/<str:session_id>", apis.SessionDetailApi.as_view()),
-    path("sessions/<str:session_id>/archive", apis.SessionArchiveApi.as_view()),
-    path("sessions/<str:session_id>/resources", apis.SessionResourcesApi.as_view()),
-    path("sessions/<str:session_id>/resources/<str:resource_id>", apis.SessionResourceDetailApi.as_view()),
-    path("sessions/<str:session_id>/events", apis.SessionEventsApi.as_view()),
-    path("sessions/<str:session_id>/events/stream", apis.SessionEventStreamApi.as_view()),
+    path("agents", agents.AgentListCreateApi.as_view()),
+    path("agents/<str:agent_id>", agents.AgentDetailApi.as_view()),
+    path("agents/<str:agent_id>/archive", agents.AgentArchiveApi.as_view()),
+    path("agents/<str:agent_id>/versions", agents.AgentVersionsApi.as_view()),
+    path("environments", environments.EnvironmentListCreateApi.as_view()),
+    path("environments/<str:environment_id>", environments.EnvironmentDetailApi.as_view()),
+    path("environments/<str:environment_id>/archive", environments.EnvironmentArchiveApi.as_view()),
+    path("sessions", sessions.SessionListCreateApi.as_view()),
+    path("sessions/<str:session_id>", sessions.SessionDetailApi.as_view()),
+    path("sessions/<str:session_id>/archive", sessions.SessionArchiveApi.as_view()),
+    path("sessions/<str:session_id>/resources", resources.SessionResourcesApi.as_view()),
+    path("sessions/<str:session_id>/resources/<str:resource_id>", resources.SessionResourceDetailApi.as_view()),
+    path("sessions/<str:session_id>/events", events.SessionEventsApi.as_view()),
+    path("sessions/<str:session_id>/events/stream", events.SessionEventStreamApi.as_view()),
 ]

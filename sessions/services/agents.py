@@ -4,7 +4,7 @@ from django.utils import timezone
 from core.errors import Conflict
 from sessions.models import Agent, AgentVersion
 from sessions.selectors import agent_get, agent_version_get
-from sessions.serializers import apply_metadata_patch
+from sessions.serializers.common import apply_metadata_patch
 
 
 @transaction.atomic

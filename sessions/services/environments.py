@@ -3,7 +3,8 @@ from django.utils import timezone
 
 from sessions.models import Environment
 from sessions.selectors import environment_get
-from sessions.serializers import apply_metadata_patch, parse_environment_config
+from sessions.serializers.common import apply_metadata_patch
+from sessions.serializers.environments import parse_environment_config
 
 
 def environment_create(

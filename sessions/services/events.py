@@ -9,7 +9,7 @@ from core.ids import new_id
 from sessions import notify
 from sessions.models import Session, SessionEvent
 from sessions.selectors import session_get
-from sessions.serializers import USER_EVENT_TYPES
+from sessions.serializers.events import USER_EVENT_TYPES
 from sessions.services.admission import events_admit
 
 # Every event a client may send is input the runner acts on (processed_at stays null until it has).

@@ -11,7 +11,8 @@ from files.services import session_files_delete
 from sessions import notify
 from sessions.models import Session
 from sessions.selectors import agent_get, agent_version_get, environment_get, session_get
-from sessions.serializers import agent_config_to_wire, apply_metadata_patch, parse_tools
+from sessions.serializers.agents import agent_config_to_wire, parse_tools
+from sessions.serializers.common import apply_metadata_patch
 from sessions.services.admission import events_admit
 from sessions.services.events import events_append_locked, user_events_append_locked
 from sessions.services.resources import resource_rows_create, resources_admit, resources_copy
@@ -93,7 +94,7 @@ def _session_create(
         if "tools" in agent:
             snapshot["tools"] = parse_tools(agent["tools"])
         if agent.get("model") is not None:
-            from sessions.serializers import parse_model
+            from sessions.serializers.agents import parse_model
 
             snapshot["model"] = parse_model(agent["model"])
     now = timezone.now()

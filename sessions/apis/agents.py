@@ -1,0 +1,57 @@
+"""/v1/agents: create, list, retrieve, update, archive, versions."""
+
+from rest_framework.response import Response
+
+from core.api import query_bool, query_int, query_time_range
+from sessions.apis.base import AgentsApi
+from sessions.selectors import agent_get, agent_list, agent_version_get, agent_version_list
+from sessions.serializers.agents import agent_to_wire, parse_agent_fields
+from sessions.services import agents as agent_services
+
+
+class AgentListCreateApi(AgentsApi):
+    def post(self, request):
+        fields, _ = parse_agent_fields(request.data, partial=False)
+        agent, version = agent_services.agent_create(workspace=request.user, fields=fields)
+        return Response(agent_to_wire(agent, version))
+
+    def get(self, request):
+        rows, next_page = agent_list(
+            workspace=request.user,
+            limit=query_int(request, "limit", default=20, minimum=1, maximum=100),
+            page=request.query_params.get("page"),
+            include_archived=query_bool(request, "include_archived"),
+            created=query_time_range(request, "created_at"),
+        )
+        return Response({"data": [agent_to_wire(a, v) for a, v in rows], "next_page": next_page})
+
+
+class AgentDetailApi(AgentsApi):
+    def get(self, request, agent_id: str):
+        agent = agent_get(workspace=request.user, agent_id=agent_id)
+        version = agent_version_get(agent=agent, version=query_int(request, "version", minimum=1))
+        return Response(agent_to_wire(agent, version))
+
+    def post(self, request, agent_id: str):
+        fields, expected = parse_agent_fields(request.data, partial=True)
+        agent, version = agent_services.agent_update(
+            workspace=request.user, agent_id=agent_id, fields=fields, expected_version=expected
+        )
+        return Response(agent_to_wire(agent, version))
+
+
+class AgentArchiveApi(AgentsApi):
+    def post(self, request, agent_id: str):
+        agent, version = agent_services.agent_archive(workspace=request.user, agent_id=agent_id)
+        return Response(agent_to_wire(agent, version))
+
+
+class AgentVersionsApi(AgentsApi):
+    def get(self, request, agent_id: str):
+        agent = agent_get(workspace=request.user, agent_id=agent_id)
+        rows, next_page = agent_version_list(
+            agent=agent,
+            limit=query_int(request, "limit", default=20, minimum=1, maximum=100),
+            page=request.query_params.get("page"),
+        )
+        return Response({"data": [agent_to_wire(agent, row) for row in rows], "next_page": next_page})

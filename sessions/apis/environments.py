@@ -1,0 +1,47 @@
+"""/v1/environments: create, list, retrieve, update, delete, archive."""
+
+from rest_framework.response import Response
+
+from core.api import query_bool, query_int
+from sessions.apis.base import AgentsApi
+from sessions.selectors import environment_get, environment_list
+from sessions.serializers.environments import environment_to_wire, parse_environment_changes, parse_environment_create
+from sessions.services import environments as environment_services
+
+
+class EnvironmentListCreateApi(AgentsApi):
+    def post(self, request):
+        environment = environment_services.environment_create(
+            workspace=request.user, **parse_environment_create(request.data)
+        )
+        return Response(environment_to_wire(environment))
+
+    def get(self, request):
+        rows, next_page = environment_list(
+            workspace=request.user,
+            limit=query_int(request, "limit", default=20, minimum=1, maximum=1000),
+            page=request.query_params.get("page"),
+            include_archived=query_bool(request, "include_archived"),
+        )
+        return Response({"data": [environment_to_wire(row) for row in rows], "next_page": next_page})
+
+
+class EnvironmentDetailApi(AgentsApi):
+    def get(self, request, environment_id: str):
+        return Response(environment_to_wire(environment_get(workspace=request.user, environment_id=environment_id)))
+
+    def post(self, request, environment_id: str):
+        environment = environment_services.environment_update(
+            workspace=request.user, environment_id=environment_id, changes=parse_environment_changes(request.data)
+        )
+        return Response(environment_to_wire(environment))
+
+    def delete(self, request, environment_id: str):
+        environment_services.environment_delete(workspace=request.user, environment_id=environment_id)
+        return Response({"id": environment_id, "type": "environment_deleted"})
+
+
+class EnvironmentArchiveApi(AgentsApi):
+    def post(self, request, environment_id: str):
+        environment = environment_services.environment_archive(workspace=request.user, environment_id=environment_id)
+        return Response(environment_to_wire(environment))

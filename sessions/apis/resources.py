@@ -1,0 +1,42 @@
+"""/v1/sessions/{id}/resources: add, list, retrieve, update (refused), delete."""
+
+from rest_framework.response import Response
+
+from core.api import query_int
+from core.errors import InvalidRequest
+from core.serializers import validated
+from sessions.apis.base import AgentsApi
+from sessions.selectors import session_get, session_resource_page
+from sessions.serializers.sessions import ResourceParamSerializer, resource_to_wire
+from sessions.services import resources as resource_services
+
+
+class SessionResourcesApi(AgentsApi):
+    def post(self, request, session_id: str):
+        param = validated(ResourceParamSerializer, request.data)
+        row = resource_services.resource_add(workspace=request.user, session_id=session_id, param=param)
+        return Response(resource_to_wire(row))
+
+    def get(self, request, session_id: str):
+        session = session_get(workspace=request.user, session_id=session_id)
+        # No limit: every resource (api-contract.md §5).
+        rows, next_page = session_resource_page(
+            session=session,
+            limit=query_int(request, "limit", minimum=1, maximum=1000),
+            page=request.query_params.get("page"),
+        )
+        return Response({"data": [resource_to_wire(row) for row in rows], "next_page": next_page})
+
+
+class SessionResourceDetailApi(AgentsApi):
+    def get(self, request, session_id: str, resource_id: str):
+        row = resource_services.resource_get(workspace=request.user, session_id=session_id, resource_id=resource_id)
+        return Response(resource_to_wire(row))
+
+    def post(self, request, session_id: str, resource_id: str):
+        resource_services.resource_get(workspace=request.user, session_id=session_id, resource_id=resource_id)
+        raise InvalidRequest("Only github_repository resources can be updated (authorization_token rotation).")
+
+    def delete(self, request, session_id: str, resource_id: str):
+        resource_services.resource_delete(workspace=request.user, session_id=session_id, resource_id=resource_id)
+        return Response({"id": resource_id, "type": "session_resource_deleted"})

@@ -1,0 +1,82 @@
+"""/v1/sessions: create, list, retrieve, update, delete, archive."""
+
+from rest_framework.response import Response
+
+from core.api import query_bool, query_int, query_list, query_time_range
+from core.errors import InvalidRequest
+from sessions.apis.base import AgentsApi, query_order
+from sessions.outcomes import outcome_evaluations
+from sessions.selectors import session_get, session_list, session_resources_by_session
+from sessions.serializers.sessions import (
+    SESSION_STATUSES,
+    parse_session_changes,
+    parse_session_create,
+    resource_to_wire,
+    session_to_wire,
+)
+from sessions.services import sessions as session_services
+
+
+def sessions_wire(sessions: list) -> list[dict]:
+    """Sessions as the API renders them, with their resources and outcome evaluations (two
+    queries whatever the number of sessions)."""
+    ids = [session.id for session in sessions]
+    resources = session_resources_by_session(session_ids=ids)
+    evaluations = outcome_evaluations(ids)
+    return [
+        session_to_wire(
+            session,
+            resources=[resource_to_wire(row) for row in resources[session.id]],
+            outcome_evaluations=evaluations[session.id],
+        )
+        for session in sessions
+    ]
+
+
+def session_wire(session) -> dict:
+    return sessions_wire([session])[0]
+
+
+class SessionListCreateApi(AgentsApi):
+    def post(self, request):
+        session = session_services.session_create(workspace=request.user, **parse_session_create(request.data))
+        return Response(session_wire(session))
+
+    def get(self, request):
+        statuses = query_list(request, "statuses")
+        for status in statuses:
+            if status not in SESSION_STATUSES:
+                raise InvalidRequest(f"statuses: {status[:40]!r} is not one of {', '.join(SESSION_STATUSES)}.")
+        rows, next_page, prev_page = session_list(
+            workspace=request.user,
+            limit=query_int(request, "limit", default=20, minimum=1, maximum=1000),
+            page=request.query_params.get("page"),
+            order=query_order(request, "desc"),
+            include_archived=query_bool(request, "include_archived"),
+            statuses=statuses,
+            agent_id=request.query_params.get("agent_id") or None,
+            agent_version=query_int(request, "agent_version", minimum=1),
+            created=query_time_range(request, "created_at"),
+        )
+        return Response({"data": sessions_wire(rows), "next_page": next_page, "prev_page": prev_page})
+
+
+class SessionDetailApi(AgentsApi):
+    def get(self, request, session_id: str):
+        return Response(session_wire(session_get(workspace=request.user, session_id=session_id)))
+
+    def post(self, request, session_id: str):
+        session = session_services.session_update(
+            workspace=request.user, session_id=session_id, changes=parse_session_changes(request.data)
+        )
+        return Response(session_wire(session))
+
+    def delete(self, request, session_id: str):
+        session_services.session_delete(workspace=request.user, session_id=session_id)
+        return Response({"id": session_id, "type": "session_deleted"})
+
+
+class SessionArchiveApi(AgentsApi):
+    def post(self, request, session_id: str):
+        session = session_services.session_archive(workspace=request.user, session_id=session_id)
+        return Response(session_wire(session))

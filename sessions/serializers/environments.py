@@ -1,0 +1,166 @@
+"""Environments: input serializers and the wire shape (api-contract.md §4)."""
+
+from rest_framework import serializers
+
+from core.api import rfc3339
+from core.errors import InvalidRequest
+from core.serializers import Array, Bool, InputSerializer, Text, TypedUnion, validated
+from sessions.serializers.common import (
+    ALLOWED_HOSTS_MAX,
+    DESCRIPTION_MAX_CHARS,
+    HOST_MAX_CHARS,
+    NAME_MAX_CHARS,
+    PACKAGE_MAX_CHARS,
+    PACKAGES_PER_MANAGER_MAX,
+    Metadata,
+)
+
+PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
+SCOPES = ("organization", "account")
+
+
+class UnrestrictedNetworkingSerializer(InputSerializer):
+    type = serializers.ChoiceField(choices=["unrestricted"])
+
+
+class LimitedNetworkingSerializer(InputSerializer):
+    type = serializers.ChoiceField(choices=["limited"])
+    allowed_hosts = Array(
+        child=Text(max_length=HOST_MAX_CHARS), max_length=ALLOWED_HOSTS_MAX, required=False, allow_null=True
+    )
+    allow_mcp_servers = Bool(required=False)
+    allow_package_managers = Bool(required=False)
+
+
+def _package_list():
+    return Array(
+        child=Text(max_length=PACKAGE_MAX_CHARS), max_length=PACKAGES_PER_MANAGER_MAX, required=False, allow_null=True
+    )
+
+
+class PackagesSerializer(InputSerializer):
+    type = serializers.ChoiceField(choices=["packages"], required=False)
+    apt = _package_list()
+    cargo = _package_list()
+    gem = _package_list()
+    go = _package_list()
+    npm = _package_list()
+    pip = _package_list()
+
+
+class CloudConfigSerializer(InputSerializer):
+    type = serializers.ChoiceField(choices=["cloud"])
+    networking = TypedUnion(
+        choices={"unrestricted": UnrestrictedNetworkingSerializer, "limited": LimitedNetworkingSerializer},
+        required=False,
+        allow_null=True,
+    )
+    packages = PackagesSerializer(required=False, allow_null=True)
+
+
+class SelfHostedConfigSerializer(InputSerializer):
+    type = serializers.ChoiceField(choices=["self_hosted"])
+
+
+ENVIRONMENT_CONFIG_TYPES = {"cloud": CloudConfigSerializer, "self_hosted": SelfHostedConfigSerializer}
+
+
+class _ConfigBody(InputSerializer):
+    config = TypedUnion(choices=ENVIRONMENT_CONFIG_TYPES, required=False, allow_null=True)
+
+
+def _networking(value: dict | None, current: dict | None) -> dict:
+    if value is None:
+        return current or {
+            "type": "limited",
+            "allowed_hosts": [],
+            "allow_mcp_servers": False,
+            "allow_package_managers": False,
+        }
+    if value["type"] == "unrestricted":
+        return {"type": "unrestricted"}
+    return {
+        "type": "limited",
+        "allowed_hosts": list(value.get("allowed_hosts") or []),
+        "allow_mcp_servers": value.get("allow_mcp_servers", False),
+        "allow_package_managers": value.get("allow_package_managers", False),
+    }
+
+
+def _packages(value: dict | None, current: dict | None) -> dict:
+    if value is None:
+        return current or {"type": "packages", **{manager: [] for manager in PACKAGE_MANAGERS}}
+    return {"type": "packages", **{manager: list(value.get(manager) or []) for manager in PACKAGE_MANAGERS}}
+
+
+def parse_environment_config(value, current: dict | None = None) -> dict:
+    """Resolve an environment config. Omitted networking/packages keep `current` (update)."""
+    config = validated(_ConfigBody, {"config": value}).get("config")
+    if config is None:
+        return current or {"type": "cloud", "networking": _networking(None, None), "packages": _packages(None, None)}
+    if current is not None and current.get("type") != config["type"]:
+        raise InvalidRequest("config.type: an environment cannot change type.", code="invalid_config_type_change")
+    if config["type"] == "self_hosted":
+        return {"type": "self_hosted"}
+    current = current or {}
+    networking = _networking(config.get("networking"), current.get("networking"))
+    packages = _packages(config.get("packages"), current.get("packages"))
+    has_packages = any(packages[manager] for manager in PACKAGE_MANAGERS)
+    if has_packages and networking["type"] == "limited" and not networking["allow_package_managers"]:
+        raise InvalidRequest("config.packages: limited networking needs allow_package_managers to install packages.")
+    return {"type": "cloud", "networking": networking, "packages": packages}
+
+
+class EnvironmentCreateInputSerializer(InputSerializer):
+    name = Text(max_length=NAME_MAX_CHARS)
+    description = Text(max_length=DESCRIPTION_MAX_CHARS, required=False, allow_null=True, allow_blank=True)
+    config = TypedUnion(choices=ENVIRONMENT_CONFIG_TYPES, required=False, allow_null=True)
+    metadata = Metadata()
+    scope = serializers.ChoiceField(choices=SCOPES, required=False, allow_null=True)
+
+
+class EnvironmentUpdateInputSerializer(EnvironmentCreateInputSerializer):
+    """Given fields change; `config` merges into the stored one; metadata is a patch."""
+
+    name = Text(max_length=NAME_MAX_CHARS, required=False, allow_null=True)
+    metadata = Metadata(allow_null_values=True)
+
+
+def parse_environment_create(body) -> dict:
+    data = validated(EnvironmentCreateInputSerializer, body)
+    return {
+        "name": data["name"],
+        "description": data.get("description"),
+        "config": parse_environment_config(body.get("config") if isinstance(body, dict) else None),
+        "metadata": data.get("metadata") or {},
+        "scope": data.get("scope"),
+    }
+
+
+def parse_environment_changes(body) -> dict:
+    """The changes of an update; `config` stays as sent (the service merges it with the stored
+    config under the row lock)."""
+    data = validated(EnvironmentUpdateInputSerializer, body)
+    changes = {key: data[key] for key in ("description", "scope") if key in data}
+    if data.get("name") is not None:
+        changes["name"] = data["name"]
+    if "config" in data:
+        changes["config"] = body["config"]
+    if "metadata" in data:
+        changes["metadata"] = data["metadata"] or {}
+    return changes
+
+
+def environment_to_wire(environment) -> dict:
+    return {
+        "id": environment.id,
+        "type": "environment",
+        "name": environment.name,
+        "description": environment.description,
+        "config": environment.config,
+        "metadata": environment.metadata,
+        "scope": environment.scope,
+        "created_at": rfc3339(environment.created_at),
+        "updated_at": rfc3339(environment.updated_at),
+        "archived_at": rfc3339(environment.archived_at),
+    }

@@ -1,0 +1,163 @@
+"""Sessions and their resources: input serializers and wire shapes (api-contract.md §5, §6)."""
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from core.api import rfc3339
+from core.errors import InvalidRequest
+from core.serializers import Array, InputSerializer, Int, Object, Text, validated
+from processors.resources import MAX_FILE_RESOURCES, MAX_MOUNT_PATH_LENGTH
+from sessions.serializers.agents import ModelField, ToolsField
+from sessions.serializers.common import ID_MAX_CHARS, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
+from sessions.serializers.events import InitialEventsField, initial_events
+
+SESSION_STATUSES = ("idle", "running", "rescheduling", "terminated")
+
+
+class AgentRefSerializer(InputSerializer):
+    """`{type: "agent", id, version?}`, or `agent_with_overrides` replacing the system prompt,
+    tools or model of that version for this session only."""
+
+    type = serializers.ChoiceField(choices=("agent", "agent_with_overrides"))
+    id = Text(max_length=ID_MAX_CHARS)
+    version = Int(min_value=1, required=False, allow_null=True)
+    system = Text(max_length=SYSTEM_MAX_CHARS, required=False, allow_null=True, allow_blank=True)
+    tools = ToolsField(required=False)
+    model = ModelField(required=False, allow_null=True)
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "minLength": 1, "maxLength": ID_MAX_CHARS},
+            {"$ref": "#/components/schemas/AgentRef"},
+        ]
+    }
+)
+class AgentRefField(serializers.Field):
+    """An agent id, or an AgentRef object. Validated here, passed on as sent (the service
+    resolves it)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            if not data or len(data) > ID_MAX_CHARS:
+                raise serializers.ValidationError(f"an agent id is 1-{ID_MAX_CHARS} characters.")
+            return data
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("an agent id or {type: 'agent', id, version?}.")
+        ref = AgentRefSerializer(data=data)
+        if not ref.is_valid():
+            raise serializers.ValidationError(ref.errors)
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+class ResourceParamSerializer(InputSerializer):
+    type = serializers.ChoiceField(choices=["file"])
+    file_id = Text(max_length=ID_MAX_CHARS)
+    mount_path = Text(max_length=MAX_MOUNT_PATH_LENGTH, required=False, allow_null=True)
+
+    def to_internal_value(self, data):
+        super().to_internal_value(data)
+        return data
+
+
+class SessionCreateInputSerializer(InputSerializer):
+    agent = AgentRefField()
+    environment_id = Text(max_length=ID_MAX_CHARS, required=False, allow_null=True)
+    title = Text(max_length=TITLE_MAX_CHARS, required=False, allow_null=True, allow_blank=True)
+    metadata = Metadata()
+    resources = Array(child=ResourceParamSerializer(), max_length=MAX_FILE_RESOURCES, required=False, allow_null=True)
+    initial_events = InitialEventsField(required=False)
+    vault_ids = Array(child=Text(max_length=ID_MAX_CHARS), max_length=0, required=False, allow_null=True)
+
+
+class SessionUpdateAgentSerializer(InputSerializer):
+    tools = ToolsField(required=False)
+    mcp_servers = Array(child=Object(), max_length=0, required=False, allow_null=True)
+
+
+class SessionUpdateInputSerializer(InputSerializer):
+    title = Text(max_length=TITLE_MAX_CHARS, required=False, allow_null=True, allow_blank=True)
+    metadata = Metadata(allow_null_values=True)
+    agent = SessionUpdateAgentSerializer(required=False, allow_null=True)
+    vault_ids = Array(child=Text(max_length=ID_MAX_CHARS), max_length=0, required=False, allow_null=True)
+    budget = Object(required=False, allow_null=True)
+
+    def validate_budget(self, value):
+        if value is not None:
+            raise serializers.ValidationError("a budget cannot be added to a session created without one.")
+        return value
+
+
+def parse_session_create(body) -> dict:
+    if isinstance(body, dict) and body.get("vault_ids"):
+        raise InvalidRequest("vault_ids: vaults are not supported by this server.")
+    data = validated(SessionCreateInputSerializer, body)
+    return {
+        "agent": data["agent"],
+        "environment_id": data.get("environment_id"),
+        "metadata": data.get("metadata") or {},
+        "title": data.get("title"),
+        "initial_events": initial_events(data.get("initial_events")),
+        "resources": data.get("resources") or [],
+    }
+
+
+def parse_session_changes(body) -> dict:
+    if isinstance(body, dict) and body.get("vault_ids"):
+        raise InvalidRequest("vault_ids: cannot be changed.")
+    if isinstance(body, dict) and isinstance(body.get("agent"), dict) and body["agent"].get("mcp_servers"):
+        raise InvalidRequest("agent.mcp_servers: not supported by this server.")
+    data = validated(SessionUpdateInputSerializer, body)
+    changes = {}
+    if "title" in data:
+        changes["title"] = data["title"]
+    if "metadata" in data:
+        changes["metadata"] = data["metadata"] or {}
+    if data.get("agent") is not None:
+        changes["agent"] = body["agent"]
+    return changes
+
+
+def resource_to_wire(resource) -> dict:
+    return {
+        "id": resource.id,
+        "type": "file",
+        "file_id": resource.file_id,
+        "mount_path": resource.mount_path,
+        "created_at": rfc3339(resource.created_at),
+        "updated_at": rfc3339(resource.updated_at),
+    }
+
+
+def session_to_wire(session, *, resources: list | None = None, outcome_evaluations: list | None = None) -> dict:
+    usage = dict(session.usage or {})
+    return {
+        "id": session.id,
+        "type": "session",
+        "status": session.status,
+        "agent": session.agent_snapshot,
+        "environment_id": session.environment_id,
+        "resources": resources if resources is not None else [],
+        "metadata": session.metadata,
+        "title": session.title,
+        "created_at": rfc3339(session.created_at),
+        "updated_at": rfc3339(session.updated_at),
+        "archived_at": rfc3339(session.archived_at),
+        "budget": None,
+        "outcome_evaluations": [
+            {**evaluation, "completed_at": rfc3339(evaluation["completed_at"])}
+            for evaluation in outcome_evaluations or []
+        ],
+        "stats": {
+            "active_seconds": round(session.active_seconds, 3),
+            "duration_seconds": round((timezone.now() - session.created_at).total_seconds(), 3),
+        },
+        "usage": usage,
+        "vault_ids": [],
+        "deployment_id": None,
+    }
