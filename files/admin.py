@@ -157,7 +157,7 @@ class IdleFilter(admin.SimpleListFilter):
 
 @admin.register(StorageIntent)
 class StorageIntentAdmin(admin.ModelAdmin):
-    list_display = ("id", "kind", "state", "idle", "error", "attempts", "workspace", "file_id", "object_key")
+    list_display = ("id", "kind", "state", "idle", "error", "owner", "attempts", "workspace", "file_id", "object_key")
     list_filter = ("state", "kind", IdleFilter, "workspace")
     list_select_related = ("workspace",)
     search_fields = ("object_key", "file_id", "upload_id")
@@ -188,7 +188,9 @@ class StorageIntentAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
-    @admin.action(description="Reconcile now (intents idle longer than the grace window)", permissions=["view"])
+    @admin.action(
+        description="Reconcile now (intents whose owner is dead, or ownerless and idle)", permissions=["view"]
+    )
     def reconcile_now(self, request, queryset):
         ids = list(queryset.filter(state=StorageIntent.State.OPEN).values_list("pk", flat=True))
         report = reconcile.reconcile(intent_ids=ids)
@@ -197,6 +199,6 @@ class StorageIntentAdmin(admin.ModelAdmin):
         self.message_user(
             request,
             f"Finished {finished} intent(s); {report.deferred} deferred (object store unreachable); "
-            f"{skipped} skipped (still within the grace window: may be live).",
+            f"{skipped} skipped (owner alive, or ownerless and still within the grace window).",
             messages.SUCCESS if not report.deferred else messages.WARNING,
         )

@@ -120,9 +120,11 @@ class File(models.Model):
 class StorageIntent(models.Model):
     """An object-store operation recorded (and committed) before it starts.
 
-    `open` means not finished: either a live request is still working on it (its `updated_at`
-    is kept fresh) or its process died; after the grace window reconciliation finishes it.
-    An intent that reconciliation has claimed (`attempts` > 0) no longer belongs to its request.
+    `open` means not finished: either its owner process (files/liveness.py) is still working on
+    it, or that process died and reconciliation finishes it at once. An intent with no owner
+    (rows from before owners existed, or one its owner gave up on) is finished by
+    reconciliation after the grace window. An intent that reconciliation has claimed
+    (`attempts` > 0) no longer belongs to its request.
     """
 
     class Kind(models.TextChoices):
@@ -142,6 +144,8 @@ class StorageIntent(models.Model):
     object_key = models.CharField(max_length=512)
     upload_id = models.CharField(max_length=1024, null=True, blank=True)  # noqa: DJ001 — NULL = single PUT
     file_id = models.CharField(max_length=40, null=True, blank=True)  # noqa: DJ001 — set at commit
+    # files.liveness owner id of the process working on it; NULL = unknown (grace window applies).
+    owner = models.BigIntegerField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -161,6 +165,7 @@ class StorageIntent(models.Model):
         ]
         indexes = [
             models.Index("updated_at", name="files_intent_open", condition=Q(state="open")),
+            models.Index("owner", name="files_intent_open_owner", condition=Q(state="open")),
             models.Index("object_key", name="files_intent_object_key"),
         ]
 

@@ -4,11 +4,17 @@ Runs at startup (`manage.py reconcile_files`, called by `make run`), every 5 min
 `files.reconcile` Celery task) and on demand from the admin. Safe with any number of API
 processes, workers and reconcilers at once:
 
-* only intents idle for longer than the grace window are touched: a live upload refreshes its
-  intent at least every HEARTBEAT_SECONDS, so it is never mistaken for a dead one;
-* intents are claimed with SELECT … FOR UPDATE SKIP LOCKED and the claim (attempts + 1) is
-  committed before any object-store call; a request whose intent was claimed refuses to
-  publish its File (services._create_visible_file), so the claim decides the race;
+* an intent is finished as soon as its owner process is provably dead (files/liveness.py: the
+  owner's advisory lock is no longer held), and never while its owner lives — so after a
+  crash and restart, interrupted operations are finished at once, whatever the number of
+  processes. Only intents without an owner (rows from older builds, or intents their owner
+  gave up on because the store was unreachable) wait for the grace window, measured from
+  their last sign of life;
+* intents are claimed with SELECT … FOR UPDATE SKIP LOCKED and the claim (attempts + 1, and
+  the reconciler becomes the owner, so a concurrent reconciler leaves it alone and a crashed
+  one's claims are finished by the next) is committed before any object-store call; a request
+  whose intent was claimed refuses to publish its File (services._create_visible_file), so the
+  claim decides the race;
 * every step is idempotent (abort, delete, conditional row updates), so a repeated or
   concurrent pass is harmless.
 """
@@ -19,11 +25,12 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
+from core.crashpoints import crash_point
+from files import liveness, storage
 from files import metrics as files_metrics
-from files import storage
 from files.models import File, StorageIntent
 
 logger = logging.getLogger(__name__)
@@ -49,18 +56,39 @@ class Report:
         return {k: v for k, v in self.__dict__.items() if k != "actions"}
 
 
+def dead_owners() -> set[int]:
+    """Owners of open intents whose advisory lock is not held: their processes are gone.
+
+    The owners are read before the locks: an owner takes its lock before it stamps an intent,
+    so an owner seen on an intent and then missing from the locks has died (ids are never
+    reused). The other order would take a process that started in between for a dead one."""
+    owners = set(
+        StorageIntent.objects.filter(state=StorageIntent.State.OPEN, owner__isnull=False)
+        .values_list("owner", flat=True)
+        .distinct()
+    )
+    return owners - liveness.live_owners() if owners else set()
+
+
+def _finishable(*, cutoff) -> Q:
+    """Open intents reconciliation may finish now: a dead owner's, or an ownerless one idle
+    for longer than the grace window."""
+    return Q(state=StorageIntent.State.OPEN) & (
+        Q(owner__in=dead_owners()) | Q(owner__isnull=True, updated_at__lt=cutoff)
+    )
+
+
 def _claim(*, cutoff, batch_size: int, intent_ids=None) -> list[StorageIntent]:
     with transaction.atomic():
-        queryset = StorageIntent.objects.select_for_update(skip_locked=True).filter(
-            state=StorageIntent.State.OPEN, updated_at__lt=cutoff
-        )
+        queryset = StorageIntent.objects.select_for_update(skip_locked=True).filter(_finishable(cutoff=cutoff))
         if intent_ids is not None:
             queryset = queryset.filter(pk__in=intent_ids)
         intents = list(queryset.order_by("updated_at")[:batch_size])
         if intents:
             StorageIntent.objects.filter(pk__in=[intent.pk for intent in intents]).update(
-                attempts=F("attempts") + 1, updated_at=timezone.now()
+                attempts=F("attempts") + 1, updated_at=timezone.now(), owner=liveness.owner_id()
             )
+    crash_point("reconcile_claimed")
     return intents
 
 
@@ -79,13 +107,21 @@ def _finish_upload(intent: StorageIntent, report: Report) -> None:
         return
     if intent.upload_id:
         storage.multipart_abort(key=intent.object_key, upload_id=intent.upload_id)
+    else:
+        # The owner may have died between starting a multipart upload and recording its id.
+        # Keys are unique per intent, so every upload under this exact key is the intent's.
+        for upload in storage.list_multipart_uploads(prefix=intent.object_key):
+            if upload["key"] == intent.object_key:
+                storage.multipart_abort(key=upload["key"], upload_id=upload["upload_id"])
     storage.delete_object(key=intent.object_key)
+    crash_point("reconcile_object_removed")
     _close(intent, StorageIntent.State.ROLLED_BACK)
     report.uploads_rolled_back += 1
 
 
 def _finish_delete(intent: StorageIntent, report: Report) -> None:
     storage.delete_object(key=intent.object_key)
+    crash_point("reconcile_object_removed")
     with transaction.atomic():
         File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
         _close(intent, StorageIntent.State.COMMITTED)
@@ -104,8 +140,9 @@ def reconcile(
     intent_ids: list[int] | None = None,
     scan_orphans: bool = False,
 ) -> Report:
-    """Finish open intents idle for longer than the grace window; abort stale multipart
-    uploads that no open intent owns; optionally delete orphan objects (no row, no intent)."""
+    """Finish open intents whose owner is dead at once, and ownerless ones idle for longer than
+    the grace window; abort stale multipart uploads that no open intent owns; optionally
+    delete orphan objects (no row, no intent)."""
     report = Report(dry_run=dry_run)
     if not storage.is_configured():
         return report
@@ -113,7 +150,7 @@ def reconcile(
     cutoff = timezone.now() - timedelta(seconds=grace)
 
     if dry_run:
-        queryset = StorageIntent.objects.filter(state=StorageIntent.State.OPEN, updated_at__lt=cutoff)
+        queryset = StorageIntent.objects.filter(_finishable(cutoff=cutoff))
         if intent_ids is not None:
             queryset = queryset.filter(pk__in=intent_ids)
         report.actions += [_describe(intent) for intent in queryset.order_by("updated_at")]
@@ -131,7 +168,10 @@ def reconcile(
                         _finish_delete(intent, report)
                 except storage.StorageUnavailable as exc:
                     report.deferred += 1
-                    StorageIntent.objects.filter(pk=intent.pk).update(last_error=f"reconcile: {exc.details}"[:2000])
+                    # Ownerless again: the next pass after the grace window retries it.
+                    StorageIntent.objects.filter(pk=intent.pk, state=StorageIntent.State.OPEN).update(
+                        owner=None, last_error=f"reconcile: {exc.details}"[:2000]
+                    )
                     logger.warning("reconcile deferred", extra={"intent_id": intent.pk})
 
     if intent_ids is None:

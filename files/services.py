@@ -4,8 +4,6 @@ crash at any point leaves something reconciliation can finish (files/reconcile.p
 
 import hashlib
 import logging
-import os
-import signal
 import time
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -16,9 +14,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from core.crashpoints import crash_point
 from core.errors import NotFound, RequestTooLarge, ServiceUnavailable
 from core.models import Workspace
-from files import storage
+from files import liveness, storage
 from files.models import File, StorageIntent, file_id_time, new_file_id
 
 logger = logging.getLogger(__name__)
@@ -43,13 +42,6 @@ class UploadReclaimed(ServiceUnavailable):
     code = "upload_reclaimed"
 
 
-def _crash_point(name: str) -> None:
-    """Fault injection for the crash tests: die like kill -9 at a named point. Inert unless
-    MANGO_TEST_CRASH_POINT names this point."""
-    if os.environ.get("MANGO_TEST_CRASH_POINT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _intent_close(intent_id: int, *, state: str, file_id: str | None = None) -> None:
     updates = {"state": state, "closed_at": timezone.now(), "updated_at": timezone.now()}
     if file_id:
@@ -59,6 +51,15 @@ def _intent_close(intent_id: int, *, state: str, file_id: str | None = None) -> 
 
 def _intent_error(intent_id: int, exc: BaseException) -> None:
     StorageIntent.objects.filter(pk=intent_id).update(last_error=f"{type(exc).__name__}: {exc}"[:2000])
+
+
+def _intent_disown(intent_id: int, exc: BaseException) -> None:
+    """This process gives up on an open intent (the store was unreachable while finishing it):
+    record why and drop its owner, so reconciliation finishes it after the grace window even
+    while this process lives on."""
+    StorageIntent.objects.filter(pk=intent_id, state=StorageIntent.State.OPEN).update(
+        owner=None, last_error=f"{type(exc).__name__}: {exc}"[:2000]
+    )
 
 
 def _intent_heartbeat(intent_id: int, **fields) -> None:
@@ -79,14 +80,16 @@ def _upload_discard(*, intent_id: int, key: str, upload_id: str | None) -> None:
         storage.delete_object(key=key)
     except Exception as exc:  # noqa: BLE001 — cleanup must not mask the original error
         logger.warning("upload cleanup deferred to reconciliation", extra={"object_key": key})
-        _intent_error(intent_id, exc)
+        _intent_disown(intent_id, exc)
         return
+    crash_point("upload_discard_before_close")
     _intent_close(intent_id, state=StorageIntent.State.ROLLED_BACK)
 
 
 def _create_visible_file(*, intent_id: int, workspace: Workspace, **fields) -> File:
     """In one transaction: create the ready File and close its upload intent. Refuses when
     reconciliation has claimed the intent (it is deleting the object)."""
+    crash_point("upload_before_commit")
     with transaction.atomic():
         intent = StorageIntent.objects.select_for_update().get(pk=intent_id)
         if intent.state != StorageIntent.State.OPEN or intent.attempts:
@@ -104,6 +107,7 @@ def _create_visible_file(*, intent_id: int, workspace: Workspace, **fields) -> F
         intent.file_id = file_id
         intent.closed_at = timezone.now()
         intent.save(update_fields=["state", "file_id", "closed_at", "updated_at"])
+    crash_point("upload_after_commit")
     return file
 
 
@@ -126,6 +130,7 @@ class _PartUploader:
 
     def _start(self) -> None:
         self.upload_id = storage.multipart_start(key=self.key, content_type=self.content_type, s3=self.s3)
+        crash_point("upload_multipart_started")
         _intent_heartbeat(self.intent_id, upload_id=self.upload_id)
         self._last_heartbeat = time.monotonic()
         self._pool = ThreadPoolExecutor(max_workers=self.parts_in_flight, thread_name_prefix="file-part")
@@ -140,6 +145,7 @@ class _PartUploader:
         etag = storage.multipart_upload_part(
             key=self.key, upload_id=self.upload_id, part_number=number, body=body, s3=self.s3
         )
+        crash_point("upload_part_stored")
         return number, etag
 
     def add_part(self, body: bytes | bytearray) -> None:
@@ -161,6 +167,7 @@ class _PartUploader:
     def finish(self, last: bytes) -> None:
         if self.upload_id is None:
             storage.put_object(key=self.key, body=last, content_type=self.content_type, s3=self.s3)
+            crash_point("upload_object_stored")
             return
         if last:
             self.add_part(last)
@@ -169,6 +176,7 @@ class _PartUploader:
         self._shutdown()
         etags = [self._etags[number] for number in range(1, self._next_part)]
         storage.multipart_complete(key=self.key, upload_id=self.upload_id, etags=etags, s3=self.s3)
+        crash_point("upload_object_stored")
 
     def _shutdown(self) -> None:
         if self._pool is not None:
@@ -253,7 +261,10 @@ def object_stage_stream(
     storage.require_configured()
     max_bytes = settings.MANGO_FILE_MAX_BYTES if max_bytes is None else max_bytes
     key = storage.new_object_key(workspace_id=workspace.id)
-    intent = StorageIntent.objects.create(kind=StorageIntent.Kind.UPLOAD, workspace=workspace, object_key=key)
+    intent = StorageIntent.objects.create(
+        kind=StorageIntent.Kind.UPLOAD, workspace=workspace, object_key=key, owner=liveness.owner_id()
+    )
+    crash_point("upload_intent_opened")
     return _stage_stream(intent_id=intent.pk, key=key, chunks=chunks, mime_type=mime_type, max_bytes=max_bytes)
 
 
@@ -287,19 +298,23 @@ class ObjectStager:
         if not self._reserved:
             # Batches grow with use (8, 16, … STAGER_INTENT_BATCH): few spare rows for a few files.
             batch = min(STAGER_INTENT_BATCH, max(8, len(self._used)))
+            owner = liveness.owner_id()
             intents = StorageIntent.objects.bulk_create(
                 StorageIntent(
                     kind=StorageIntent.Kind.UPLOAD,
                     workspace=self.workspace,
                     object_key=storage.new_object_key(workspace_id=self.workspace.id),
+                    owner=owner,
                 )
                 for _ in range(batch)
             )
+            crash_point("stager_intents_opened")
             self._reserved = [(intent.pk, intent.object_key) for intent in reversed(intents)]
         return self._reserved.pop()
 
     def _put(self, intent_id: int, key: str, body: bytes, mime_type: str) -> StagedObject:
         storage.put_object(key=key, body=body, content_type=mime_type, s3=self.s3)
+        crash_point("stager_object_stored")
         return StagedObject(
             intent_id=intent_id, object_key=key, size_bytes=len(body), sha256=hashlib.sha256(body).hexdigest()
         )
@@ -385,7 +400,6 @@ def file_upload_stream(
     object and no row.
     """
     staged = object_stage_stream(workspace=workspace, chunks=chunks, mime_type=mime_type, max_bytes=max_bytes)
-    _crash_point("upload_before_commit")
     try:
         return _create_visible_file(
             intent_id=staged.intent_id,
@@ -416,10 +430,12 @@ def file_copy(*, source: File, scope_session_id: str, origin: str = File.Origin.
         raise NotFound(f"No file with id {source.id!r}.")
     key = storage.new_object_key(workspace_id=source.workspace_id)
     intent = StorageIntent.objects.create(
-        kind=StorageIntent.Kind.UPLOAD, workspace_id=source.workspace_id, object_key=key
+        kind=StorageIntent.Kind.UPLOAD, workspace_id=source.workspace_id, object_key=key, owner=liveness.owner_id()
     )
+    crash_point("copy_intent_opened")
     try:
         storage.copy_object(source_key=source.object_key, key=key, content_type=source.mime_type)
+        crash_point("copy_object_stored")
     except storage.StorageObjectMissing:
         _upload_discard(intent_id=intent.pk, key=key, upload_id=None)
         raise NotFound(f"No file with id {source.id!r}.")
@@ -453,8 +469,9 @@ def _delete_finish(intent: StorageIntent) -> bool:
         storage.delete_object(key=intent.object_key)
     except Exception as exc:  # noqa: BLE001 — the file is already hidden; reconciliation retries
         logger.warning("file delete deferred to reconciliation", extra={"file_id": intent.file_id})
-        _intent_error(intent.pk, exc)
+        _intent_disown(intent.pk, exc)
         return False
+    crash_point("delete_object_deleted")
     with transaction.atomic():
         File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
         _intent_close(intent.pk, state=StorageIntent.State.COMMITTED)
@@ -465,6 +482,7 @@ def _hide_for_delete(files) -> list[StorageIntent]:
     """Within the caller's transaction: mark the (locked, ready) files `deleting` and record
     one delete intent each."""
     intents = []
+    owner = liveness.owner_id() if files else None
     for file in files:
         file.state = File.State.DELETING
         file.save(update_fields=["state"])
@@ -474,6 +492,7 @@ def _hide_for_delete(files) -> list[StorageIntent]:
                 workspace_id=file.workspace_id,
                 object_key=file.object_key,
                 file_id=file.id,
+                owner=owner,
             )
         )
     return StorageIntent.objects.bulk_create(intents)
@@ -490,7 +509,7 @@ def file_delete(*, file: File) -> None:
             raise NotFound(f"No file with id {file.id!r}.")
         (intent,) = _hide_for_delete(locked)
     file.state = File.State.DELETING
-    _crash_point("delete_after_hide")
+    crash_point("delete_after_hide")
     _delete_finish(intent)
 
 
@@ -506,6 +525,7 @@ def session_files_delete(*, workspace: Workspace, session_id: str) -> int:
             )
         )
         intents = _hide_for_delete(files)
+    crash_point("session_files_after_hide")
     for intent in intents:
         _delete_finish(intent)
     return len(intents)
@@ -521,6 +541,7 @@ def files_expire(*, now: datetime | None = None, batch_size: int = 500) -> int:
             )[:batch_size]
         )
         intents = _hide_for_delete(files)
+    crash_point("expire_after_hide")
     for intent in intents:
         _delete_finish(intent)
     return len(intents)
@@ -542,7 +563,7 @@ def session_outputs_apply(
     output File whose path is not in `keep` is hidden. So one path never shows two Files and
     never none. The hidden Files' objects and rows are then removed through delete intents.
     Raises UploadReclaimed (nothing changed) if reconciliation claimed a staged object."""
-    _crash_point("outputs_before_apply")
+    crash_point("outputs_before_apply")
     applied = OutputsApplied()
     with transaction.atomic():
         current = {
@@ -599,6 +620,7 @@ def session_outputs_apply(
             closed.append(intent)
         File.objects.bulk_create(files)
         StorageIntent.objects.bulk_update(closed, ["state", "file_id", "closed_at", "updated_at"])
+    crash_point("outputs_after_swap")
     for intent in delete_intents:
         _delete_finish(intent)
     return applied

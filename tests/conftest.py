@@ -7,7 +7,15 @@ from botocore.exceptions import ClientError
 from django.test import Client
 
 from core.services import api_key_create
-from files import storage
+from files import liveness, storage
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's, plus: end this process's intent-owner session (files/liveness.py)
+    before the test database is dropped, which an open session would block."""
+    yield
+    liveness.release()
 
 
 @pytest.fixture(scope="session")

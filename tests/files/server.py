@@ -29,7 +29,8 @@ def _children(pid: int) -> list[int]:
 
 
 class GunicornServer:
-    def __init__(self, *, log_path: Path, env: dict[str, str] | None = None):
+    def __init__(self, *, log_path: Path, env: dict[str, str] | None = None, workers: int = 1):
+        self.workers = workers
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
@@ -54,7 +55,7 @@ class GunicornServer:
                 "--worker-class",
                 "gthread",
                 "--workers",
-                "1",
+                str(self.workers),
                 "--threads",
                 "8",
                 "--timeout",
@@ -76,7 +77,7 @@ class GunicornServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     pass
-                if self.worker_pid():
+                if len(_children(self.process.pid)) >= self.workers:
                     return self
             except OSError:
                 pass
@@ -101,6 +102,14 @@ class GunicornServer:
                 return pid
             time.sleep(0.1)
         raise RuntimeError("gunicorn did not respawn its worker")
+
+    def kill_all(self) -> None:
+        """kill -9 every process of the server (master and workers) at once."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

@@ -6,6 +6,7 @@ import hashlib
 import http.client
 import json
 import socket
+import threading
 import time
 
 import anthropic
@@ -24,8 +25,8 @@ BOUNDARY = "mango-crash-boundary"
 def start_server(tmp_path, s3_bucket):
     servers = []
 
-    def start(**env):
-        server = GunicornServer(log_path=tmp_path / f"gunicorn-{len(servers)}.log", env=env).start()
+    def start(workers=1, **env):
+        server = GunicornServer(log_path=tmp_path / f"gunicorn-{len(servers)}.log", env=env, workers=workers).start()
         servers.append(server)
         return server
 
@@ -189,3 +190,122 @@ def test_real_500mb_plus_one_byte_is_413_and_leaves_nothing(start_server, api_ke
     assert multipart_uploads(workspace.id) == []
     assert not StorageIntent.objects.filter(state="open").exists()
     assert temp_entries() == before_tmp
+
+
+# --- whole-server SIGKILL and restart: owner liveness (files/liveness.py) ----------------------
+
+
+def open_raw_upload(server, api_key, *, size: int, sent: int) -> socket.socket:
+    """A raw upload of `size` bytes of which only `sent` are sent (the rest later, or never)."""
+    head, tail = multipart_head(), multipart_tail()
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(
+        (
+            f"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {api_key}\r\n"
+            f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
+            f"Content-Length: {len(head) + size + len(tail)}\r\n\r\n"
+        ).encode()
+        + head
+    )
+    sock.sendall(b"u" * sent)
+    return sock
+
+
+def finish_raw_upload(sock: socket.socket, *, remaining: int) -> dict:
+    sock.sendall(b"u" * remaining + multipart_tail())
+    response = http.client.HTTPResponse(sock)
+    response.begin()
+    assert response.status == 200, response.read()
+    return json.loads(response.read())
+
+
+def wait_ready(server, timeout=30.0) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                return time.monotonic()
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("/readyz never answered 200")
+
+
+def test_whole_server_killed_mid_upload_and_mid_delete_is_finished_at_restart(start_server, api_key, workspace):
+    """SIGKILL every process of a server mid-upload and mid-delete; restart it as `make run`
+    does (reconcile_files with the default one-hour grace window, then serve). Within 10 s of
+    /readyz answering 200 the bucket holds exactly the visible Files' objects, no multipart upload
+    is open and every intent is closed — except those of a second, live API process that is in
+    the middle of its own upload all along, and then completes it untouched."""
+    kept = make_file(workspace, b"kept before the crash", downloadable=True)
+    doomed = make_file(workspace, b"doomed by a delete", downloadable=True)
+    size = 20 * 1024 * 1024
+    crashed = start_server(MANGO_TEST_CRASH_POINT="delete_after_hide", MANGO_TEST_CRASH_ACTION="hang", workers=2)
+    live = start_server()
+
+    # The server that will be killed: one upload with parts in the store, one delete past its hide.
+    dying_upload = open_raw_upload(crashed, api_key, size=size, sent=size // 2)
+    dying_intent = wait_for(
+        lambda: StorageIntent.objects.filter(state="open", kind="upload", upload_id__isnull=False).first()
+    )
+
+    def delete_doomed():
+        with pytest.raises(anthropic.APIConnectionError):  # its server is killed mid-request
+            client_for(crashed, api_key).beta.files.delete(doomed.id)
+
+    deleting = threading.Thread(target=delete_doomed, daemon=True)
+    deleting.start()
+    wait_for(lambda: "crash point reached: delete_after_hide" in crashed.log_text())
+    delete_intent = StorageIntent.objects.get(kind="delete", state="open")
+    assert File.objects.get(pk=doomed.pk).state == File.State.DELETING
+
+    # The live server: an upload in progress (its multipart upload open) through it all.
+    live_upload = open_raw_upload(live, api_key, size=size, sent=size // 2)
+    live_intent = wait_for(
+        lambda: (
+            StorageIntent.objects.filter(state="open", kind="upload", upload_id__isnull=False)
+            .exclude(pk=dying_intent.pk)
+            .first()
+        )
+    )
+
+    crashed.kill_all()
+    dying_upload.close()
+    assert len(multipart_uploads(workspace.id)) == 2
+    assert doomed.object_key in bucket_keys(workspace.id)
+
+    # Restart as `make run` does: reconcile (default grace window: 3600 s), then serve.
+    result = run_manage("reconcile_files", env=crashed.env)
+    assert result.returncode == 0, result.stderr
+    assert "uploads_rolled_back=1" in result.stdout and "deletes_finished=1" in result.stdout, result.stdout
+    restarted = start_server()
+    ready_at = wait_ready(restarted)
+
+    def settled():
+        open_intents = set(StorageIntent.objects.filter(state="open").values_list("pk", flat=True))
+        uploads = {u["upload_id"] for u in multipart_uploads(workspace.id)}
+        visible = {f.object_key for f in File.objects.filter(workspace=workspace, state="ready")}
+        return (
+            open_intents == {live_intent.pk}
+            and uploads == {live_intent.upload_id}
+            and (set(bucket_keys(workspace.id)) == visible)
+        )
+
+    wait_for(settled, timeout=10)
+    assert time.monotonic() - ready_at < 10
+    assert StorageIntent.objects.get(pk=dying_intent.pk).state == "rolled_back"
+    assert StorageIntent.objects.get(pk=delete_intent.pk).state == "committed"
+    assert not File.objects.filter(pk=doomed.pk).exists()
+    # Nothing about the live upload was touched, not even by a pass without any grace window.
+    assert run_manage("reconcile_files", "--grace-seconds", "0", env=crashed.env).returncode == 0
+    assert StorageIntent.objects.get(pk=live_intent.pk).attempts == 0
+
+    body = finish_raw_upload(live_upload, remaining=size - size // 2)
+    live_upload.close()
+    assert body["size_bytes"] == size
+    assert File.objects.get(pk=body["id"]).sha256 == hashlib.sha256(b"u" * size).hexdigest()
+    assert set(File.objects.filter(workspace=workspace).values_list("id", flat=True)) == {kept.id, body["id"]}
+    assert not StorageIntent.objects.filter(state="open").exists()
+    assert_store_consistent(workspace.id)

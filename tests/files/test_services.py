@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from config.celery import app as celery_app
-from files import reconcile, selectors, services, storage
+from files import liveness, reconcile, selectors, services, storage
 from files.models import File, StorageIntent
 from files.tasks import files_expire, files_reconcile
 from tests.files.conftest import assert_store_consistent, bucket_keys, make_file, multipart_uploads
@@ -114,9 +114,9 @@ def test_concurrent_reconcilers_claim_each_intent_once(workspace):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("first_chunk", [services.PART_SIZE + 1, 10], ids=["multipart", "single-put"])
 def test_live_upload_is_left_alone_and_a_reclaimed_one_cannot_publish(workspace, first_chunk):
-    """A slow upload in another thread: reconciliation with the normal grace window leaves it
-    alone; if it is claimed anyway (it stalled past the window), it fails instead of publishing
-    a File whose object reconciliation is deleting."""
+    """A slow upload in another thread: reconciliation leaves it alone while its owner lives;
+    if it is claimed anyway (its owner's session ended), it fails instead of publishing a File
+    whose object reconciliation is deleting."""
     part_sent = threading.Event()
     release = threading.Event()
     outcome = {}
@@ -149,9 +149,12 @@ def test_live_upload_is_left_alone_and_a_reclaimed_one_cannot_publish(workspace,
             time.sleep(0.05)
         assert StorageIntent.objects.get().upload_id
 
-    assert reconcile.reconcile().actions == []
+    # Its owner (this process) is alive: left alone, even with no grace window at all.
+    assert reconcile.reconcile(grace_seconds=0).actions == []
     assert StorageIntent.objects.get().attempts == 0
 
+    # The owner's session ends (as when its database connection breaks): now it is claimed.
+    liveness.release()
     report = reconcile.reconcile(grace_seconds=0)
     assert report.uploads_rolled_back == 1
     release.set()

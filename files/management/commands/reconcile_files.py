@@ -5,8 +5,9 @@ from files import reconcile, storage
 
 class Command(BaseCommand):
     help = (
-        "Finish interrupted Files uploads and deletes (safe to run while the API is serving: "
-        "intents younger than MANGO_RECONCILE_GRACE_SECONDS are left alone)."
+        "Finish interrupted Files uploads and deletes: at once when the process that owned them is "
+        "dead, never while it lives (safe to run while the API is serving); intents without an owner "
+        "are finished once idle for longer than MANGO_RECONCILE_GRACE_SECONDS."
     )
 
     def add_arguments(self, parser):
@@ -15,7 +16,7 @@ class Command(BaseCommand):
             "--grace-seconds",
             type=int,
             default=None,
-            help="Override MANGO_RECONCILE_GRACE_SECONDS (0 only when no upload can be live).",
+            help="Override MANGO_RECONCILE_GRACE_SECONDS for ownerless intents (0 only when no upload can be live).",
         )
         parser.add_argument(
             "--scan-orphans",
