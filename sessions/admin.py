@@ -169,7 +169,7 @@ class SessionAdmin(admin.ModelAdmin):
             extra["events_page_range"] = events.get_elided_page_range(page.number, on_each_side=2, on_ends=1)
             extra["events_rows"] = [
                 {"seq": e.seq, "type": e.type, "processed_at": e.processed_at, "created_at": e.created_at,
-                 "payload": json.dumps(e.payload, indent=2)}
+                 "payload": json.dumps(e.payload, ensure_ascii=False)}
                 for e in page.object_list
             ]  # fmt: skip
             extra["resources"] = list(session.resources.order_by("created_at", "id"))
