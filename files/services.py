@@ -19,6 +19,7 @@ from core.errors import NotFound, RequestTooLarge, ServiceUnavailable
 from core.models import Workspace
 from files import liveness, storage
 from files.models import File, StorageIntent, file_id_time, new_file_id
+from processors.filenames import filename_strip
 
 logger = logging.getLogger(__name__)
 
@@ -447,7 +448,8 @@ def file_copy(*, source: File, scope_session_id: str, origin: str = File.Origin.
         return _create_visible_file(
             intent_id=intent.pk,
             workspace=source.workspace,
-            filename=source.filename,
+            # Rows stored before names were cleaned may still carry unsafe characters.
+            filename=filename_strip(source.filename),
             mime_type=source.mime_type,
             size_bytes=source.size_bytes,
             sha256=source.sha256,

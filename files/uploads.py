@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from django.utils.http import parse_header_parameters
 
 from core.errors import InvalidRequest, RequestTooLarge
+from processors.filenames import filename_strip
 
 READ_SIZE = 1024 * 1024
 MAX_PART_HEADER_BYTES = 16 * 1024
@@ -66,6 +67,8 @@ class MultipartReader:
         except OSError:
             # The client went away (or the server's reader gave up) mid-body.
             data = b""
+        except Exception as exc:  # noqa: BLE001 — the server's own framing errors, e.g. gunicorn's InvalidChunkSize
+            raise InvalidRequest(f"Malformed request body: {type(exc).__name__}.")
         if not data:
             self._eof = True
             return False
@@ -78,6 +81,9 @@ class MultipartReader:
     def _read_until(self, marker: bytes, *, limit: int, what: str) -> bytes:
         while True:
             index = self._buffer.find(marker)
+            if index > limit:
+                # Also when the whole of it arrived in one read: the limit is on the data.
+                raise InvalidRequest(f"Malformed multipart body: {what} is too long.")
             if index >= 0:
                 found, self._buffer = self._buffer[:index], self._buffer[index + len(marker) :]
                 return found
@@ -237,10 +243,11 @@ def check_remaining_length(reader: MultipartReader, *, boundary: bytes, max_byte
 
 
 def clean_filename(filename: str | None, mime_type: str) -> str:
-    """Only the last path component; an absent or empty name becomes `unnamed` + the
+    """Only the last path component, without control, line-separator or bidirectional
+    characters (processors/filenames.py); an absent or empty name becomes `unnamed` + the
     extension of the media type, when one is known (api-contract.md §1)."""
     name = (filename or "").replace("\\", "/")
-    name = "".join(char for char in posixpath.basename(name) if ord(char) >= 32 and char != "\x7f").strip()
+    name = filename_strip(posixpath.basename(name)).strip()
     if name in ("", ".", ".."):
         extension = mimetypes.guess_extension(mime_type or "", strict=False) or ""
         return f"unnamed{extension}"

@@ -6,6 +6,8 @@ import tarfile
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
+from processors.filenames import filename_shown, path_problem
+
 OUTPUTS_DIR = "/mnt/session/outputs"
 ARCHIVE_ROOT = "outputs"
 MAX_OUTPUT_FILES = 500
@@ -29,7 +31,9 @@ def classify_output_member(
     devices, FIFOs and other special entries, absolute or traversing names, names outside the
     archive root, and files over `max_bytes`. The reason names the path as seen in the sandbox."""
     name = tarinfo.name
-    shown = _shown(name, root)
+    # Messages carry the name escaped: a CR/LF or a bidirectional override in it must not
+    # reach the session.error text as such.
+    shown = filename_shown(_shown(name, root))
 
     def invalid(why: str) -> tuple[MemberKind, str]:
         return "invalid", f"{shown}: {why}"
@@ -47,6 +51,9 @@ def classify_output_member(
 
     if not name or "\x00" in name or "\\" in name:
         return invalid("invalid file name")
+    problem = path_problem(name)
+    if problem:
+        return invalid(f"the path {problem}; it is not published")
     if name.startswith("/"):
         return invalid("absolute paths are not allowed")
     trimmed = name.removesuffix("/") if tarinfo.isdir() else name

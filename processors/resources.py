@@ -7,6 +7,7 @@ import tarfile
 from collections.abc import Iterable, Iterator
 
 from processors.errors import InvalidMountPath, ProcessorError
+from processors.filenames import filename_shown, path_problem
 
 MAX_FILE_RESOURCES = 100
 MAX_MOUNT_PATH_LENGTH = 1024
@@ -37,7 +38,6 @@ SYSTEM_DIRS = (
 RESERVED_DIRS = (UPLOADS_DIR, OUTPUTS_DIR)
 
 _SAFE_FILE_ID = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _BLOCK = tarfile.BLOCKSIZE
 
 
@@ -59,13 +59,14 @@ def resolve_mount_path(file_id: str, mount_path: str | None) -> str:
         return f"{UPLOADS_DIR}/{file_id}"
     if not isinstance(mount_path, str):
         raise InvalidMountPath("mount_path must be a string.")
-    shown = repr(mount_path[:100])
+    shown = repr(filename_shown(mount_path[:100]))
     if not mount_path:
         raise InvalidMountPath("mount_path must not be empty.")
     if len(mount_path) > MAX_MOUNT_PATH_LENGTH:
         raise InvalidMountPath(f"mount_path is longer than {MAX_MOUNT_PATH_LENGTH} characters.")
-    if _CONTROL.search(mount_path):
-        raise InvalidMountPath(f"mount_path {shown} contains control characters.")
+    problem = path_problem(mount_path)
+    if problem:
+        raise InvalidMountPath(f"mount_path {shown} {problem}.")
     if not mount_path.startswith("/"):
         raise InvalidMountPath(f"mount_path {shown} must be an absolute path.")
     if ".." in mount_path.split("/"):

@@ -423,3 +423,24 @@ def test_text_only_session_publishes_nothing_and_creates_no_container(
     assert list(sdk.beta.files.list(scope_id=session.id)) == []
     assert docker_client.containers.list(all=True, filters={"label": f"mango.session={session.id}"}) == []
     wait_for(lambda: Session.objects.get(id=session.id).status == "idle")
+
+
+def test_paths_with_control_or_bidi_characters_are_not_published(session):
+    """CR/LF, C1 controls, U+2028 and bidirectional overrides in an output path: refused (one
+    rule with uploads and resources, processors/filenames.py) and named escaped in the error."""
+    sh(session, f"cd {OUT} && echo ok > ok.txt")
+    sh(session, f"cd {OUT} && printf x > \"$(printf 'cr\\r\\nlf.txt')\"")
+    sh(session, f"cd {OUT} && printf x > \"$(printf 'evil\\342\\200\\256txt.exe')\"")
+    sh(session, f"cd {OUT} && printf x > \"$(printf 'sep\\342\\200\\250.txt')\"")
+    sh(session, f"cd {OUT} && printf x > \"$(printf 'c1\\302\\205.txt')\"")
+
+    report = outputs_publish_at_idle(session=session, interrupted=False)
+
+    assert sorted(visible(session)) == ["ok.txt"]
+    assert len(report.invalid) == 4
+    (message,) = errors_of(session)
+    for shown in ("cr\\u000d\\u000alf.txt", "evil\\u202etxt.exe", "sep\\u2028.txt", "c1\\u0085.txt"):
+        assert f"{OUT}/{shown}" in message, (shown, message)
+    for raw in ("\r", "\n", "\u202e", "\u2028", "\x85"):
+        assert raw not in message
+    assert bucket_keys(session.workspace) == {f.object_key for f in visible(session).values()}
