@@ -21,4 +21,5 @@ RUN useradd --system --uid 10001 --home-dir /app mango \
 USER mango
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s CMD python -c "import os,urllib.request; urllib.request.urlopen(f'http://127.0.0.1:{os.environ.get(\"PORT\",\"8000\")}/healthz')"
-CMD ["sh", "-c", "exec gunicorn config.wsgi:application --bind 0.0.0.0:${PORT} --worker-class gthread --workers ${WEB_CONCURRENCY:-2} --threads 64 --timeout 0 --access-logfile -"]
+# uvicorn workers serving config.asgi on one port (README "Serving"); WEB_CONCURRENCY workers.
+CMD ["sh", "-c", "exec gunicorn -c config/gunicorn.conf.py --bind 0.0.0.0:${PORT} config.asgi:application"]

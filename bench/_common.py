@@ -71,31 +71,27 @@ def free_port() -> int:
 
 
 class Server:
-    """gunicorn, gthread worker class, one worker (so its memory is the server's memory)."""
+    """The API server, one worker (so its memory is the server's memory). `layout="asgi"` is what
+    `make run` serves (config/gunicorn.conf.py: a uvicorn worker running config.asgi); `"wsgi"` is the
+    former gunicorn gthread worker running config.wsgi, kept for side-by-side comparisons."""
 
-    def __init__(self, *, threads: int = 8):
+    def __init__(self, *, threads: int = 8, layout: str = "asgi", env: dict[str, str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.layout = layout
+        gunicorn = str(Path(sys.executable).parent / "gunicorn")
+        if layout == "asgi":
+            command = [gunicorn, "-c", "config/gunicorn.conf.py", "--bind", f"127.0.0.1:{self.port}"]
+            command += ["--workers", "1", "config.asgi:application"]
+        else:
+            command = [gunicorn, "config.wsgi:application", "--bind", f"127.0.0.1:{self.port}"]
+            command += ["--worker-class", "gthread", "--workers", "1", "--threads", str(threads)]
+            # gunicorn 27 otherwise shares one control socket among all its instances.
+            command += ["--timeout", "0", "--no-control-socket"]
         self.process = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "gunicorn"),
-                "config.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--worker-class",
-                "gthread",
-                "--workers",
-                "1",
-                "--threads",
-                str(threads),
-                "--timeout",
-                "0",
-                # gunicorn 27 otherwise shares one control socket (~/.gunicorn/gunicorn.ctl)
-                # among all its instances on the machine.
-                "--no-control-socket",
-            ],
+            command,
             cwd=ROOT,
-            env={**os.environ, "DATABASE_CONN_MAX_AGE": "60"},
+            env={**os.environ, "DATABASE_CONN_MAX_AGE": "60", **(env or {})},
             start_new_session=True,
         )
         deadline = time.monotonic() + 30

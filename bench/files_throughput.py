@@ -122,6 +122,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="100,500", help="file sizes in MB (10^6 bytes)")
     parser.add_argument("--rounds", type=int, default=2, help="best of N for each measurement")
+    parser.add_argument("--layout", default="asgi", choices=["asgi", "wsgi"], help="asgi = make run's server")
     args = parser.parse_args()
 
     _common.setup()
@@ -133,7 +134,7 @@ def main() -> None:
     bucket = storage.bucket()
     data_dir = _common.ROOT / "var" / "bench"
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = _common.Server()
+    server = _common.Server(layout=args.layout)
     try:
         # Warm up: imports, connections, thread pools.
         warm = data_dir / "warm.bin"
@@ -143,7 +144,8 @@ def main() -> None:
         api_download(server, raw_key, warm_id)
 
         endpoint = storage.client().meta.endpoint_url
-        print(f"server: gunicorn gthread, 1 worker, pid {server.worker_pid()}; store {endpoint}")
+        kind = "uvicorn worker (config.asgi)" if args.layout == "asgi" else "gthread (config.wsgi)"
+        print(f"server: gunicorn {kind}, 1 worker, pid {server.worker_pid()}; store {endpoint}")
         header = f"{'size':>6} {'op':<9} {'API MB/s':>9} {'direct MB/s':>12} {'ratio':>6}   direct = "
         print(header)
         for size_mb in [int(s) for s in args.sizes.split(",")]:

@@ -5,13 +5,18 @@ import os
 
 from core.logging import json_logging_config
 
+# uvicorn workers running config.asgi (README "Serving"): event streams on the event loop, the rest
+# of the API on two thread pools per worker (MANGO_API_THREADS, MANGO_UPLOAD_THREADS).
+worker_class = "uvicorn_worker.UvicornWorker"
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+
 # JSON lines for gunicorn's own logs and access lines (with the response's request-id).
 logconfig_dict = json_logging_config(os.environ.get("MANGO_LOG_LEVEL", "INFO"))
 accesslog = "-"
 access_log_format = '%(h)s "%(r)s" %(s)s %(B)s %(D)sus %({request-id}o)s'
 
-# A worker that stops answering its arbiter for this long is replaced (gthread workers
-# heartbeat from their main loop, so long streams do not trip it).
+# A worker that stops answering its arbiter for this long is replaced (uvicorn workers heartbeat
+# from their event loop, so long streams and uploads do not trip it).
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "120"))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))

@@ -84,8 +84,28 @@ TEMPLATES = [
 DATABASES = {
     "default": env.db_url("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/mango"),
 }
-DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
-DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Each process takes connections from a bounded psycopg pool (Django's native one): at most
+# MANGO_DB_POOL_MAX_SIZE at once, a request waits up to MANGO_DB_POOL_TIMEOUT_SECONDS for one
+# (then 503), and connections above MANGO_DB_POOL_MIN_SIZE are closed one per
+# MANGO_DB_POOL_MAX_IDLE_SECONDS of disuse. With the pool, a connection goes back to it at the end
+# of every request (Django requires CONN_MAX_AGE=0 then; DATABASE_CONN_MAX_AGE applies only
+# without the pool). README "Database connections" gives the worst-case total.
+MANGO_DB_POOL = env.bool("MANGO_DB_POOL", default=True)
+MANGO_DB_POOL_MIN_SIZE = env.int("MANGO_DB_POOL_MIN_SIZE", default=1)
+MANGO_DB_POOL_MAX_SIZE = env.int("MANGO_DB_POOL_MAX_SIZE", default=8)
+MANGO_DB_POOL_TIMEOUT_SECONDS = env.float("MANGO_DB_POOL_TIMEOUT_SECONDS", default=10.0)
+MANGO_DB_POOL_MAX_IDLE_SECONDS = env.float("MANGO_DB_POOL_MAX_IDLE_SECONDS", default=5.0)
+if MANGO_DB_POOL:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": MANGO_DB_POOL_MIN_SIZE,
+        "max_size": MANGO_DB_POOL_MAX_SIZE,
+        "timeout": MANGO_DB_POOL_TIMEOUT_SECONDS,
+        "max_idle": MANGO_DB_POOL_MAX_IDLE_SECONDS,
+    }
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
@@ -148,6 +168,18 @@ MANGO_STRICT = env.bool("MANGO_STRICT", default=False)
 MANGO_FILES_BETA = "files-api-2025-04-14"
 MANGO_AGENTS_BETA = "managed-agents-2026-04-01"
 
+# --- Serving (config/asgi.py) and per-workspace caps ---------------------------------------
+MANGO_SSE_HEARTBEAT_SECONDS = env.float("MANGO_SSE_HEARTBEAT_SECONDS", default=15.0)
+# Threads per API process that run Django views for everything but event streams; uploads
+# (POST /v1/files) have threads of their own so slow uploads cannot starve other requests.
+MANGO_API_THREADS = env.int("MANGO_API_THREADS", default=32)
+MANGO_UPLOAD_THREADS = env.int("MANGO_UPLOAD_THREADS", default=32)
+# A request body that sends no byte for this long ends with a 408 (an upload is rolled back).
+MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS = env.float("MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS", default=30.0)
+# Concurrent uploads / event streams per workspace (over all API processes); beyond: 429.
+MANGO_WORKSPACE_MAX_UPLOADS = env.int("MANGO_WORKSPACE_MAX_UPLOADS", default=8)
+MANGO_WORKSPACE_MAX_STREAMS = env.int("MANGO_WORKSPACE_MAX_STREAMS", default=100)
+
 # --- Sessions runtime -----------------------------------------------------------------------
 MANGO_SANDBOX = env.str("MANGO_SANDBOX", default="docker")  # docker | local_process
 MANGO_SANDBOX_IMAGE = env.str("MANGO_SANDBOX_IMAGE", default="mango-sandbox:latest")
@@ -155,7 +187,6 @@ MANGO_SANDBOX_LOCAL_ROOT = env.path("MANGO_SANDBOX_LOCAL_ROOT", default=BASE_DIR
 DOCKER_HOST = env.str("DOCKER_HOST", default="") or None
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="https://api.anthropic.com")
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="") or None
-MANGO_SSE_HEARTBEAT_SECONDS = env.float("MANGO_SSE_HEARTBEAT_SECONDS", default=15.0)
 # A list response ends early (with a next page) once its rows reach this many bytes, whatever
 # `limit` is: one request's memory does not grow with what tenants chose to store.
 MANGO_LIST_RESPONSE_MAX_BYTES = env.int("MANGO_LIST_RESPONSE_MAX_BYTES", default=8 * 1024 * 1024)

@@ -14,11 +14,12 @@ from core.models import ApiKey, hash_api_key
 _LAST_USED_RESOLUTION_SECONDS = 60
 
 
-def raw_key_from_request(request) -> str | None:
-    key = request.META.get("HTTP_X_API_KEY")
+def raw_key_from_meta(meta) -> str | None:
+    """The raw key from WSGI-style headers (`HTTP_X_API_KEY`, `HTTP_AUTHORIZATION`)."""
+    key = meta.get("HTTP_X_API_KEY")
     if key:
         return key.strip()
-    authorization = request.META.get("HTTP_AUTHORIZATION", "")
+    authorization = meta.get("HTTP_AUTHORIZATION", "")
     scheme, _, credentials = authorization.partition(" ")
     if scheme.lower() == "bearer" and credentials.strip():
         return credentials.strip()
@@ -26,7 +27,13 @@ def raw_key_from_request(request) -> str | None:
 
 
 def api_key_authenticate(request) -> ApiKey:
-    raw_key = raw_key_from_request(request)
+    return api_key_authenticate_meta(request.META)
+
+
+def api_key_authenticate_meta(meta) -> ApiKey:
+    """The live key named by WSGI-style headers, with its workspace; AuthenticationFailed
+    otherwise. Also used outside Django's request cycle (the ASGI stream and upload gates)."""
+    raw_key = raw_key_from_meta(meta)
     if not raw_key:
         raise AuthenticationFailed("Missing API key: send `x-api-key: KEY` or `Authorization: Bearer KEY`.")
     api_key = (
@@ -37,7 +44,7 @@ def api_key_authenticate(request) -> ApiKey:
     )
     if api_key is None:
         raise AuthenticationFailed("Invalid API key.")
-    selector = request.META.get("HTTP_ANTHROPIC_WORKSPACE_ID")
+    selector = meta.get("HTTP_ANTHROPIC_WORKSPACE_ID")
     if selector and selector.strip() not in (api_key.workspace.id, api_key.workspace.name):
         raise AuthenticationFailed("The anthropic-workspace-id header does not match the API key's workspace.")
     now = timezone.now()

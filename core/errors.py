@@ -13,6 +13,7 @@ import logging
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
+from psycopg_pool import PoolTimeout
 from rest_framework import exceptions as drf_exceptions
 
 from processors.errors import ProcessorError
@@ -75,6 +76,15 @@ class Conflict(ApiError):
     headers = {"x-should-retry": "false"}
 
 
+class RequestTimeout(ApiError):
+    """The request body stopped arriving (MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS without a byte)."""
+
+    status = 408
+    type = "timeout_error"
+    message = "The request body stopped arriving; nothing was stored."
+    code = "request_body_timeout"
+
+
 class RequestTooLarge(ApiError):
     status = 413
     type = "request_too_large"
@@ -91,6 +101,13 @@ class ServiceUnavailable(ApiError):
     status = 503
     type = "api_error"
     message = "Service unavailable."
+
+
+class DatabaseBusy(ServiceUnavailable):
+    """No database connection came free within MANGO_DB_POOL_TIMEOUT_SECONDS."""
+
+    message = "The server is busy; retry shortly."
+    headers = {"retry-after": "1"}
 
 
 def error_body(*, status: int, type: str, message: str, details: dict | None, request_id: str | None) -> dict:
@@ -159,6 +176,8 @@ def to_api_error(exc: Exception) -> ApiError | None:
         return MethodNotAllowed(str(exc.detail))
     if isinstance(exc, drf_exceptions.Throttled):
         return RateLimited(str(exc.detail))
+    if isinstance(exc, PoolTimeout) or isinstance(exc.__cause__, PoolTimeout):
+        return DatabaseBusy()
     if isinstance(exc, RequestDataTooBig):
         return RequestTooLarge()
     if isinstance(exc, SuspiciousOperation):

@@ -37,13 +37,17 @@ rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 "$PY" manage.py collectstatic --noinput -v 0
 "$PY" manage.py reconcile_files
 
-# Logging, timeouts and worker recycling: config/gunicorn.conf.py.
-setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.wsgi:application --bind "127.0.0.1:$PORT" \
-  --worker-class gthread --workers 2 --threads 64 &
+# One public port: uvicorn workers serving config.asgi (README "Serving"); logging, timeouts and
+# worker recycling: config/gunicorn.conf.py.
+setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.asgi:application --bind "127.0.0.1:$PORT" &
 pids+=($!)
-setsid "$VENV/bin/celery" -A config worker --loglevel INFO --concurrency 2 &
+# Worker and beat processes take at most MANGO_WORKER_DB_POOL_MAX_SIZE database connections each
+# (README "Database connections" adds them up).
+MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
+  setsid "$VENV/bin/celery" -A config worker --loglevel INFO --concurrency 2 &
 pids+=($!)
-setsid "$VENV/bin/celery" -A config beat --loglevel INFO --schedule "$VAR/celerybeat-schedule" &
+MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
+  setsid "$VENV/bin/celery" -A config beat --loglevel INFO --schedule "$VAR/celerybeat-schedule" &
 pids+=($!)
 
 for _ in $(seq 1 120); do port_open 127.0.0.1 "$PORT" && break; sleep 0.25; done

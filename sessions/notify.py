@@ -69,13 +69,3 @@ def interrupt_flagged(session_id: str) -> bool:
         return bool(client().exists(interrupt_key(session_id)))
     except redis.RedisError:
         return False
-
-
-def subscribe(session_id: str, *, deltas: bool = False):
-    """A dedicated pub/sub connection for one SSE stream (events wake-ups, and delta previews
-    when asked); the caller closes it."""
-    conn = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=None)
-    pubsub = conn.pubsub(ignore_subscribe_messages=True)
-    channels = [events_channel(session_id)] + ([deltas_channel(session_id)] if deltas else [])
-    pubsub.subscribe(*channels)
-    return conn, pubsub

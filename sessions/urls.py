@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from sessions import streams
 from sessions.apis import agents, environments, events, resources, sessions
 
 urlpatterns = [
@@ -18,5 +19,5 @@ urlpatterns = [
     path("sessions/<str:session_id>/resources", resources.SessionResourcesApi.as_view()),
     path("sessions/<str:session_id>/resources/<str:resource_id>", resources.SessionResourceDetailApi.as_view()),
     path("sessions/<str:session_id>/events", events.SessionEventsApi.as_view()),
-    path("sessions/<str:session_id>/events/stream", events.SessionEventStreamApi.as_view()),
+    path("sessions/<str:session_id>/events/stream", streams.event_stream_view),
 ]

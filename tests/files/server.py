@@ -47,29 +47,35 @@ class GunicornServer:
         gunicorn = Path(sys.executable).parent / "gunicorn"
         self._log = open(self.log_path, "ab")  # noqa: SIM115 — closed in stop()
         self.process = subprocess.Popen(
-            [
-                str(gunicorn),
-                "config.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--worker-class",
-                "gthread",
-                "--workers",
-                str(self.workers),
-                "--threads",
-                "8",
-                "--timeout",
-                "0",
-                # gunicorn 27 otherwise shares one control socket (~/.gunicorn/gunicorn.ctl)
-                # among all its instances on the machine.
-                "--no-control-socket",
-            ],
+            self.argv(gunicorn),
             cwd=ROOT,
             env=self.env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        return self._wait_until_serving()
+
+    def argv(self, gunicorn: Path) -> list[str]:
+        return [
+            str(gunicorn),
+            "config.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "--worker-class",
+            "gthread",
+            "--workers",
+            str(self.workers),
+            "--threads",
+            "8",
+            "--timeout",
+            "0",
+            # gunicorn 27 otherwise shares one control socket (~/.gunicorn/gunicorn.ctl)
+            # among all its instances on the machine.
+            "--no-control-socket",
+        ]
+
+    def _wait_until_serving(self) -> "GunicornServer":
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -121,6 +127,24 @@ class GunicornServer:
                 self.process.wait(10)
         if getattr(self, "_log", None):
             self._log.close()
+
+
+class AsgiServer(GunicornServer):
+    """The layout `make run` serves: gunicorn with uvicorn workers running config.asgi
+    (config/gunicorn.conf.py); one worker unless WEB_CONCURRENCY says otherwise."""
+
+    def __init__(self, *, log_path: Path, env: dict[str, str] | None = None):
+        super().__init__(log_path=log_path, env={"WEB_CONCURRENCY": "1", "MANGO_DB_POOL": "1", **(env or {})})
+
+    def argv(self, gunicorn: Path) -> list[str]:
+        return [
+            str(gunicorn),
+            "-c",
+            "config/gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "config.asgi:application",
+        ]
 
 
 def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:

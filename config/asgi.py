@@ -1,0 +1,143 @@
+"""The API's ASGI application: what `make run` and the Dockerfile serve (gunicorn with uvicorn
+workers, one public port).
+
+- `GET /v1/sessions/{id}/events/stream` → sessions.streams (async: a stream holds no thread and
+  no database connection while it waits).
+- `POST /v1/files` → Django through a WSGI adapter with a thread pool of its own
+  (MANGO_UPLOAD_THREADS), after the workspace's upload cap is checked on the event loop. The
+  adapter (a2wsgi) hands the body to the view as it arrives, in bounded reads: uploads keep
+  streaming into the object store with bounded memory and no temp file (Django's own ASGI
+  handler would spool the whole body to a temp file first).
+- everything else → the same Django through another pool (MANGO_API_THREADS).
+
+Every request body that stops arriving for MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS ends with a 408.
+"""
+
+import logging
+import os
+import time
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+django_wsgi = get_wsgi_application()
+
+from a2wsgi import WSGIMiddleware  # noqa: E402 — after Django is set up
+from django.conf import settings  # noqa: E402
+
+from core import caps  # noqa: E402
+from core.auth import api_key_authenticate_meta  # noqa: E402
+from core.errors import ApiError, AuthenticationFailed  # noqa: E402
+from core.serving import ReleaseDatabaseWhileWaiting, db_call, idle_limited  # noqa: E402
+from sessions.streams import is_stream_request, meta_from_scope, send_error, stream_endpoint  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+UPLOAD_PATH = "/v1/files"
+# Response messages queued between a view's thread and the event loop, per request: with 2 MiB
+# download chunks this bounds what a slow reader can pin in memory.
+SEND_QUEUE_MESSAGES = 2
+
+_django = ReleaseDatabaseWhileWaiting(django_wsgi)
+api_app = WSGIMiddleware(_django, workers=settings.MANGO_API_THREADS, send_queue_size=SEND_QUEUE_MESSAGES)
+upload_app = WSGIMiddleware(_django, workers=settings.MANGO_UPLOAD_THREADS, send_queue_size=SEND_QUEUE_MESSAGES)
+
+
+def _workspace_id(*, meta: dict) -> str | None:
+    try:
+        return api_key_authenticate_meta(meta).workspace_id
+    except AuthenticationFailed:
+        return None  # Django answers with the 401 envelope
+    except Exception:  # database trouble: Django answers with the envelope
+        logger.warning("upload gate could not read the key", exc_info=True)
+        return None
+
+
+async def _upload(scope, receive, send) -> None:
+    """The upload cap is checked before the request gets a thread or a database connection of
+    its own (one short key lookup on the loop's small pool)."""
+    slot = None
+    workspace_id = await db_call(_workspace_id, meta=meta_from_scope(scope))
+    if workspace_id is not None:
+        try:
+            slot = await caps.gate().take(
+                kind="uploads", workspace_id=workspace_id, limit=settings.MANGO_WORKSPACE_MAX_UPLOADS
+            )
+        except ApiError as error:
+            await send_error(send, error, None)
+            return
+    try:
+        await upload_app(scope, receive, send)
+    finally:
+        await caps.gate().release(slot)
+
+
+async def _lifespan(receive, send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+access_logger = logging.getLogger("gunicorn.access")
+
+
+async def _access_logged(app, scope, receive, send) -> None:
+    """One access line per request, in the shape of gunicorn's (core.logging renders the atoms as
+    JSON fields, with the response's request-id): uvicorn workers do not write gunicorn's."""
+    started = time.monotonic()
+    response = {"status": "-", "request_id": "-", "bytes": 0}
+
+    async def logged_send(message):
+        if message["type"] == "http.response.start":
+            response["status"] = str(message["status"])
+            for name, value in message.get("headers", []):
+                if name == b"request-id":
+                    response["request_id"] = value.decode("latin-1")
+        elif message["type"] == "http.response.body":
+            response["bytes"] += len(message.get("body", b""))
+        await send(message)
+
+    try:
+        await app(scope, receive, logged_send)
+    finally:
+        if access_logger.isEnabledFor(logging.INFO):
+            query = scope.get("query_string", b"").decode("latin-1")
+            client = scope.get("client") or ("-", 0)
+            atoms = {
+                "h": client[0],
+                "m": scope["method"],
+                "U": scope["path"],
+                "q": query,
+                "r": f"{scope['method']} {scope['path']}{'?' + query if query else ''} HTTP/{scope['http_version']}",
+                "s": response["status"],
+                "B": str(response["bytes"]),
+                "D": str(int((time.monotonic() - started) * 1_000_000)),
+                "{request-id}o": response["request_id"],
+            }
+            access_logger.info('%(h)s "%(r)s" %(s)s %(B)s %(D)sus %({request-id}o)s', atoms)
+
+
+async def _route(scope, receive, send) -> None:
+    if is_stream_request(scope):
+        await stream_endpoint(scope, receive, send)
+        return
+    receive = idle_limited(receive, seconds=settings.MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS)
+    if scope["method"] == "POST" and scope["path"] == UPLOAD_PATH:
+        await _upload(scope, receive, send)
+        return
+    await api_app(scope, receive, send)
+
+
+async def application(scope, receive, send):
+    if scope["type"] == "lifespan":
+        await _lifespan(receive, send)
+        return
+    if scope["type"] != "http":
+        await send({"type": "websocket.close", "code": 1000})
+        return
+    await _access_logged(_route, scope, receive, send)

@@ -1,0 +1,125 @@
+"""Per-workspace caps on concurrent work (uploads, event streams), shared by every API process.
+
+A slot is a member of the Redis sorted set `mango:cap:{kind}:{workspace_id}` scored by its expiry
+time. Taking one drops the expired members and adds one only below the cap, atomically (one Lua
+script, on Redis's clock). Holders refresh their slots every LEASE_SECONDS / 3 and remove them
+when done, so a client that disconnects frees its slot at once and a process that dies frees its
+slots within LEASE_SECONDS: counts cannot leak.
+
+The gate runs on the event loop (redis.asyncio), before a request gets a thread or a database
+connection. When Redis is unreachable the caps fail open: streams and uploads keep working.
+"""
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
+
+from core.errors import RateLimited
+
+logger = logging.getLogger(__name__)
+
+LEASE_SECONDS = 60
+# What a refused client is told to wait before retrying.
+RETRY_AFTER_SECONDS = 5
+
+_TAKE = """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) + tonumber(now[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], t + tonumber(ARGV[2]), ARGV[3])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]) + 5)
+return 1
+"""
+
+_REFRESH = """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) + tonumber(now[2]) / 1000000
+for i, member in ipairs(ARGV) do
+  if i > 1 then redis.call('ZADD', KEYS[i - 1], 'XX', t + tonumber(ARGV[1]), member) end
+end
+for i = 1, #KEYS do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[1]) + 5) end
+return 1
+"""
+
+
+def cap_key(kind: str, workspace_id: str) -> str:
+    return f"mango:cap:{kind}:{workspace_id}"
+
+
+@dataclass(frozen=True)
+class Slot:
+    key: str
+    member: str
+
+
+class CapsGate:
+    """The slots this process holds, on one event loop: taken, refreshed together, released."""
+
+    def __init__(self, url: str):
+        self.redis = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+        self._take = self.redis.register_script(_TAKE)
+        self._refresh = self.redis.register_script(_REFRESH)
+        self._held: set[Slot] = set()
+        self._keeper: asyncio.Task | None = None
+
+    async def take(self, *, kind: str, workspace_id: str, limit: int) -> Slot | None:
+        """A slot, or RateLimited (429 with retry-after) when the workspace is at `limit`.
+        None when Redis is unreachable (fail open: nothing to release)."""
+        slot = Slot(key=cap_key(kind, workspace_id), member=uuid.uuid4().hex)
+        try:
+            taken = await self._take(keys=[slot.key], args=[limit, LEASE_SECONDS, slot.member])
+        except (redis.RedisError, OSError):
+            logger.warning("caps unavailable (Redis); admitting", extra={"cap": kind})
+            return None
+        if not taken:
+            raise RateLimited(
+                f"Too many concurrent {kind} for this workspace (at most {limit}); retry later.",
+                headers={"retry-after": str(RETRY_AFTER_SECONDS)},
+            )
+        self._held.add(slot)
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.get_running_loop().create_task(self._keep())
+        return slot
+
+    async def release(self, slot: Slot | None) -> None:
+        if slot is None:
+            return
+        self._held.discard(slot)
+        try:
+            await self.redis.zrem(slot.key, slot.member)
+        except (redis.RedisError, OSError):
+            logger.warning("could not release a cap slot; it expires on its own")
+
+    async def _keep(self) -> None:
+        while self._held:
+            await asyncio.sleep(LEASE_SECONDS / 3)
+            held = list(self._held)
+            if not held:
+                return
+            try:
+                await self._refresh(keys=[s.key for s in held], args=[LEASE_SECONDS, *(s.member for s in held)])
+            except (redis.RedisError, OSError):
+                logger.warning("could not refresh cap slots")
+
+
+_gates: dict[int, CapsGate] = {}
+
+
+def gate() -> CapsGate:
+    """The gate of the running event loop (one per loop: redis.asyncio clients are loop-bound)."""
+    loop = asyncio.get_running_loop()
+    current = _gates.get(id(loop))
+    if current is None:
+        current = _gates[id(loop)] = CapsGate(settings.REDIS_URL)
+    return current
+
+
+def forget_gate() -> None:
+    """Drop the running loop's gate (a private loop that is about to close)."""
+    _gates.pop(id(asyncio.get_running_loop()), None)

@@ -1,0 +1,333 @@
+"""The real serving layout (`make run`, the Dockerfile): gunicorn + uvicorn workers running
+config.asgi, against the test database, the real store and Redis. Per-workspace caps (429),
+stalled uploads (408), event streams on the event loop, and the database pool."""
+
+import json
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import anthropic
+import psycopg
+import pytest
+import redis
+import requests
+from django.conf import settings
+from django.db import connection
+
+from core import caps
+from files import storage
+from files.models import File, StorageIntent
+from tests.files.conftest import bucket_keys, multipart_uploads
+from tests.files.server import AsgiServer
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
+
+MAX_STREAMS = 2
+MAX_UPLOADS = 2
+IDLE_SECONDS = 2
+BOUNDARY = "mango-test-boundary"
+
+
+@pytest.fixture
+def server(tmp_path, s3_bucket):
+    app_name = f"mango-test-{uuid.uuid4().hex[:12]}"
+    env = {
+        "MANGO_WORKSPACE_MAX_STREAMS": str(MAX_STREAMS),
+        "MANGO_WORKSPACE_MAX_UPLOADS": str(MAX_UPLOADS),
+        "MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS": str(IDLE_SECONDS),
+        "MANGO_SSE_HEARTBEAT_SECONDS": "1",
+        # libpq names the server's connections, so the test can count them.
+        "PGAPPNAME": app_name,
+    }
+    server = AsgiServer(log_path=tmp_path / "asgi.log", env=env).start()
+    server.app_name = app_name
+    yield server
+    server.stop()
+
+
+def _client(server, key) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=server.url, api_key=str(key), max_retries=0)
+
+
+def _session(client) -> str:
+    agent = client.beta.agents.create(name="a", model="claude-sonnet-4-5")
+    env = client.beta.environments.create(name="e")
+    return client.beta.sessions.create(agent=agent.id, environment_id=env.id).id
+
+
+def _open_stream(server, key, session_id, accept="text/event-stream") -> requests.Response:
+    return requests.get(
+        f"{server.url}/v1/sessions/{session_id}/events/stream",
+        headers={"authorization": f"Bearer {key}", "accept": accept},
+        stream=True,
+        timeout=10,
+    )
+
+
+def _first_line(response) -> str:
+    """The stream's first line. The line iterator is kept on the response: dropping it would
+    close the connection (urllib3 releases it when the generator closes)."""
+    response.lines = response.iter_lines(chunk_size=1, decode_unicode=True)
+    return next(response.lines)
+
+
+def _server_connections(app_name: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [app_name])
+        return cursor.fetchone()[0]
+
+
+def test_sdk_round_trip_on_the_real_layout(server, api_key):
+    client = _client(server, api_key)
+    uploaded = client.beta.files.upload(file=("notes.txt", b"hello " * 1000, "text/plain"))
+    assert uploaded.size_bytes == 6000
+    assert [f.id for f in client.beta.files.list().data] == [uploaded.id]
+    assert client.beta.files.retrieve_metadata(uploaded.id).filename == "notes.txt"
+    client.beta.files.delete(uploaded.id)
+    assert client.beta.files.list().data == []
+
+
+def test_event_stream_accepts_text_event_stream_and_json(server, api_key):
+    client = _client(server, api_key)
+    session_id = _session(client)
+    for accept in ("text/event-stream", "application/json"):
+        with _open_stream(server, api_key, session_id, accept=accept) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"] == "text/event-stream"
+            assert response.headers["request-id"].startswith("req_")
+            lines = response.iter_lines(chunk_size=1, decode_unicode=True)
+            assert next(lines) == ": connected"
+            client.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
+            for line in lines:
+                if line.startswith("event: ") and line != "event: ping":
+                    assert line == "event: user.interrupt"
+                    data = json.loads(next(lines).removeprefix("data: "))
+                    assert data["type"] == "user.interrupt" and data["id"].startswith("sevt_")
+                    break
+    # The SDK reads the same stream; heartbeats (1 s here) are skipped by it.
+    with client.beta.sessions.events.stream(session_id) as stream:
+        threading.Timer(
+            1.5, lambda: client.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
+        ).start()
+        assert next(iter(stream)).type == "user.interrupt"
+
+
+def test_event_stream_ends_after_session_deleted(server, api_key):
+    client = _client(server, api_key)
+    session_id = _session(client)
+    with _open_stream(server, api_key, session_id) as response:
+        lines = response.iter_lines(chunk_size=1, decode_unicode=True)
+        assert next(lines) == ": connected"
+        client.beta.sessions.delete(session_id)
+        seen = [line for line in lines if line.startswith("event: ")]
+    assert seen[-1] == "event: session.deleted"
+
+
+def test_stream_cap_refuses_only_the_tenant_at_its_cap(server, api_key, other_api_key):
+    alpha, beta = _client(server, api_key), _client(server, other_api_key)
+    alpha_session, beta_session = _session(alpha), _session(beta)
+    held = [_open_stream(server, api_key, alpha_session) for _ in range(MAX_STREAMS)]
+    try:
+        assert [_first_line(r) for r in held] == [": connected"] * MAX_STREAMS
+        refused = _open_stream(server, api_key, alpha_session)
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"].isdigit()
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        with pytest.raises(anthropic.RateLimitError), alpha.beta.sessions.events.stream(alpha_session):
+            pass
+
+        # Another workspace is not affected.
+        with _open_stream(server, other_api_key, beta_session) as other:
+            assert other.status_code == 200 and _first_line(other) == ": connected"
+            assert beta.beta.files.list().data == []
+    finally:
+        held.pop().close()
+    # A stream that ends frees its slot at once.
+    deadline = time.monotonic() + 10
+    while True:
+        again = _open_stream(server, api_key, alpha_session)
+        if again.status_code == 200 or time.monotonic() > deadline:
+            break
+        again.close()
+        time.sleep(0.2)
+    assert again.status_code == 200
+    again.close()
+    for response in held:
+        response.close()
+
+
+class SlowUpload:
+    """A raw-socket upload that sends its body a little at a time (or stops)."""
+
+    def __init__(self, server, key, *, size: int):
+        self.head = (
+            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="slow.bin"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        self.tail = f"\r\n--{BOUNDARY}--\r\n".encode()
+        self.size = size
+        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        request = (
+            f"POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
+            f"Content-Length: {len(self.head) + size + len(self.tail)}\r\n\r\n"
+        ).encode()
+        self.sock.sendall(request + self.head)
+        self.sent = 0
+
+    def send(self, count: int) -> None:
+        self.sock.sendall(b"x" * count)
+        self.sent += count
+
+    def finish(self) -> None:
+        self.send(self.size - self.sent)
+        self.sock.sendall(self.tail)
+
+    def response(self) -> tuple[int, dict]:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = int(
+            next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+        )
+        while len(body) < length:
+            body += self.sock.recv(65536)
+        return status, json.loads(body)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_upload_cap_refuses_only_the_tenant_at_its_cap(server, api_key, other_api_key):
+    alpha, beta = _client(server, api_key), _client(server, other_api_key)
+    slow = [SlowUpload(server, api_key, size=64) for _ in range(MAX_UPLOADS)]
+    stop = threading.Event()
+
+    def trickle():  # a byte now and then: slow, never idle
+        while not stop.wait(0.3):
+            for upload in slow:
+                if upload.sent < upload.size - 1:
+                    upload.send(1)
+
+    trickler = threading.Thread(target=trickle, daemon=True)
+    trickler.start()
+    try:
+        _wait_for_slots("uploads", api_key.workspace.id, MAX_UPLOADS)
+        with pytest.raises(anthropic.RateLimitError) as refused:
+            alpha.beta.files.upload(file=("a.txt", b"refused", "text/plain"))
+        assert refused.value.response.headers["retry-after"].isdigit()
+        assert refused.value.body["error"]["type"] == "rate_limit_error"
+        # Another workspace uploads and lists as usual meanwhile.
+        accepted = beta.beta.files.upload(file=("b.txt", b"accepted", "text/plain"))
+        assert [f.id for f in beta.beta.files.list().data] == [accepted.id]
+    finally:
+        stop.set()
+        trickler.join()
+    for upload in slow:
+        upload.finish()
+        status, body = upload.response()
+        assert status == 200, body
+        upload.close()
+    # Finished uploads free their slots.
+    assert alpha.beta.files.upload(file=("c.txt", b"after", "text/plain")).size_bytes == 5
+
+
+def _wait_for_slots(kind: str, workspace_id: str, count: int, timeout: float = 20) -> None:
+    """Until the server holds `count` of the workspace's slots (the requests reached the gate)."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    deadline = time.monotonic() + timeout
+    while client.zcard(caps.cap_key(kind, workspace_id)) < count:
+        assert time.monotonic() < deadline, f"{kind} slots never reached {count}"
+        time.sleep(0.05)
+    client.close()
+
+
+def test_stalled_upload_is_408_and_leaves_nothing(server, api_key):
+    workspace_id = api_key.workspace.id
+    upload = SlowUpload(server, api_key, size=20 * 1024 * 1024)
+    upload.send(9 * 1024 * 1024)  # more than one part: a multipart upload is under way
+    started = time.monotonic()
+    status, body = upload.response()
+    waited = time.monotonic() - started
+    upload.close()
+    assert status == 408, body
+    assert body["error"]["type"] == "timeout_error"
+    assert body["error"]["details"]["error_code"] == "request_body_timeout"
+    assert IDLE_SECONDS - 0.5 < waited < IDLE_SECONDS + 10
+    assert not File.objects.filter(workspace_id=workspace_id).exists()
+    intents = list(StorageIntent.objects.filter(workspace_id=workspace_id))
+    assert intents, "the upload had begun: its intent was committed"
+    assert all(i.state == StorageIntent.State.ROLLED_BACK and i.closed_at for i in intents), intents
+    assert bucket_keys(workspace_id) == {}
+    assert multipart_uploads(workspace_id) == []
+    assert storage.bucket()
+
+
+def test_connections_return_to_the_pool_minimum_after_a_burst(server, api_key):
+    client = _client(server, api_key)
+    client.beta.files.upload(file=("a.txt", b"a", "text/plain"))
+    url, headers = f"{server.url}/v1/files", {"authorization": f"Bearer {api_key}"}
+    peak = 0
+    done = threading.Event()
+
+    def sample():
+        nonlocal peak
+        with psycopg.connect(_dsn(), autocommit=True) as conn:
+            while not done.is_set():
+                count = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [server.app_name]
+                ).fetchone()[0]
+                peak = max(peak, count)
+                time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    with ThreadPoolExecutor(max_workers=200) as pool:
+        statuses = list(pool.map(lambda _: requests.get(url, headers=headers, timeout=60).status_code, range(200)))
+    done.set()
+    sampler.join()
+    assert statuses == [200] * 200
+    assert 1 <= peak <= settings.MANGO_DB_POOL_MAX_SIZE, peak
+    started = time.monotonic()
+    while _server_connections(server.app_name) > settings.MANGO_DB_POOL_MIN_SIZE:
+        assert time.monotonic() - started < 60, _server_connections(server.app_name)
+        time.sleep(1)
+    print(
+        f"\npool: peak {peak} connections during 200 concurrent requests; back to "
+        f"{settings.MANGO_DB_POOL_MIN_SIZE} after {time.monotonic() - started:.1f} s"
+    )
+
+
+def _dsn() -> str:
+    params = connection.get_connection_params()
+    return psycopg.conninfo.make_conninfo(
+        host=params.get("host") or "",
+        port=params.get("port") or "",
+        user=params.get("user") or "",
+        dbname=params["dbname"],
+    )
+
+
+def test_event_stream_on_a_wsgi_server_accepts_text_event_stream(live_server, sdk, api_key):
+    """config.wsgi servers (here the test live server) run the same stream code on a private loop."""
+    session_id = _session(sdk)
+    with requests.get(
+        f"{live_server.url}/v1/sessions/{session_id}/events/stream",
+        headers={"authorization": f"Bearer {api_key}", "accept": "text/event-stream"},
+        stream=True,
+        timeout=10,
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "text/event-stream"
+        lines = response.iter_lines(chunk_size=1, decode_unicode=True)
+        assert next(lines) == ": connected"
+        sdk.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
+        assert next(line for line in lines if line.startswith("event: ")) == "event: user.interrupt"
