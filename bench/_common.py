@@ -76,6 +76,7 @@ class Server:
     former gunicorn gthread worker running config.wsgi, kept for side-by-side comparisons."""
 
     def __init__(self, *, threads: int = 8, layout: str = "asgi", env: dict[str, str] | None = None):
+        self.threads = threads
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.layout = layout
@@ -122,6 +123,41 @@ class Server:
                     name, amount, _ = line.split()
                     values[name.rstrip(":")] = int(amount)
         return values
+
+    def describe(self) -> str:
+        if self.layout == "asgi":
+            return "gunicorn + 1 uvicorn worker (config.asgi)"
+        return f"gunicorn gthread, 1 worker x {self.threads} threads (config.wsgi)"
+
+    def pids(self) -> list[int]:
+        """The master and every process below it."""
+        found, todo = [], [self.process.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                    todo.extend(int(child) for child in handle.read().split())
+            except FileNotFoundError:
+                pass
+        return found
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server's processes (master and workers), from /proc."""
+        ticks = 0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def reset_peak_rss(self) -> None:
+        # Writing 5 to clear_refs resets VmHWM (the peak RSS) to the current RSS.
+        with open(f"/proc/{self.worker_pid()}/clear_refs", "w") as handle:
+            handle.write("5")
 
     def stop(self) -> None:
         os.kill(self.process.pid, signal.SIGTERM)

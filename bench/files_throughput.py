@@ -1,15 +1,27 @@
 """Upload and download throughput through the API vs. boto3 straight to the same S3 store,
-measured side by side in one run, plus the server worker's peak RSS growth.
+measured side by side in one run, with the CPU each side spends per GB and the server's RSS.
 
-    .venv/bin/python bench/files_throughput.py [--sizes 100,500] [--rounds 2]
+    .venv/bin/python bench/files_throughput.py [--sizes 100,500] [--rounds 3] [--concurrency 8]
 
-Targets (issue #3): API upload >= 0.7 x direct, API download >= 0.7 x direct, and peak RSS
-growth of the server <= 64 MiB while it moves a 500 MB file.
+Single transfers: API upload vs boto3 `upload_file`; API download vs one `get_object` stream
+(and, for information, boto3 `download_fileobj`). Concurrent: N uploads of 64 MiB through the
+API at once vs N boto3 `upload_file` at once, and N downloads vs N `get_object` streams
+(aggregate MB/s). Each figure is the best of --rounds, with the range of the ratio.
+
+CPU s/GB: the server's (master + workers, from /proc, before/after) per GB moved through it,
+next to this process's own CPU for the direct boto3 transfers (nothing else runs in it then).
+RSS: growth of the server worker's peak RSS (VmHWM, reset before each run) over its RSS just
+before the run; "over idle" is the peak over the worker's RSS after warm-up.
+
+Targets (issue #15): upload >= 0.95 x upload_file, download >= 0.90 x get_object at 100 and
+500 MB; N=8 concurrent >= 0.85 x; RSS growth <= 32 MiB (500 MB upload), <= 64 MiB (8-way).
 """
 
 import argparse
 import http.client
+import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +30,7 @@ import _common
 MB = 1_000_000
 MIB = 1024 * 1024
 BOUNDARY = "mango-bench-boundary"
+CLIENT_CHUNK = MIB
 
 
 def make_data(path: Path, size: int) -> None:
@@ -33,8 +46,6 @@ def make_data(path: Path, size: int) -> None:
 
 
 def api_upload(server, key: str, path: Path) -> str:
-    import json
-
     size = path.stat().st_size
     head = (
         f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="{path.name}"\r\n'
@@ -44,9 +55,11 @@ def api_upload(server, key: str, path: Path) -> str:
 
     def body():
         yield head
-        with open(path, "rb") as handle:
-            while chunk := handle.read(MIB):
-                yield chunk
+        buffer = bytearray(CLIENT_CHUNK)
+        view = memoryview(buffer)
+        with open(path, "rb", buffering=0) as handle:
+            while count := handle.readinto(buffer):
+                yield view[:count]  # http.client sends it before asking for the next one
         yield tail
 
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
@@ -72,9 +85,10 @@ def api_download(server, key: str, file_id: str) -> int:
     conn.request("GET", f"/v1/files/{file_id}/content", headers={"Authorization": f"Bearer {key}"})
     response = conn.getresponse()
     assert response.status == 200, response.read()
+    buffer = bytearray(CLIENT_CHUNK)
     total = 0
-    while chunk := response.read(MIB):
-        total += len(chunk)
+    while count := response.readinto(buffer):
+        total += count
     conn.close()
     return total
 
@@ -106,22 +120,80 @@ def direct_download_stream(s3, bucket: str, key: str) -> int:
     return total
 
 
-def timed(fn, *args):
-    started = time.perf_counter()
-    result = fn(*args)
-    return time.perf_counter() - started, result
+class Measure:
+    """Wall time, server CPU and this process's CPU around one operation (or N at once), and
+    the server worker's peak RSS growth."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def run(self, fn, *args_list):
+        """Run fn(*args) for each args in args_list at once (one thread each)."""
+        server = self.server
+        rss_before = server.memory_kib()["VmRSS"]
+        server.reset_peak_rss()
+        cpu_server = server.cpu_seconds()
+        cpu_self = time.process_time()
+        results = [None] * len(args_list)
+        errors = []
+
+        def one(index, args):
+            try:
+                results[index] = fn(*args)
+            except BaseException as exc:  # noqa: BLE001 — re-raised below
+                errors.append(exc)
+
+        started = time.perf_counter()
+        if len(args_list) == 1:
+            one(0, args_list[0])
+        else:
+            threads = [threading.Thread(target=one, args=(i, a)) for i, a in enumerate(args_list)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        elapsed = time.perf_counter() - started
+        if errors:
+            raise errors[0]
+        memory = server.memory_kib()
+        return {
+            "seconds": elapsed,
+            "server_cpu": server.cpu_seconds() - cpu_server,
+            "self_cpu": time.process_time() - cpu_self,
+            "rss_growth_mib": (memory["VmHWM"] - rss_before) / 1024,
+            "peak_mib": memory["VmHWM"] / 1024,
+            "results": results,
+        }
 
 
-def reset_peak(server) -> None:
-    # Writing 5 to clear_refs resets VmHWM (the peak RSS) to the current RSS.
-    with open(f"/proc/{server.worker_pid()}/clear_refs", "w") as handle:
-        handle.write("5")
+def summarize(name: str, api: list[dict], direct: list[dict], nbytes: int, how: str) -> list[str]:
+    """One row: best API and direct rates, ratio of the bests and the range over rounds, CPU s/GB."""
+    gb = nbytes / 1e9
+    api_rates = [nbytes / MB / m["seconds"] for m in api]
+    direct_rates = [nbytes / MB / m["seconds"] for m in direct]
+    ratios = [a / d for a, d in zip(api_rates, direct_rates, strict=True)]
+    best_ratio = max(api_rates) / max(direct_rates)
+    server_cpu = min(m["server_cpu"] for m in api) / gb
+    boto_cpu = min(m["self_cpu"] for m in direct) / gb
+    rss = max(m["rss_growth_mib"] for m in api)
+    return [
+        f"{name:<22} {max(api_rates):>8.0f} {max(direct_rates):>9.0f} {best_ratio:>6.2f} "
+        f"{min(ratios):>5.2f}-{max(ratios):<5.2f} {server_cpu:>10.2f} {boto_cpu:>9.2f} {rss:>8.1f}   {how}"
+    ]
+
+
+HEADER = (
+    f"{'transfer':<22} {'API MB/s':>8} {'direct':>9} {'ratio':>6} {'range':<11} "
+    f"{'srv CPU/GB':>10} {'boto3/GB':>9} {'RSS+MiB':>8}   direct ="
+)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", default="100,500", help="file sizes in MB (10^6 bytes)")
-    parser.add_argument("--rounds", type=int, default=2, help="best of N for each measurement")
+    parser.add_argument("--sizes", default="100,500", help="single-transfer sizes in MB (10^6 bytes)")
+    parser.add_argument("--rounds", type=int, default=3, help="best of N for each measurement")
+    parser.add_argument("--concurrency", type=int, default=8, help="transfers at once (0 to skip)")
+    parser.add_argument("--concurrent-mib", type=int, default=64, help="size of each concurrent transfer")
     parser.add_argument("--layout", default="asgi", choices=["asgi", "wsgi"], help="asgi = make run's server")
     args = parser.parse_args()
 
@@ -135,72 +207,91 @@ def main() -> None:
     data_dir = _common.ROOT / "var" / "bench"
     data_dir.mkdir(parents=True, exist_ok=True)
     server = _common.Server(layout=args.layout)
+    measure = Measure(server)
+    created: list[str] = []
+
+    def make_downloadable(file_id):
+        created.append(file_id)
+        # Bench only: make the upload downloadable (client uploads are not).
+        File.objects.filter(pk=file_id).update(downloadable=True)
+
     try:
         # Warm up: imports, connections, thread pools.
         warm = data_dir / "warm.bin"
         make_data(warm, 9 * MIB)
         warm_id = api_upload(server, raw_key, warm)
-        File.objects.filter(pk=warm_id).update(downloadable=True)
+        make_downloadable(warm_id)
         api_download(server, raw_key, warm_id)
+        idle_rss = server.memory_kib()["VmRSS"] / 1024
 
         endpoint = storage.client().meta.endpoint_url
-        kind = "uvicorn worker (config.asgi)" if args.layout == "asgi" else "gthread (config.wsgi)"
-        print(f"server: gunicorn {kind}, 1 worker, pid {server.worker_pid()}; store {endpoint}")
-        header = f"{'size':>6} {'op':<9} {'API MB/s':>9} {'direct MB/s':>12} {'ratio':>6}   direct = "
-        print(header)
-        for size_mb in [int(s) for s in args.sizes.split(",")]:
+        print(f"server: {server.describe()}, pid {server.worker_pid()}; store {endpoint}; best of {args.rounds}")
+        print(f"worker RSS after warm-up: {idle_rss:.1f} MiB")
+        print(HEADER)
+        peaks = {}
+        for size_mb in [int(s) for s in args.sizes.split(",") if s]:
             size = size_mb * MB
             path = data_dir / f"data-{size_mb}MB.bin"
             make_data(path, size)
-            up_api, up_direct, down_api, down_transfer, down_stream = [], [], [], [], []
-            peaks = []
-            file_ids = []
+            runs = {"up": [], "down": [], "d_up": [], "d_stream": [], "d_transfer": []}
             for round_number in range(args.rounds):
-                rss_before = server.memory_kib()["VmRSS"]
-                reset_peak(server)
-                elapsed, file_id = timed(api_upload, server, raw_key, path)
-                up_peak = server.memory_kib()["VmHWM"] - rss_before
-                up_api.append(elapsed)
-                file_ids.append(file_id)
-                # Bench only: make the upload downloadable (client uploads are not).
-                File.objects.filter(pk=file_id).update(downloadable=True)
-
-                rss_before = server.memory_kib()["VmRSS"]
-                reset_peak(server)
-                elapsed, total = timed(api_download, server, raw_key, file_id)
-                assert total == size
-                down_peak = server.memory_kib()["VmHWM"] - rss_before
-                down_api.append(elapsed)
-                peaks.append((up_peak, down_peak))
-
+                up = measure.run(api_upload, (server, raw_key, path))
+                file_id = up["results"][0]
+                make_downloadable(file_id)
+                down = measure.run(api_download, (server, raw_key, file_id))
+                assert down["results"][0] == size
                 direct_key = f"bench-direct/{size_mb}-{round_number}-{time.time_ns()}"
-                up_direct.append(timed(direct_upload, s3, bucket, path, direct_key)[0])
-                down_transfer.append(timed(direct_download_transfer, s3, bucket, direct_key)[0])
-                down_stream.append(timed(direct_download_stream, s3, bucket, direct_key)[0])
+                runs["d_up"].append(measure.run(direct_upload, (s3, bucket, path, direct_key)))
+                runs["d_stream"].append(measure.run(direct_download_stream, (s3, bucket, direct_key)))
+                runs["d_transfer"].append(measure.run(direct_download_transfer, (s3, bucket, direct_key)))
                 s3.delete_object(Bucket=bucket, Key=direct_key)
+                runs["up"].append(up)
+                runs["down"].append(down)
+            peaks[f"{size_mb}MB upload"] = max(m["peak_mib"] for m in runs["up"])
+            peaks[f"{size_mb}MB download"] = max(m["peak_mib"] for m in runs["down"])
+            for line in (
+                summarize(f"{size_mb}MB upload", runs["up"], runs["d_up"], size, "upload_file (8 MiB, 10 threads)")
+                + summarize(f"{size_mb}MB download", runs["down"], runs["d_stream"], size, "one get_object stream")
+                + summarize(f"{size_mb}MB download", runs["down"], runs["d_transfer"], size, "download_fileobj (info)")
+            ):
+                print(line, flush=True)
 
-            def rate(seconds, size=size):
-                return size / MB / min(seconds)
-
-            rows = [
-                ("upload", rate(up_api), rate(up_direct), "boto3 upload_file (8 MiB parts, 10 threads)"),
-                ("download", rate(down_api), rate(down_transfer), "boto3 download_fileobj (ranged, 10 threads)"),
-                ("download", rate(down_api), rate(down_stream), "boto3 get_object single stream"),
-            ]
-            for op, api_rate, direct_rate, how in rows:
-                ratio = api_rate / direct_rate
-                print(f"{size_mb:>4}MB {op:<9} {api_rate:>9.0f} {direct_rate:>12.0f} {ratio:>6.2f}   {how}")
-            up_peak = max(p[0] for p in peaks) / 1024
-            down_peak = max(p[1] for p in peaks) / 1024
-            print(f"{size_mb:>4}MB server peak RSS growth: upload {up_peak:.1f} MiB, download {down_peak:.1f} MiB")
-            for file_id in file_ids:
-                conn = http.client.HTTPConnection("127.0.0.1", server.port)
-                conn.request("DELETE", f"/v1/files/{file_id}", headers={"Authorization": f"Bearer {raw_key}"})
-                conn.getresponse().read()
-        conn = http.client.HTTPConnection("127.0.0.1", server.port)
-        conn.request("DELETE", f"/v1/files/{warm_id}", headers={"Authorization": f"Bearer {raw_key}"})
-        conn.getresponse().read()
+        n = args.concurrency
+        if n:
+            size = args.concurrent_mib * MIB
+            path = data_dir / f"data-{args.concurrent_mib}MiB.bin"
+            make_data(path, size)
+            runs = {"up": [], "down": [], "d_up": [], "d_stream": []}
+            for round_number in range(args.rounds):
+                up = measure.run(api_upload, *[(server, raw_key, path)] * n)
+                for file_id in up["results"]:
+                    make_downloadable(file_id)
+                down = measure.run(api_download, *[(server, raw_key, file_id) for file_id in up["results"]])
+                assert down["results"] == [size] * n
+                keys = [f"bench-direct/c{i}-{round_number}-{time.time_ns()}" for i in range(n)]
+                runs["d_up"].append(measure.run(direct_upload, *[(s3, bucket, path, key) for key in keys]))
+                runs["d_stream"].append(measure.run(direct_download_stream, *[(s3, bucket, key) for key in keys]))
+                for key in keys:
+                    s3.delete_object(Bucket=bucket, Key=key)
+                runs["up"].append(up)
+                runs["down"].append(down)
+            peaks[f"{n}x{args.concurrent_mib}MiB upload"] = max(m["peak_mib"] for m in runs["up"])
+            peaks[f"{n}x{args.concurrent_mib}MiB download"] = max(m["peak_mib"] for m in runs["down"])
+            label = f"{n}x{args.concurrent_mib}MiB"
+            for line in summarize(
+                f"{label} upload", runs["up"], runs["d_up"], n * size, f"{n} x upload_file at once"
+            ) + summarize(f"{label} download", runs["down"], runs["d_stream"], n * size, f"{n} x get_object at once"):
+                print(line, flush=True)
+        print(
+            "worker peak RSS over its RSS after warm-up (MiB): "
+            + ", ".join(f"{name} {peak - idle_rss:+.1f}" for name, peak in peaks.items())
+        )
     finally:
+        for file_id in created:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port)
+            conn.request("DELETE", f"/v1/files/{file_id}", headers={"Authorization": f"Bearer {raw_key}"})
+            conn.getresponse().read()
+            conn.close()
         server.stop()
 
 

@@ -168,7 +168,7 @@ class FileListCreateApi(FilesApiView):
         try:
             file = services.file_upload_stream(
                 workspace=request.user,
-                chunks=form.chunks(),
+                chunks=form,
                 filename=uploads.clean_filename(form.file_part.filename, mime_type),
                 mime_type=mime_type,
                 max_bytes=max_bytes,

@@ -4,6 +4,7 @@ crash at any point leaves something reconciliation can finish (files/reconcile.p
 
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -23,10 +24,13 @@ from processors.filenames import filename_strip
 
 logger = logging.getLogger(__name__)
 
-# Object-store part size and parallelism for streamed uploads. Memory per upload is bounded by
-# (PARTS_IN_FLIGHT + 1) * PART_SIZE plus one read buffer.
-PART_SIZE = 8 * 1024 * 1024
-PARTS_IN_FLIGHT = 2
+# Object-store part size and parallelism for streamed uploads (measured with
+# bench/files_throughput.py). Memory per upload is bounded by (PARTS_IN_FLIGHT + 1) * PART_SIZE,
+# and that of all uploads in a process together by UPLOAD_BUFFERS * PART_SIZE (_PartBuffers).
+PART_SIZE = 5 * 1024 * 1024  # S3's smallest part but the last
+PARTS_IN_FLIGHT = 4
+UPLOAD_BUFFERS = 10
+UPLOAD_BUFFER_WAIT_SECONDS = 5.0
 # Workers (session outputs) are not web processes serving many uploads at once: more in flight.
 WORKER_PARTS_IN_FLIGHT = 4
 # A live upload refreshes its intent this often, so reconciliation's grace window is measured
@@ -112,9 +116,54 @@ def _create_visible_file(*, intent_id: int, workspace: Workspace, **fields) -> F
     return file
 
 
+class _PartBuffers:
+    """Part buffers shared by every upload of the process. They are allocated once and reused:
+    a fresh buffer per part costs a page fault per 4 KiB on top of the copy. At most `limit`
+    exist at a time, which bounds the memory of all concurrent uploads together (an upload
+    keeps the ones it took until it ends; see _PartUploader.buffer). An upload that waits
+    longer than `wait_seconds` for its first buffer gets one of its own instead (the bound is
+    then per upload, as without the pool), so slow clients cannot stall everyone else."""
+
+    def __init__(self, *, size: int, limit: int, wait_seconds: float):
+        self.size = size
+        self.wait_seconds = wait_seconds
+        self._free: list[bytearray] = []
+        self._slots = threading.Semaphore(limit)
+        self._lock = threading.Lock()
+
+    def take(self, *, wait: bool) -> bytearray | None:
+        """A buffer; without `wait`, None when none is free right now."""
+        if not self._slots.acquire(blocking=wait, timeout=self.wait_seconds if wait else None):
+            return _OwnBuffer(self.size) if wait else None
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        return bytearray(self.size)
+
+    def give(self, buffer: bytearray) -> None:
+        if type(buffer) is _OwnBuffer:
+            return
+        if len(buffer) == self.size:  # else cut to a last part's size: let it go
+            with self._lock:
+                self._free.append(buffer)
+        self._slots.release()
+
+
+class _OwnBuffer(bytearray):
+    """A part buffer allocated outside the shared pool (freed when dropped)."""
+
+
+_part_buffers = _PartBuffers(size=PART_SIZE, limit=UPLOAD_BUFFERS, wait_seconds=UPLOAD_BUFFER_WAIT_SECONDS)
+
+
 class _PartUploader:
     """Streams bytes into one object: a single PUT if everything fits in one part, else a
-    multipart upload with a few parts in flight."""
+    multipart upload with up to `parts_in_flight` parts in flight.
+
+    Parts are filled in buffers from _part_buffers (buffer()). The uploader keeps the buffers
+    it took until close(): a sent part's buffer is reused for a later part, and a new one is
+    taken from the pool only while one is free, so a busy pool slows an upload down (fewer parts
+    in flight) rather than stopping it."""
 
     def __init__(self, *, intent_id: int, key: str, content_type: str, parts_in_flight: int = PARTS_IN_FLIGHT):
         self.intent_id = intent_id
@@ -124,7 +173,9 @@ class _PartUploader:
         self.upload_id: str | None = None
         self.s3 = storage.client()
         self._etags: dict[int, str] = {}
-        self._pending: set = set()
+        self._pending: dict[Future, bytearray] = {}
+        self._spare: list[bytearray] = []
+        self._taken: list[bytearray] = []
         self._pool: ThreadPoolExecutor | None = None
         self._next_part = 1
         self._last_heartbeat = time.monotonic()
@@ -136,26 +187,41 @@ class _PartUploader:
         self._last_heartbeat = time.monotonic()
         self._pool = ThreadPoolExecutor(max_workers=self.parts_in_flight, thread_name_prefix="file-part")
 
+    def buffer(self) -> bytearray:
+        """An empty part buffer: a spare one, else a new one from the pool if one is free (or
+        if this upload has none yet: then waiting for it), else the next one the store is done
+        with. The caller hands it back through add_part() or finish()."""
+        if not self._spare and len(self._taken) <= self.parts_in_flight:
+            buffer = _part_buffers.take(wait=not self._taken)
+            if buffer is not None:
+                self._taken.append(buffer)
+                return buffer
+        while not self._spare:
+            done, _ = wait(self._pending, return_when=FIRST_COMPLETED)
+            self._collect(done)
+        return self._spare.pop()
+
     def _collect(self, done) -> None:
         for future in done:
-            self._pending.discard(future)
+            self._spare.append(self._pending.pop(future))
             number, etag = future.result()
             self._etags[number] = etag
 
-    def _upload(self, number: int, body: bytes | bytearray) -> tuple[int, str]:
+    def _upload(self, number: int, buffer: bytearray) -> tuple[int, str]:
         etag = storage.multipart_upload_part(
-            key=self.key, upload_id=self.upload_id, part_number=number, body=body, s3=self.s3
+            key=self.key, upload_id=self.upload_id, part_number=number, body=buffer, s3=self.s3
         )
         crash_point("upload_part_stored")
         return number, etag
 
-    def add_part(self, body: bytes | bytearray) -> None:
+    def add_part(self, buffer: bytearray) -> None:
+        """Send the buffer as the next part."""
         if self.upload_id is None:
             self._start()
         while len(self._pending) >= self.parts_in_flight:
             done, _ = wait(self._pending, return_when=FIRST_COMPLETED)
             self._collect(done)
-        self._pending.add(self._pool.submit(self._upload, self._next_part, body))
+        self._pending[self._pool.submit(self._upload, self._next_part, buffer)] = buffer
         self._next_part += 1
 
     def keep_alive(self) -> None:
@@ -165,55 +231,90 @@ class _PartUploader:
             _intent_heartbeat(self.intent_id)
             self._last_heartbeat = time.monotonic()
 
-    def finish(self, last: bytes) -> None:
+    def finish(self, buffer: bytearray, length: int) -> None:
+        """The last bytes (buffer[:length], possibly none); then complete the object. The
+        buffer is cut to `length` in place (no copy; the pool lets a cut buffer go), so that
+        botocore sends it as it is."""
+        try:
+            del buffer[length:]
+        except BufferError:  # still viewed somewhere: send a copy
+            buffer = bytearray(memoryview(buffer)[:length])
         if self.upload_id is None:
-            storage.put_object(key=self.key, body=last, content_type=self.content_type, s3=self.s3)
+            storage.put_object(key=self.key, body=buffer, content_type=self.content_type, s3=self.s3)
             crash_point("upload_object_stored")
             return
-        if last:
-            self.add_part(last)
+        if length:
+            self.add_part(buffer)
         done, _ = wait(self._pending)
         self._collect(done)
-        self._shutdown()
         etags = [self._etags[number] for number in range(1, self._next_part)]
         storage.multipart_complete(key=self.key, upload_id=self.upload_id, etags=etags, s3=self.s3)
         crash_point("upload_object_stored")
 
-    def _shutdown(self) -> None:
+    def close(self) -> None:
+        """Stop the part threads (a pending part is cancelled or waited for) and give every
+        buffer taken back to the pool. Idempotent; called however the upload ends."""
         if self._pool is not None:
             for future in self._pending:
                 future.cancel()
             self._pool.shutdown(wait=True)
             self._pool = None
+        buffers, self._taken, self._spare, self._pending = self._taken, [], [], {}
+        for buffer in buffers:
+            _part_buffers.give(buffer)
 
 
-def _stream_into(uploader: _PartUploader, chunks: Iterable[bytes], *, max_bytes: int) -> tuple[int, str]:
+# A read from a readinto source asks for at most this much at once, so that the bytes are
+# hashed while they are still in the CPU cache.
+READ_INTO_BYTES = 1024 * 1024
+
+
+def _stream_into(uploader: _PartUploader, chunks, *, max_bytes: int) -> tuple[int, str]:
+    """Fill part buffers from `chunks` and hand each full one to the uploader, hashing and
+    counting as the bytes arrive. `chunks` is an iterable of bytes, or a reader with
+    readinto(buffer, start, end) -> count (0 at the end), which puts the bytes straight into
+    the part buffer (no intermediate copy). The caller closes the uploader."""
     digest = hashlib.sha256()
     size = 0
-    # Parts are assembled in place and handed to the uploader as they are (no join, no second
-    # copy); the uploader keeps at most PARTS_IN_FLIGHT of them alive. The first buffer grows as
-    # bytes arrive (a small upload never touches a whole part); once an upload has proved large,
-    # each next part is allocated at full size up front.
-    part = bytearray()
+    buffer = uploader.buffer()
     filled = 0
-    for chunk in chunks:
-        if not chunk:
-            continue
-        size += len(chunk)
-        if size > max_bytes:
-            raise RequestTooLarge(f"File is larger than the {max_bytes}-byte limit.")
-        digest.update(chunk)
-        uploader.keep_alive()
-        view = memoryview(chunk)
-        while view:
-            take = min(len(view), PART_SIZE - filled)
-            part[filled : filled + take] = view[:take]
-            filled += take
-            view = view[take:]
-            if filled == PART_SIZE:
-                uploader.add_part(part)
-                part, filled = bytearray(PART_SIZE), 0
-    uploader.finish(bytes(memoryview(part)[:filled]) if filled else b"")
+    if hasattr(chunks, "readinto"):
+        view = memoryview(buffer)
+        while True:
+            if filled == len(buffer):
+                uploader.add_part(buffer)
+                view.release()
+                buffer, filled = uploader.buffer(), 0
+                view = memoryview(buffer)
+            count = chunks.readinto(buffer, filled, min(filled + READ_INTO_BYTES, len(buffer)))
+            if not count:
+                break
+            size += count
+            if size > max_bytes:
+                raise RequestTooLarge(f"File is larger than the {max_bytes}-byte limit.")
+            digest.update(view[filled : filled + count])
+            filled += count
+            uploader.keep_alive()
+        view.release()
+    else:
+        for chunk in chunks:
+            if not chunk:
+                continue
+            size += len(chunk)
+            if size > max_bytes:
+                raise RequestTooLarge(f"File is larger than the {max_bytes}-byte limit.")
+            digest.update(chunk)
+            uploader.keep_alive()
+            source = memoryview(chunk)
+            while source:
+                take = min(len(source), len(buffer) - filled)
+                buffer[filled : filled + take] = source[:take]
+                filled += take
+                source = source[take:]
+                if filled == len(buffer):
+                    uploader.add_part(buffer)
+                    buffer, filled = uploader.buffer(), 0
+    uploader.finish(buffer, filled)
     return size, digest.hexdigest()
 
 
@@ -239,9 +340,11 @@ def _stage_stream(
 ) -> StagedObject:
     uploader = _PartUploader(intent_id=intent_id, key=key, content_type=mime_type, parts_in_flight=parts_in_flight)
     try:
-        size, sha256 = _stream_into(uploader, chunks, max_bytes=max_bytes)
+        try:
+            size, sha256 = _stream_into(uploader, chunks, max_bytes=max_bytes)
+        finally:
+            uploader.close()
     except BaseException as exc:
-        uploader._shutdown()
         _intent_error(intent_id, exc)
         _upload_discard(intent_id=intent_id, key=key, upload_id=uploader.upload_id)
         if isinstance(exc, storage.StorageObjectMissing):

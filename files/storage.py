@@ -6,6 +6,7 @@ a missing object is StorageObjectMissing.
 """
 
 import contextlib
+import http.client
 import secrets
 from collections.abc import Iterator
 
@@ -47,9 +48,21 @@ def _storage():
     return storages["files"]
 
 
+_client_of: tuple[object, object] | None = None
+
+
 def client():
-    """The boto3 S3 client behind django-storages (thread-safe; shared across threads)."""
-    return _storage().connection.meta.client
+    """The boto3 S3 client behind django-storages, one per process: clients are thread-safe,
+    and django-storages' own per-thread connection would build a new one (reading the service
+    model's JSON, a noticeable CPU cost) in every thread that touches the store."""
+    global _client_of
+    current = _storage()
+    cached = _client_of
+    if cached is not None and cached[0] is current:
+        return cached[1]
+    s3 = current.connection.meta.client
+    _client_of = (current, s3)
+    return s3
 
 
 def bucket() -> str:
@@ -161,12 +174,46 @@ def open_object(*, key: str, first: int | None = None, last: int | None = None):
 
 
 def iter_object(body, *, chunk_size: int = 1024 * 1024) -> Iterator[bytes]:
-    """Yield bounded chunks from an open_object() body and close it, however iteration ends."""
+    """Yield bounded chunks from an open_object() body and close it, however iteration ends.
+
+    Each chunk is one read of the store's HTTP response (http.client's, under urllib3 and
+    botocore's StreamingBody, which would each add a step and a copy): the bytes arrive in a
+    fresh bytes object with the kernel's one copy and go to the client socket as they are.
+    A response that ends short of its Content-Length raises StorageUnavailable."""
     try:
-        with _translate_errors():
-            yield from body.iter_chunks(chunk_size)
+        raw = _http_response(body)
+        if raw is None:
+            with _translate_errors():
+                yield from body.iter_chunks(chunk_size)
+            return
+        expected = raw.length
+        received = 0
+        read = raw.read
+        while True:
+            try:
+                chunk = read(chunk_size)
+            except (OSError, http.client.HTTPException) as exc:
+                raise StorageUnavailable(details={"store_error": type(exc).__name__}) from exc
+            if not chunk:
+                break
+            received += len(chunk)
+            yield chunk
+        if expected is not None and received != expected:
+            raise StorageUnavailable(details={"store_error": "IncompleteRead"})
     finally:
         body.close()
+
+
+def _http_response(body) -> http.client.HTTPResponse | None:
+    """The http.client response under a botocore StreamingBody, when its bytes can be read
+    from it directly: not yet read from, no content decoding in between."""
+    stream = getattr(body, "_raw_stream", None)
+    raw = getattr(stream, "_fp", None)
+    if not isinstance(raw, http.client.HTTPResponse) or getattr(body, "_amount_read", None) != 0:
+        return None
+    if getattr(stream, "_decoder", None) is not None or raw.getheader("Content-Encoding", "identity") != "identity":
+        return None
+    return raw
 
 
 def read_bounded(*, key: str, max_bytes: int) -> bytes:

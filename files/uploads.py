@@ -6,6 +6,7 @@ pulls the body from the WSGI stream in bounded reads and hands the `file` part t
 an iterator of chunks, which the upload service streams straight into the object store.
 """
 
+import io
 import mimetypes
 import posixpath
 import re
@@ -16,7 +17,9 @@ from django.utils.http import parse_header_parameters
 from core.errors import InvalidRequest, RequestTooLarge
 from processors.filenames import filename_strip
 
-READ_SIZE = 1024 * 1024
+# Reads for part headers, small fields and what follows the file part (the file's own bytes
+# are read straight into part buffers, see read_body_into).
+READ_SIZE = 64 * 1024
 MAX_PART_HEADER_BYTES = 16 * 1024
 MAX_FIELD_BYTES = 64 * 1024
 MAX_PARTS = 16
@@ -44,6 +47,7 @@ class MultipartReader:
 
     def __init__(self, stream, *, boundary: bytes, content_length: int | None, read_size: int = READ_SIZE):
         self._stream = stream
+        self._stream_readinto = getattr(stream, "readinto", None)
         self._read_size = read_size
         self._remaining = content_length
         self._buffer = b""
@@ -52,6 +56,7 @@ class MultipartReader:
         self._delimiter = b"\r\n--" + boundary
         self._started = False
         self._finished = False
+        self._part_ended = False
         self.bytes_read = 0
         self.content_length = content_length
 
@@ -77,6 +82,34 @@ class MultipartReader:
             self._remaining -= len(data)
         self._buffer = self._buffer + data if self._buffer else data
         return True
+
+    def _raw_readinto(self, view: memoryview) -> int:
+        """One read from the body straight into `view` (no intermediate bytes object when the
+        stream has readinto); 0 at the end of the body."""
+        if self._eof:
+            return 0
+        if self._remaining is not None:
+            if self._remaining <= 0:
+                self._eof = True
+                return 0
+            if len(view) > self._remaining:
+                view = view[: self._remaining]
+        try:
+            if self._stream_readinto is not None:
+                count = self._stream_readinto(view)
+            else:
+                data = self._stream.read(len(view))
+                count = len(data)
+                view[:count] = data
+        except OSError:
+            count = 0
+        if not count:
+            self._eof = True
+            return 0
+        self.bytes_read += count
+        if self._remaining is not None:
+            self._remaining -= count
+        return count
 
     def _read_until(self, marker: bytes, *, limit: int, what: str) -> bytes:
         while True:
@@ -109,6 +142,7 @@ class MultipartReader:
         """Headers of the next part, or None after the closing delimiter."""
         if self._finished:
             return None
+        self._part_ended = False
         if not self._started:
             # Skip a preamble up to the first dash-boundary.
             self._read_until(self._dash_boundary, limit=MAX_PART_HEADER_BYTES, what="preamble")
@@ -163,6 +197,67 @@ class MultipartReader:
                 yield chunk
             if not self._fill():
                 raise InvalidRequest("Malformed multipart body: the body ended inside a part.")
+
+    def read_body_into(self, buffer: bytearray, start: int, end: int) -> int:
+        """Put the next bytes of the current part into buffer[start:end] and return how many;
+        0 once the part has ended. The body is read straight into `buffer`: the delimiter is
+        searched for in place, and only a possible delimiter prefix at the end (a few dozen
+        bytes) is held back for the next call."""
+        delimiter = self._delimiter
+        size = len(delimiter)
+        if end - start <= 2 * size:
+            return self._read_body_into_small(buffer, start, end)
+        while True:
+            if self._part_ended:
+                return 0
+            pos = start
+            if self._buffer:
+                take = min(len(self._buffer), end - start)
+                buffer[start : start + take] = self._buffer[:take]
+                self._buffer = self._buffer[take:]
+                pos += take
+            at_end = False
+            if pos < end and not self._buffer:
+                count = self._raw_readinto(memoryview(buffer)[pos:end])
+                at_end = count == 0
+                pos += count
+            index = buffer.find(delimiter, start, pos)
+            if index >= 0:
+                self._buffer = bytes(buffer[index + size : pos]) + self._buffer
+                self._part_ended = True
+                return index - start
+            if at_end:
+                raise InvalidRequest("Malformed multipart body: the body ended inside a part.")
+            hold = min(size - 1, pos - start)
+            if hold:
+                self._buffer = bytes(buffer[pos - hold : pos]) + self._buffer
+            if pos - hold > start:
+                return pos - hold - start
+
+    def _read_body_into_small(self, buffer: bytearray, start: int, end: int) -> int:
+        """read_body_into for a region too small to tell part bytes from a delimiter in place
+        (the last few bytes of a part buffer): through our own buffer, as iter_body does."""
+        delimiter = self._delimiter
+        keep = len(delimiter) - 1
+        while not self._part_ended:
+            index = self._buffer.find(delimiter)
+            if index >= 0:
+                take = min(index, end - start)
+                buffer[start : start + take] = self._buffer[:take]
+                if take == index:
+                    self._buffer = self._buffer[index + len(delimiter) :]
+                    self._part_ended = True
+                else:
+                    self._buffer = self._buffer[take:]
+                return take
+            if len(self._buffer) > keep:
+                take = min(len(self._buffer) - keep, end - start)
+                buffer[start : start + take] = self._buffer[:take]
+                self._buffer = self._buffer[take:]
+                return take
+            if not self._fill():
+                raise InvalidRequest("Malformed multipart body: the body ended inside a part.")
+        return 0
 
     def discard_rest(self) -> None:
         """Read and drop what the client is still sending, so that it gets to read our early
@@ -220,10 +315,74 @@ def request_body_stream(django_request) -> tuple[object, int | None]:
             raise InvalidRequest("Invalid Content-Length.")
         if length < 0:
             raise InvalidRequest("Invalid Content-Length.")
-        return django_request, length
+        return GunicornSocketBody.of(django_request) or django_request, length
     if environ.get("wsgi.input_terminated"):
         return environ["wsgi.input"], None
     return django_request, 0
+
+
+class GunicornSocketBody:
+    """readinto() straight from the client socket, for a gunicorn request body of known length.
+
+    gunicorn's body reader, Django's LimitedStream and a bytes-based parser would each copy the
+    bytes into a new object (a fresh allocation of about a MiB per read, which costs page faults
+    too); here they land in the caller's buffer with the kernel's one copy. Bytes gunicorn has
+    already buffered are served first, and gunicorn's own count of what is left is kept exact,
+    so that it still knows where the next request on the connection starts."""
+
+    def __init__(self, body):
+        self._body = body
+        self._reader = body.reader
+        self._unreader = body.reader.unreader
+        self._sock = self._unreader.sock
+        # Read ahead by gunicorn but not yet returned by Body.read (already counted off the
+        # reader's length), then read from the socket but not yet returned by the reader.
+        self._pending = body.buf.getvalue() + self._unreader.buf.getvalue()
+        self._from_socket = self._reader.length - len(self._unreader.buf.getvalue())
+        body.buf = io.BytesIO()
+        self._unreader.buf = io.BytesIO()
+        self._reader.length = self._from_socket
+
+    @classmethod
+    def of(cls, django_request) -> "GunicornSocketBody | None":
+        """The fast reader when the body is gunicorn's, of known length and still unread."""
+        body = django_request.META.get("wsgi.input")
+        try:
+            from gunicorn.http.body import Body, LengthReader
+            from gunicorn.http.unreader import SocketUnreader
+        except ImportError:
+            return None
+        if type(body) is not Body or type(body.reader) is not LengthReader:
+            return None
+        if type(body.reader.unreader) is not SocketUnreader:
+            return None
+        stream = getattr(django_request, "_stream", None)
+        if getattr(stream, "_pos", None) != 0 or hasattr(django_request, "_body"):
+            return None
+        return cls(body)
+
+    def readinto(self, view: memoryview) -> int:
+        if self._pending:
+            count = min(len(view), len(self._pending))
+            view[:count] = self._pending[:count]
+            self._pending = self._pending[count:]
+            return count
+        size = min(len(view), self._from_socket)
+        if size <= 0:
+            return 0
+        try:
+            count = self._sock.recv_into(view, size)
+        except Exception:
+            self._body.failed = True
+            raise
+        self._from_socket -= count
+        self._reader.length = self._from_socket
+        return count
+
+    def read(self, size: int) -> bytes:
+        buffer = bytearray(size)
+        count = self.readinto(memoryview(buffer))
+        return bytes(buffer[:count])
 
 
 def check_declared_length(content_length: int | None, *, max_bytes: int) -> None:
@@ -273,6 +432,7 @@ class UploadForm:
         self.boundary = boundary
         self.fields: dict[str, str] = {}
         self.file_part: Part | None = None
+        self._rest_checked = False
 
     def read_until_file(self) -> Part:
         seen = []
@@ -302,6 +462,19 @@ class UploadForm:
         """The file part's bytes; then the rest of the body is checked, so that a second file
         part (or a field that had to come first) fails the upload before it becomes visible."""
         yield from self.reader.iter_body()
+        self._check_rest()
+
+    def readinto(self, buffer: bytearray, start: int, end: int) -> int:
+        """The file part's bytes read straight into buffer[start:end] (see
+        MultipartReader.read_body_into); 0 at the end, once the rest of the body is checked as
+        in chunks()."""
+        count = self.reader.read_body_into(buffer, start, end)
+        if not count and not self._rest_checked:
+            self._rest_checked = True
+            self._check_rest()
+        return count
+
+    def _check_rest(self) -> None:
         for _ in range(MAX_PARTS):
             part = self.reader.next_part()
             if part is None:

@@ -98,3 +98,74 @@ def test_mime_type_rule():
     assert resolve_mime_type(None, "noext") == "application/octet-stream"
     assert resolve_mime_type("text/" + "x" * 300, "a.txt") == "text/plain"
     assert resolve_mime_type("not a type", None) == "application/octet-stream"
+
+
+class _ReadOnly:
+    """A body stream without readinto (the parser then copies each read into place)."""
+
+    def __init__(self, raw: bytes, read_size: int):
+        self._stream = io.BytesIO(raw)
+        self._read_size = read_size
+
+    def read(self, size: int) -> bytes:
+        return self._stream.read(min(size, self._read_size))
+
+
+class _ShortReads(io.BytesIO):
+    """readinto that returns at most read_size bytes per call, like a socket."""
+
+    def __init__(self, raw: bytes, read_size: int):
+        super().__init__(raw)
+        self._read_size = read_size
+
+    def readinto(self, view) -> int:
+        return super().readinto(memoryview(view)[: self._read_size])
+
+
+def read_form_into(raw: bytes, stream, region: int) -> tuple[UploadForm, bytes]:
+    """The file part through UploadForm.readinto, into a buffer `region` bytes at a time
+    (and refilled from the start whenever full, as the upload service does with parts)."""
+    reader = MultipartReader(stream, boundary=BOUNDARY, content_length=len(raw), read_size=64)
+    form = UploadForm(reader, boundary=BOUNDARY)
+    form.read_until_file()
+    buffer = bytearray(region * 3 + 5)
+    got = bytearray()
+    filled = 0
+    while True:
+        if filled == len(buffer):
+            got += buffer
+            filled = 0
+        count = form.readinto(buffer, filled, min(filled + region, len(buffer)))
+        if not count:
+            break
+        filled += count
+    got += buffer[:filled]
+    return form, bytes(got)
+
+
+@pytest.mark.parametrize("read_size", [1, 7, 64, 1000, 1 << 20])
+@pytest.mark.parametrize("region", [1, 2, 30, 47, 500, 4096])
+@pytest.mark.parametrize("readinto", [True, False], ids=["readinto", "read"])
+def test_file_bytes_read_in_place_survive_any_read_and_region_size(read_size, region, readinto):
+    rng = random.Random(read_size * 7919 + region)
+    data = bytes(rng.getrandbits(8) for _ in range(5000)) + b"\r\n--" + BOUNDARY[:-1] + b"x\r\n-" + b"\r\n"
+    raw = body(field_part(b"expires_in_seconds", b"3600"), file_part(data))
+    stream = _ShortReads(raw, read_size) if readinto else _ReadOnly(raw, read_size)
+    form, got = read_form_into(raw, stream, region)
+    assert got == data
+    assert form.fields == {"expires_in_seconds": "3600"}
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (body(file_part(b"a"), file_part(b"b")), "More than one file"),
+        (body(file_part(b"a"), field_part(b"expires_in_seconds", b"3600")), "before the `file` part"),
+        (body(file_part(b"abc" * 1000))[:-20], "ended inside a part"),
+    ],
+)
+@pytest.mark.parametrize("region", [3, 100, 1 << 16])
+def test_malformed_bodies_read_in_place_are_400(raw, message, region):
+    with pytest.raises(InvalidRequest) as excinfo:
+        read_form_into(raw, _ShortReads(raw, 333), region)
+    assert message in excinfo.value.message
