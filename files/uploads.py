@@ -27,6 +27,7 @@ MAX_PARTS = 16
 # declared Content-Length beyond limit + slack can be refused before reading anything.
 FRAMING_SLACK_BYTES = 1024 * 1024
 DRAIN_CHUNKED_BYTES = 4 * 1024 * 1024
+DRAIN_READ_BYTES = 1024 * 1024
 
 _MEDIA_TYPE = re.compile(r"^[a-z0-9!#$&^_.+-]{1,127}/[a-z0-9!#$&^_.+-]{1,127}$")
 
@@ -266,13 +267,12 @@ class MultipartReader:
         chunked body is drained only up to DRAIN_CHUNKED_BYTES."""
         self._buffer = b""
         budget = None if self._remaining is not None else DRAIN_CHUNKED_BYTES
-        while self._fill():
+        scratch = memoryview(bytearray(DRAIN_READ_BYTES))
+        while count := self._raw_readinto(scratch):
             if budget is not None:
-                budget -= len(self._buffer)
+                budget -= count
                 if budget <= 0:
                     break
-            self._buffer = b""
-        self._buffer = b""
 
     def read_field(self) -> bytes:
         data = b""
