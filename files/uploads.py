@@ -6,6 +6,7 @@ pulls the body from the WSGI stream in bounded reads and hands the `file` part t
 an iterator of chunks, which the upload service streams straight into the object store.
 """
 
+import asyncio
 import io
 import mimetypes
 import posixpath
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 
 from django.utils.http import parse_header_parameters
 
-from core.errors import InvalidRequest, RequestTooLarge
+from core.errors import ApiError, InvalidRequest, RequestTooLarge
 from processors.filenames import filename_strip
 
 # Reads for part headers, small fields and what follows the file part (the file's own bytes
@@ -103,7 +104,11 @@ class MultipartReader:
                 count = len(data)
                 view[:count] = data
         except OSError:
-            count = 0
+            count = 0  # the client went away (or the server's reader gave up) mid-body
+        except ApiError:
+            raise  # e.g. the server's 408 for a stalled body
+        except Exception as exc:  # noqa: BLE001 — the server's own framing errors, as in _fill
+            raise InvalidRequest(f"Malformed request body: {type(exc).__name__}.")
         if not count:
             self._eof = True
             return 0
@@ -315,9 +320,9 @@ def request_body_stream(django_request) -> tuple[object, int | None]:
             raise InvalidRequest("Invalid Content-Length.")
         if length < 0:
             raise InvalidRequest("Invalid Content-Length.")
-        return GunicornSocketBody.of(django_request) or django_request, length
+        return GunicornSocketBody.of(django_request) or AsgiReceiveBody.of(django_request) or django_request, length
     if environ.get("wsgi.input_terminated"):
-        return environ["wsgi.input"], None
+        return AsgiReceiveBody.of(django_request) or environ["wsgi.input"], None
     return django_request, 0
 
 
@@ -383,6 +388,64 @@ class GunicornSocketBody:
         buffer = bytearray(size)
         count = self.readinto(memoryview(buffer))
         return bytes(buffer[:count])
+
+
+class AsgiReceiveBody:
+    """readinto() from the ASGI messages behind a2wsgi's wsgi.input (config.asgi serves uploads
+    through a2wsgi). a2wsgi's own read() gathers messages into a bytearray and slices a new
+    bytes object out of it for each read; here each message's bytes are copied once, into the
+    caller's buffer. As core.serving's wrapper does for every read, the thread's database
+    connections are released before waiting for the client; the receive channel's own errors
+    (408 for a stalled body) propagate."""
+
+    def __init__(self, body):
+        self._body = body
+        self._pending = memoryview(b"")
+
+    @classmethod
+    def of(cls, django_request) -> "AsgiReceiveBody | None":
+        """The fast reader when the body is a2wsgi's (behind core.serving's wrapper) and still
+        unread."""
+        try:
+            from a2wsgi.wsgi import Body
+        except ImportError:
+            return None
+        from core import serving
+
+        stream = django_request.META.get("wsgi.input")
+        if type(stream) is serving._ReleasingInput:
+            stream = stream._stream
+        if type(stream) is not Body or stream.buffer:
+            return None
+        django_stream = getattr(django_request, "_stream", None)
+        if getattr(django_stream, "_pos", 0) != 0 or hasattr(django_request, "_body"):
+            return None
+        return cls(stream)
+
+    def readinto(self, view: memoryview) -> int:
+        body = self._body
+        while not self._pending:
+            if not body._has_more:
+                return 0
+            _release_database_connections()
+            message = asyncio.run_coroutine_threadsafe(body.receive(), loop=body.loop).result()
+            body._has_more = message.get("more_body", False)
+            self._pending = memoryview(message.get("body", b""))
+        count = min(len(view), len(self._pending))
+        view[:count] = self._pending[:count]
+        self._pending = self._pending[count:]
+        return count
+
+    def read(self, size: int) -> bytes:
+        buffer = bytearray(size)
+        count = self.readinto(memoryview(buffer))
+        return bytes(buffer[:count])
+
+
+def _release_database_connections() -> None:
+    from core.serving import release_database_connections
+
+    release_database_connections()
 
 
 def check_declared_length(content_length: int | None, *, max_bytes: int) -> None:
