@@ -74,6 +74,8 @@ class MultipartReader:
         except OSError:
             # The client went away (or the server's reader gave up) mid-body.
             data = b""
+        except ApiError:
+            raise  # e.g. RequestTimeout (408) from the ASGI layout's idle body timeout
         except Exception as exc:  # noqa: BLE001 — the server's own framing errors, e.g. gunicorn's InvalidChunkSize
             raise InvalidRequest(f"Malformed request body: {type(exc).__name__}.")
         if not data:
