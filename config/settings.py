@@ -197,6 +197,23 @@ MANGO_LIST_RESPONSE_MAX_BYTES = env.int("MANGO_LIST_RESPONSE_MAX_BYTES", default
 MANGO_SANDBOX_CPUS = env.float("MANGO_SANDBOX_CPUS", default=1.0)
 MANGO_SANDBOX_MEMORY = env.str("MANGO_SANDBOX_MEMORY", default="1g")
 MANGO_SANDBOX_PIDS = env.int("MANGO_SANDBOX_PIDS", default=256)
+# Isolation of docker sandboxes (sessions/sandbox/policy.py). Commands run as this fixed
+# unprivileged uid:gid with no capabilities. The workdir, /tmp and /mnt/session/outputs are
+# tmpfs-backed volumes of these sizes (ENOSPC beyond them; their pages count toward the
+# sandbox's memory limit). RLIMIT_NPROC counts per uid on the whole host, so it is a safety net
+# above MANGO_SANDBOX_PIDS (the per-sandbox bound).
+MANGO_SANDBOX_UID = env.int("MANGO_SANDBOX_UID", default=10001)
+MANGO_SANDBOX_WORKDIR_SIZE = env.str("MANGO_SANDBOX_WORKDIR_SIZE", default="256m")
+MANGO_SANDBOX_TMP_SIZE = env.str("MANGO_SANDBOX_TMP_SIZE", default="64m")
+MANGO_SANDBOX_OUTPUTS_SIZE = env.str("MANGO_SANDBOX_OUTPUTS_SIZE", default="256m")
+MANGO_SANDBOX_NOFILE = env.int("MANGO_SANDBOX_NOFILE", default=1024)
+MANGO_SANDBOX_NPROC = env.int("MANGO_SANDBOX_NPROC", default=8192)
+MANGO_SANDBOX_FSIZE_BYTES = env.int("MANGO_SANDBOX_FSIZE_BYTES", default=512 * 1024 * 1024)
+# `unrestricted` sandboxes get a bridge network of their own, a /29 from this pool; the host
+# firewall rule that keeps them away from the host is installed by the worker (`iptables`, needs
+# root) or by the operator (`external`, see the README).
+MANGO_SANDBOX_NETWORK_POOL = env.str("MANGO_SANDBOX_NETWORK_POOL", default="10.213.0.0/16")
+MANGO_SANDBOX_FIREWALL = env.str("MANGO_SANDBOX_FIREWALL", default="iptables")  # iptables | external
 MANGO_TOOL_TIMEOUT_SECONDS = env.float("MANGO_TOOL_TIMEOUT_SECONDS", default=600.0)
 MANGO_MODEL_MAX_TOKENS = env.int("MANGO_MODEL_MAX_TOKENS", default=8192)
 MANGO_MODEL_TIMEOUT_SECONDS = env.float("MANGO_MODEL_TIMEOUT_SECONDS", default=600.0)

@@ -33,9 +33,12 @@ SYSTEM_DIRS = (
     "/usr",
     "/var",
 )
-# Directories that must stay directories: a File placed exactly there (or at an ancestor)
-# would shadow every default upload mount or the outputs mount.
-RESERVED_DIRS = (UPLOADS_DIR, OUTPUTS_DIR)
+WORKDIR = "/workspace"  # the sandbox's working directory (sessions.sandbox.WORKDIR)
+TMP_DIR = "/tmp"
+# Directories that must stay directories: a File placed exactly there (or at an ancestor) would
+# shadow every default upload mount, the outputs mount, the working directory or /tmp (the
+# sandbox's writable mounts). A new file below them is fine.
+RESERVED_DIRS = (UPLOADS_DIR, OUTPUTS_DIR, WORKDIR, TMP_DIR)
 
 _SAFE_FILE_ID = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 _BLOCK = tarfile.BLOCKSIZE
@@ -52,7 +55,7 @@ def resolve_mount_path(file_id: str, mount_path: str | None) -> str:
     (no `.`/`..` segments, no `//`, no trailing slash), free of control characters, at most
     MAX_MOUNT_PATH_LENGTH characters, not `/`, not inside a system directory, not inside
     /mnt/session/outputs (those are the agent's deliverables) and not an ancestor of or equal to
-    /mnt/session/uploads or /mnt/session/outputs."""
+    a RESERVED_DIRS directory (/mnt/session/uploads, /mnt/session/outputs, /workspace, /tmp)."""
     if mount_path is None:
         if not isinstance(file_id, str) or not _SAFE_FILE_ID.match(file_id):
             raise InvalidMountPath(f"Cannot derive a mount path from file id {file_id!r}.")

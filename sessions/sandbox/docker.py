@@ -1,12 +1,14 @@
 """The ``docker`` backend: the only module that imports ``docker`` (STYLE.md 8).
 
 One durable container per session, created lazily on the first tool call, from
-MANGO_SANDBOX_IMAGE (it needs nothing but /bin/sh). CPU, memory and PID limits; network ``none``
-unless the environment's networking is ``unrestricted`` (a ``limited`` allow-list cannot be
-enforced here, so it fails closed to no network). Labels: ``mango.session``, ``mango.workspace``
-and ``mango.outputs_mount_version`` — ``/mnt/session/outputs`` is the docker named volume
-``mango-outputs-<session>``. Containers without that label predate the mount and are treated as
-having no outputs (fail closed).
+MANGO_SANDBOX_IMAGE (it needs nothing but /bin/sh), with the privileges, writable mounts and
+network that ``policy.py`` states (issue #10). Labels: ``mango.session``, ``mango.workspace`` and
+``mango.outputs_mount_version`` on the container, its volumes and its network. Containers
+without that label predate the outputs mount and are treated as having no outputs (fail closed).
+
+Control stays on the host side: interrupt and tool timeouts kill from a separate exec that the
+command cannot redirect (``_kill_commands``); the server's file operations go through dockerd
+(put_archive/get_archive) or through execs whose arguments the sandbox cannot influence.
 
 Every public method translates the library's exceptions (DockerException, and the transport's
 RequestException) into SandboxError.
@@ -16,7 +18,6 @@ import functools
 import io
 import logging
 import os
-import shlex
 import tarfile
 import threading
 import time
@@ -27,8 +28,8 @@ import requests
 from django.conf import settings
 from docker.errors import APIError, DockerException, NotFound
 
+from sessions.sandbox import firewall, policy
 from sessions.sandbox.base import (
-    OUTPUTS_PATH,
     WORKDIR,
     ExecResult,
     OutputCollector,
@@ -44,16 +45,28 @@ OUTPUTS_MOUNT_VERSION = "1"
 LABEL_SESSION = "mango.session"
 LABEL_WORKSPACE = "mango.workspace"
 LABEL_OUTPUTS_MOUNT = "mango.outputs_mount_version"
-
-_KEEPALIVE = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
+ROOT = "0:0"
+# Kills every process of the sandbox user except pid 1 (kill(-1) spares init and the caller),
+# repeated so that a process forked during one sweep dies in the next.
+_KILL_ALL = "for i in 1 2 3 4 5; do kill -KILL -1 2>/dev/null; done; true"
+# Run as root: fails unless every existing ancestor of $1 is root-owned and not writable by
+# others without the sticky bit, so the sandbox user cannot rename a resource's directory away.
+_ROOT_DIRECTORY = """mkdir -p "$1" || exit 1
+d="$1"
+while [ "$d" != / ]; do
+  set -- $(stat -c '%u %a' "$d")
+  [ "$1" = 0 ] || { echo "$d is owned by the sandbox user"; exit 3; }
+  case "$2" in 1???) ;; *[2367]|*[2367]?) echo "$d is writable by the sandbox user"; exit 3 ;; esac
+  d=$(dirname "$d")
+done"""
 
 
 def container_name(session_id: str) -> str:
     return f"mango-sbx-{session_id}"
 
 
-def volume_name(session_id: str) -> str:
-    return f"mango-outputs-{session_id}"
+def _labels(session_id: str, workspace_id: str) -> dict:
+    return {LABEL_SESSION: session_id, LABEL_WORKSPACE: workspace_id}
 
 
 def _translated(method):
@@ -69,21 +82,16 @@ def _translated(method):
     return wrapper
 
 
-def _tar_one(name: str, data: bytes) -> bytes:
+def _tar_one(name: str, data: bytes, *, uid: int) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         info = tarfile.TarInfo(name)
         info.size = len(data)
-        info.mode = 0o644
+        info.mode = 0o600
+        info.uid = info.gid = uid
         info.mtime = int(time.time())
         tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
-
-
-def _network_mode(networking: dict | None) -> str:
-    if networking and networking.get("type") == "unrestricted":
-        return "bridge"
-    return "none"
 
 
 class DockerBackend(SandboxBackend):
@@ -118,40 +126,74 @@ class DockerBackend(SandboxBackend):
     def ensure(self, *, session_id: str, workspace_id: str, networking: dict | None) -> str:
         container = self._get_container(session_id)
         if container is None:
-            client = self._docker()
-            labels = {LABEL_SESSION: session_id, LABEL_WORKSPACE: workspace_id}
-            try:
-                client.volumes.create(name=volume_name(session_id), labels=labels)
-            except APIError as exc:  # already there (a recovered turn)
-                if exc.status_code != 409:
-                    raise SandboxError(f"could not create the outputs volume: {exc}") from exc
-            try:
-                container = client.containers.run(
-                    settings.MANGO_SANDBOX_IMAGE,
-                    command=["/bin/sh", "-c", _KEEPALIVE],
-                    name=container_name(session_id),
-                    detach=True,
-                    labels={**labels, LABEL_OUTPUTS_MOUNT: OUTPUTS_MOUNT_VERSION},
-                    network_mode=_network_mode(networking),
-                    nano_cpus=int(settings.MANGO_SANDBOX_CPUS * 1e9),
-                    mem_limit=settings.MANGO_SANDBOX_MEMORY,
-                    pids_limit=settings.MANGO_SANDBOX_PIDS,
-                    volumes={volume_name(session_id): {"bind": OUTPUTS_PATH, "mode": "rw"}},
-                    working_dir=WORKDIR,
-                    security_opt=["no-new-privileges"],
-                    # Without DAC_OVERRIDE, FOWNER and CHOWN, root in the sandbox cannot write,
-                    # chmod or chown the read-only file resources (owned by RESOURCE_OWNER_UID).
-                    cap_drop=["NET_RAW", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT", "DAC_OVERRIDE", "FOWNER", "CHOWN"],
-                    environment={"HOME": "/root", "PATH": "/bin:/usr/bin:/sbin:/usr/sbin"},
-                )
-            except APIError as exc:
-                if exc.status_code == 409:  # created concurrently
-                    container = self._require_container(session_id)
-                else:
-                    raise SandboxError(f"could not create the sandbox container: {exc}") from exc
+            container = self._create(session_id, workspace_id, networking)
+            if container is not None:
+                return container.id  # created and started
+            container = self._require_container(session_id)  # created concurrently
         if container.status != "running":
             container.start()
         return container.id
+
+    def _create(self, session_id: str, workspace_id: str, networking: dict | None):
+        client = self._docker()
+        labels = _labels(session_id, workspace_id)
+        # Named volumes declared as mounts are created by dockerd with the container (one round
+        # trip less each), and found again as they are when the container is recreated.
+        mounts = [
+            docker.types.Mount(
+                target,
+                name,
+                type="volume",
+                driver_config=docker.types.DriverConfig("local", options),
+                labels=labels,
+            )
+            for name, target, options in policy.volume_specs(session_id)
+        ]
+        network_mode = "none"
+        if policy.is_unrestricted(networking):
+            firewall.ensure_rules()
+            network_mode = self._network(session_id, labels)
+        try:
+            return client.containers.run(
+                settings.MANGO_SANDBOX_IMAGE,
+                command=["/bin/sh", "-c", policy.KEEPALIVE],
+                name=container_name(session_id),
+                detach=True,
+                labels={**labels, LABEL_OUTPUTS_MOUNT: OUTPUTS_MOUNT_VERSION},
+                network_mode=network_mode,
+                mounts=mounts,
+                **policy.container_spec(session_id),
+            )
+        except APIError as exc:
+            if exc.status_code == 409:
+                return None
+            raise SandboxError(f"could not create the sandbox container: {exc}") from exc
+
+    def _network(self, session_id: str, labels: dict) -> str:
+        """The session's own bridge network (created once; a taken subnet moves to the next)."""
+        client = self._docker()
+        name = policy.network_name(session_id)
+        if client.networks.list(names=[name]):
+            return name
+        last = None
+        for subnet in policy.subnet_candidates(session_id):
+            try:
+                client.networks.create(
+                    name,
+                    driver="bridge",
+                    options=policy.network_options(session_id),
+                    ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)]),
+                    labels=labels,
+                    check_duplicate=True,
+                )
+                return name
+            except APIError as exc:
+                if exc.status_code == 409 or "already exists" in str(exc):
+                    return name
+                if "overlaps" not in str(exc):
+                    raise SandboxError(f"could not create the sandbox network: {exc}") from exc
+                last = exc
+        raise SandboxError(f"no free subnet for the sandbox network: {last}")
 
     @_translated
     def exec_command(
@@ -165,25 +207,14 @@ class DockerBackend(SandboxBackend):
     ) -> ExecResult:
         container = self._require_container(session_id)
         api = self._docker().api
-        token = os.urandom(8).hex()
-        pidfile = f"/tmp/.mango-exec-{token}.pid"
-        # The exec'd shell leads its own process group: record its pid so a cancel can kill the group.
-        wrapper = f'echo $$ > {pidfile}; exec /bin/sh -c "$1"'
         exec_id = api.exec_create(
-            container.id,
-            ["/bin/sh", "-c", wrapper, "sh", command],
-            stdout=True,
-            stderr=True,
-            workdir=workdir or WORKDIR,
+            container.id, ["/bin/sh", "-c", command], stdout=True, stderr=True, workdir=workdir or WORKDIR
         )["Id"]
         collector = OutputCollector()
         reader = reader_thread(api.exec_start(exec_id, stream=True), collector)
 
         def kill():
-            try:
-                container.exec_run(["/bin/sh", "-c", f'p=$(cat {pidfile}) && kill -KILL -"$p" "$p" 2>/dev/null; true'])
-            except APIError:
-                logger.warning("could not kill a sandbox command", exc_info=True)
+            self._kill_commands(container)
             reader.join(1.0)
 
         cancelled, timed_out = supervise(
@@ -192,26 +223,39 @@ class DockerBackend(SandboxBackend):
         exit_code = None
         if not (cancelled or timed_out):
             exit_code = api.exec_inspect(exec_id).get("ExitCode")
-        try:
-            container.exec_run(["rm", "-f", pidfile])
-        except APIError:
-            pass
         return ExecResult(
             collector.value(), exit_code, timed_out=timed_out, cancelled=cancelled, truncated=collector.truncated
         )
 
-    def _exec_argv(self, session_id: str, argv: list[str]) -> ExecResult:
-        return self.exec_command(session_id=session_id, command=shlex.join(argv), timeout=30, should_cancel=bool)
+    def _kill_commands(self, container) -> None:
+        """Kill every command of the sandbox (the one interrupted and what it left running), from
+        an exec of its own: nothing the command wrote (a pid file, /tmp) decides what dies."""
+        try:
+            container.exec_run(["/bin/sh", "-c", _KILL_ALL], user=f"{settings.MANGO_SANDBOX_UID}")
+        except APIError:
+            logger.warning("could not kill the sandbox's commands", exc_info=True)
+
+    def _exec_root(self, container, argv: list[str]) -> tuple[int, str]:
+        """A server-side operation as root in the sandbox (no capabilities: owner rights only)."""
+        result = container.exec_run(argv, user=ROOT)
+        return result.exit_code, result.output.decode(errors="replace").strip()
 
     @_translated
     def write_file(self, *, session_id: str, path: str, data: bytes) -> None:
+        """Written by the sandbox user (staged in /tmp through dockerd, then copied by an exec as
+        that user), so the kernel applies the sandbox's permissions and quotas, not dockerd's."""
         container = self._require_container(session_id)
-        directory, name = os.path.split(path)
-        result = container.exec_run(["mkdir", "-p", directory or "/"])
-        if result.exit_code != 0:
-            raise SandboxError(result.output.decode(errors="replace").strip() or f"cannot create {directory}")
-        if not container.put_archive(directory or "/", _tar_one(name, data)):
+        staged = f".mango-write-{os.urandom(8).hex()}"
+        uid = settings.MANGO_SANDBOX_UID
+        if not container.put_archive(policy.TMP_PATH, _tar_one(staged, data, uid=uid)):
             raise SandboxError(f"could not write {path}")
+        script = 'mkdir -p "$(dirname "$2")" && cat "$1" > "$2"; status=$?; rm -f "$1"; exit $status'
+        result = container.exec_run(
+            ["/bin/sh", "-c", script, "sh", f"{policy.TMP_PATH}/{staged}", path], user=f"{uid}:{uid}", workdir=WORKDIR
+        )
+        if result.exit_code != 0:
+            message = result.output.decode(errors="replace").strip() or f"cannot write {path}"
+            raise PermissionError(message)
 
     @_translated
     def read_file(self, *, session_id: str, path: str, max_bytes: int) -> bytes:
@@ -233,17 +277,22 @@ class DockerBackend(SandboxBackend):
     @_translated
     def remove(self, *, session_id: str) -> None:
         client = self._docker()
-        for container in client.containers.list(
-            all=True, filters={"label": f"{LABEL_SESSION}={session_id}"}, ignore_removed=True
-        ):
+        by_session = {"label": f"{LABEL_SESSION}={session_id}"}
+        for container in client.containers.list(all=True, filters=by_session, ignore_removed=True):
             try:
                 container.remove(force=True, v=True)
             except NotFound:
                 pass
-        try:
-            client.volumes.get(volume_name(session_id)).remove(force=True)
-        except NotFound:
-            pass
+        for name, _target, _options in policy.volume_specs(session_id):
+            try:
+                client.volumes.get(name).remove(force=True)
+            except NotFound:
+                pass
+        for network in client.networks.list(filters=by_session):
+            try:
+                network.remove()
+            except NotFound:
+                pass
 
     @_translated
     def containers(self, *, session_id: str) -> list[dict]:
@@ -280,18 +329,21 @@ class DockerBackend(SandboxBackend):
 
     @_translated
     def put_archive(self, *, session_id: str, directory: str, chunks: Iterable[bytes]) -> None:
-        result = self._exec_argv(session_id, ["mkdir", "-p", directory])
-        if result.exit_code != 0:
-            raise SandboxError(f"could not create {directory}: {result.output.decode(errors='replace')}")
+        """The directory is created by root and must be root's all the way up (else the sandbox
+        user could move the placed file away with its directory)."""
         container = self._require_container(session_id)
+        status, output = self._exec_root(container, ["/bin/sh", "-c", _ROOT_DIRECTORY, "sh", directory])
+        if status != 0:
+            raise SandboxError(f"could not prepare {directory}: {output}")
         if not container.put_archive(directory, (bytes(chunk) for chunk in chunks)):
             raise SandboxError(f"could not write into {directory}")
 
     @_translated
     def remove_path(self, *, session_id: str, path: str) -> None:
-        result = self._exec_argv(session_id, ["rm", "-f", path])
-        if result.exit_code != 0:
-            raise SandboxError(f"could not remove {path}: {result.output.decode(errors='replace')}")
+        container = self._require_container(session_id)
+        status, output = self._exec_root(container, ["rm", "-f", path])
+        if status != 0:
+            raise SandboxError(f"could not remove {path}: {output}")
 
 
 def _translated_stream(stream: Iterator[bytes]) -> Iterator[bytes]:

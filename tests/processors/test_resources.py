@@ -63,6 +63,8 @@ def test_valid_mount_paths(path):
         ("/mnt/session/uploads", "replace the directory"),
         ("/mnt/session", "replace the directory"),
         ("/mnt", "replace the directory"),
+        ("/tmp", "replace the directory"),
+        ("/workspace", "replace the directory"),
         ("/bin", "system"),
         ("/bin/sh", "system"),
         ("/etc/passwd", "system"),

@@ -85,7 +85,7 @@ def docker_client():
 
 @pytest.fixture(autouse=True)
 def _remove_test_sandboxes(request):
-    """Containers and volumes a test's sessions created are removed afterwards."""
+    """Containers, volumes and networks a test's sessions created are removed afterwards."""
     if "api_key" not in request.fixturenames:
         yield
         return
@@ -102,6 +102,8 @@ def _remove_test_sandboxes(request):
             container.remove(force=True)
         for volume in client.volumes.list(filters={"label": f"mango.workspace={workspace_id}"}):
             volume.remove(force=True)
+        for network in client.networks.list(filters={"label": f"mango.workspace={workspace_id}"}):
+            network.remove()
     finally:
         client.close()
 

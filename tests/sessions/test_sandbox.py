@@ -25,7 +25,8 @@ def test_docker_sandbox_lifecycle_and_outputs_archive(docker_session, docker_cli
     ref = sandbox.ensure(session_id=docker_session, workspace_id="wrkspc_t", networking={"type": "unrestricted"})
     assert sandbox.ensure(session_id=docker_session, workspace_id="wrkspc_t", networking=None) == ref  # durable
     container = docker_client.containers.get(ref)
-    assert container.attrs["HostConfig"]["NetworkMode"] == "bridge"
+    network = docker_client.networks.get(container.attrs["HostConfig"]["NetworkMode"])  # its own bridge
+    assert network.attrs["Driver"] == "bridge"
     assert container.labels["mango.outputs_mount_version"] == "1"
     assert sandbox.has_outputs_mount(session_id=docker_session)
 

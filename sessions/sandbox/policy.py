@@ -1,0 +1,113 @@
+"""What a docker sandbox is allowed: the container's security settings, its writable mounts and
+its network, as plain data for ``docker.py`` (issue #10). No I/O here.
+
+* Least privilege: a fixed unprivileged uid (MANGO_SANDBOX_UID), no capabilities at all,
+  ``no-new-privileges``, Docker's default seccomp profile, ulimits, memory-swap = memory.
+* Root filesystem: the sandbox user owns no directory of the image and holds no capability, so
+  it can write only to the mounts below. (Docker's ``read_only`` flag is not set: file resources
+  may be added to a running sandbox at any mount path, and Docker's put_archive refuses every
+  path of a read-only root; the writes come from the server, never from the sandbox.)
+* Writable mounts (``MOUNTS``): tmpfs-backed named volumes with ``size=``, so a write beyond the
+  size fails inside with ENOSPC, while dockerd can still stream them (get_archive of outputs,
+  put_archive of resources and files) — a container ``--tmpfs`` is invisible to both. All are
+  root-owned with the sticky bit: the sandbox user creates files there but cannot remove, rename
+  or replace what it does not own (a file resource, owned by RESOURCE_OWNER_UID).
+* Network: ``none`` unless ``unrestricted``; then a bridge of its own (``network_spec``), a /29
+  from MANGO_SANDBOX_NETWORK_POOL, inter-container traffic off, and a bridge name under
+  BRIDGE_PREFIX so one host firewall rule (``firewall.py``) drops everything from sandboxes to
+  the host itself. Docker's isolation rules already drop traffic between two bridges.
+"""
+
+import hashlib
+import ipaddress
+
+from django.conf import settings
+
+from sessions.sandbox.base import OUTPUTS_PATH, WORKDIR
+
+BRIDGE_PREFIX = "mgo-"  # interface names are at most 15 characters
+SUBNET_PREFIX = 29  # gateway + the sandbox, 6 usable addresses
+TMP_PATH = "/tmp"
+# (volume name prefix, mount point, size setting)
+MOUNTS = (
+    ("mango-work-", WORKDIR, "MANGO_SANDBOX_WORKDIR_SIZE"),
+    ("mango-tmp-", TMP_PATH, "MANGO_SANDBOX_TMP_SIZE"),
+    ("mango-outputs-", OUTPUTS_PATH, "MANGO_SANDBOX_OUTPUTS_SIZE"),
+)
+# pid 1 ignores every signal it installs no handler for, so nothing inside can stop the sandbox.
+KEEPALIVE = "while :; do sleep 3600 & wait $!; done"
+
+
+def volume_specs(session_id: str) -> list[tuple[str, str, dict]]:
+    """[(volume name, mount point, local-driver options)] of the session's writable mounts."""
+    return [
+        (
+            f"{prefix}{session_id}",
+            target,
+            {"type": "tmpfs", "device": "tmpfs", "o": f"size={getattr(settings, size)},mode=1777"},
+        )
+        for prefix, target, size in MOUNTS
+    ]
+
+
+def bridge_name(session_id: str) -> str:
+    return BRIDGE_PREFIX + hashlib.sha256(session_id.encode()).hexdigest()[:11]
+
+
+def network_name(session_id: str) -> str:
+    return f"mango-net-{session_id}"
+
+
+def is_unrestricted(networking: dict | None) -> bool:
+    """`limited` cannot be enforced as an allow-list here, so it fails closed to no network."""
+    return bool(networking) and networking.get("type") == "unrestricted"
+
+
+def subnet_candidates(session_id: str, attempts: int = 16) -> list[str]:
+    """/29 subnets of the pool to try in turn, starting at one derived from the session id (a
+    taken subnet is refused by dockerd, and the next one is tried)."""
+    pool = ipaddress.ip_network(settings.MANGO_SANDBOX_NETWORK_POOL)
+    count = 2 ** (SUBNET_PREFIX - pool.prefixlen)
+    start = int(hashlib.sha256(session_id.encode()).hexdigest(), 16) % count
+    size = 2 ** (32 - SUBNET_PREFIX)
+    return [
+        str(ipaddress.ip_network((int(pool.network_address) + ((start + n) % count) * size, SUBNET_PREFIX)))
+        for n in range(min(attempts, count))
+    ]
+
+
+def network_options(session_id: str) -> dict:
+    return {
+        "com.docker.network.bridge.name": bridge_name(session_id),
+        "com.docker.network.bridge.enable_icc": "false",
+        "com.docker.network.bridge.enable_ip_masquerade": "true",
+    }
+
+
+def container_spec(session_id: str) -> dict:
+    """Keyword arguments of ``containers.create`` that state the sandbox's privileges."""
+    uid = settings.MANGO_SANDBOX_UID
+    memory = settings.MANGO_SANDBOX_MEMORY
+    return {
+        "user": f"{uid}:{uid}",
+        # No capability is needed: every built-in tool runs as the unprivileged uid, for which
+        # capabilities would not be effective anyway; the server's own file operations
+        # (put_archive/get_archive) are done by dockerd outside the container, and the few execs
+        # it runs as root (creating a resource's directory, removing a resource) act only on
+        # root-owned paths, so owner permissions suffice (no DAC_OVERRIDE, FOWNER or CHOWN).
+        "cap_drop": ["ALL"],
+        # No setuid binary can raise privileges; the default seccomp profile applies because
+        # none is named.
+        "security_opt": ["no-new-privileges"],
+        "nano_cpus": int(settings.MANGO_SANDBOX_CPUS * 1e9),
+        "mem_limit": memory,
+        "memswap_limit": memory,  # no swap beyond the memory limit
+        "pids_limit": settings.MANGO_SANDBOX_PIDS,
+        "ulimits": [
+            {"Name": "nofile", "Soft": settings.MANGO_SANDBOX_NOFILE, "Hard": settings.MANGO_SANDBOX_NOFILE},
+            {"Name": "nproc", "Soft": settings.MANGO_SANDBOX_NPROC, "Hard": settings.MANGO_SANDBOX_NPROC},
+            {"Name": "fsize", "Soft": settings.MANGO_SANDBOX_FSIZE_BYTES, "Hard": settings.MANGO_SANDBOX_FSIZE_BYTES},
+        ],
+        "working_dir": WORKDIR,
+        "environment": {"HOME": WORKDIR, "PATH": "/bin:/usr/bin:/sbin:/usr/sbin", "TMPDIR": TMP_PATH},
+    }

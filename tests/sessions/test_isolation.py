@@ -1,0 +1,228 @@
+"""Sandbox isolation with real Docker (issue #10): networks, privileges, disk quota and
+tamper-proof control. Sandboxes are made directly through the adapter; each test removes its own."""
+
+import ipaddress
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from sessions import sandbox
+from sessions.sandbox import policy
+
+pytestmark = pytest.mark.docker
+
+SECRET = b"HOST-SECRET-7f3a"
+
+
+@pytest.fixture
+def sandboxes(settings):
+    """make(workspace_id, networking) -> session id; all removed afterwards."""
+    settings.MANGO_SANDBOX = "docker"
+    made = []
+
+    def make(workspace_id: str = "wrkspc_iso_a", networking: dict | None = None) -> str:
+        session_id = f"sesn_iso{time.time_ns()}"
+        made.append(session_id)
+        sandbox.ensure(session_id=session_id, workspace_id=workspace_id, networking=networking)
+        return session_id
+
+    yield make
+    for session_id in made:
+        sandbox.remove(session_id=session_id)
+
+
+def sh(session_id: str, command: str, timeout: float = 30) -> sandbox.ExecResult:
+    return sandbox.exec_command(session_id=session_id, command=command, timeout=timeout)
+
+
+@pytest.fixture
+def host_listener():
+    """A service of the host bound to every address (as an API started with 0.0.0.0 would be):
+    it answers SECRET to whoever connects. Yields its port."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    for port in range(18200, 18300):
+        try:
+            server.bind(("0.0.0.0", port))
+            break
+        except OSError:
+            continue
+    server.listen(16)
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            conn.sendall(SECRET + b"\n")
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(1)
+    server.close()
+
+
+def probe(session_id: str, targets: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """Try every target at once from inside the sandbox (3 s each); what each connection got."""
+    parts = [
+        f"(timeout 3 nc -w 2 {host} {port} </dev/null > /tmp/p{n} 2>&1; echo \" rc=$?\" >> /tmp/p{n}) &"
+        for n, (host, port) in enumerate(targets)
+    ]
+    script = " ".join(parts) + " wait; " + "; ".join(f"echo '@@{n}'; cat /tmp/p{n}" for n in range(len(targets)))
+    output = sh(session_id, script, timeout=20).output.decode(errors="replace")
+    chunks = output.split("@@")[1:]
+    return {targets[int(chunk.split("\n", 1)[0])]: chunk.split("\n", 1)[1] for chunk in chunks}
+
+
+def _gateway(session_id: str) -> str:
+    route = sh(session_id, "ip route").output.decode()
+    return next(line.split()[2] for line in route.splitlines() if line.startswith("default via"))
+
+
+def _host_addresses() -> list[str]:
+    out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, check=True).stdout
+    return [line.split()[3].split("/")[0] for line in out.splitlines() if " lo " not in line]
+
+
+def test_sandboxes_reach_neither_each_other_nor_the_host(sandboxes, host_listener, docker_client):
+    a = sandboxes("wrkspc_iso_a", {"type": "unrestricted"})
+    same_workspace = sandboxes("wrkspc_iso_a", {"type": "unrestricted"})
+    other_workspace = sandboxes("wrkspc_iso_b", {"type": "unrestricted"})
+    sh(other_workspace, "printf '#!/bin/sh\\necho B-SECRET\\n' > /tmp/s && chmod +x /tmp/s")
+    sh(other_workspace, "nc -ll -p 9999 -e /tmp/s </dev/null >/dev/null 2>&1 &")
+    sh(same_workspace, "printf '#!/bin/sh\\necho B-SECRET\\n' > /tmp/s && chmod +x /tmp/s")
+    sh(same_workspace, "nc -ll -p 9999 -e /tmp/s </dev/null >/dev/null 2>&1 &")
+    time.sleep(0.3)
+    # Control: the listeners answer, the probe would see a connection.
+    assert b"B-SECRET" in sh(other_workspace, "nc -w 2 127.0.0.1 9999 </dev/null").output
+    with socket.create_connection(("127.0.0.1", host_listener), timeout=2) as conn:
+        assert conn.recv(100).startswith(SECRET)
+
+    def address(session_id):
+        container = docker_client.containers.get(sandbox.container_name(session_id))
+        (settings,) = container.attrs["NetworkSettings"]["Networks"].values()
+        return settings["IPAddress"]
+
+    gateway = _gateway(a)
+    targets = [(address(other_workspace), 9999), (address(same_workspace), 9999)]
+    for host in {gateway, *_host_addresses()}:  # the host's addresses include docker0's
+        targets += [(host, host_listener), (host, 5432), (host, 6379), (host, 8333), (host, 2375)]
+    results = probe(a, targets)
+    assert len(results) == len(targets)
+    for target, seen in results.items():
+        assert "SECRET" not in seen, (target, seen)
+        assert "rc=0" not in seen, (target, seen)
+    # Each session has a bridge of its own, a /29, inter-container traffic off.
+    networks = {docker_client.networks.get(policy.network_name(s)) for s in (a, same_workspace, other_workspace)}
+    assert len({n.attrs["IPAM"]["Config"][0]["Subnet"] for n in networks}) == 3
+    for network in networks:
+        assert network.attrs["Options"]["com.docker.network.bridge.enable_icc"] == "false"
+        assert ipaddress.ip_network(network.attrs["IPAM"]["Config"][0]["Subnet"]).prefixlen == 29
+    assert sh(a, "test -e /var/run/docker.sock").exit_code != 0
+
+
+def test_unrestricted_routes_outside_and_limited_has_no_network(sandboxes, docker_client):
+    """There is no internet here: what can be shown is that an unrestricted sandbox has a default
+    route through NAT and reaches the host's own next hop outside, and a limited one has none."""
+    open_box = sandboxes("wrkspc_iso_a", {"type": "unrestricted"})
+    closed_box = sandboxes("wrkspc_iso_a", {"type": "limited", "allowed_hosts": ["example.com"]})
+    assert "default via" in sh(open_box, "ip route").output.decode()
+    assert "default" not in sh(closed_box, "ip route").output.decode()
+    assert "Network unreachable" in sh(closed_box, "nc -w 2 192.0.2.1 80 </dev/null").output.decode() or (
+        sh(closed_box, "nc -w 2 192.0.2.1 80 </dev/null").exit_code != 0
+    )
+    subnet = docker_client.networks.get(policy.network_name(open_box)).attrs["IPAM"]["Config"][0]["Subnet"]
+    nat = subprocess.run(["iptables", "-t", "nat", "-S", "POSTROUTING"], capture_output=True, text=True)
+    if nat.returncode == 0:
+        assert f"-s {subnet}" in nat.stdout and "MASQUERADE" in nat.stdout
+    # The host's default gateway answers the host (refused or accepted): it must answer the
+    # sandbox the same way, through NAT, instead of timing out.
+    route = subprocess.run(["ip", "route", "show", "default"], capture_output=True, text=True).stdout.split()
+    if "via" not in route:
+        pytest.skip("the host has no default gateway to reach")
+    next_hop = route[route.index("via") + 1]
+    try:
+        socket.create_connection((next_hop, 80), timeout=2).close()
+    except ConnectionRefusedError:
+        pass
+    except OSError:
+        pytest.skip(f"the host's next hop {next_hop} does not answer on port 80")
+    seen = sh(open_box, f"nc -w 3 {next_hop} 80 </dev/null; echo rc=$?").output.decode()
+    assert "refused" in seen or "rc=0" in seen, seen
+
+
+def test_least_privilege(sandboxes, docker_client, settings):
+    box = sandboxes()
+    assert sh(box, "id -u").output.decode().strip() == str(settings.MANGO_SANDBOX_UID) != "0"
+    status = sh(box, "cat /proc/self/status").output.decode()
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    assert int(fields["CapEff"], 16) == int(fields["CapPrm"], 16) == int(fields["CapBnd"], 16) == 0
+    assert fields["NoNewPrivs"].strip() == "1"
+    assert fields["Seccomp"].strip() == "2"  # filter mode: Docker's default profile
+    limits = sh(box, "ulimit -n; ulimit -u; ulimit -f").output.decode().split()
+    assert limits == [
+        str(settings.MANGO_SANDBOX_NOFILE),
+        str(settings.MANGO_SANDBOX_NPROC),
+        str(settings.MANGO_SANDBOX_FSIZE_BYTES // 512),  # the shell counts 512-byte blocks
+    ]
+    host_config = docker_client.containers.get(sandbox.container_name(box)).attrs["HostConfig"]
+    assert host_config["MemorySwap"] == host_config["Memory"] > 0
+    assert host_config["CapDrop"] == ["ALL"] and not host_config["CapAdd"]
+    assert host_config["Privileged"] is False
+    for path in ("/etc/x", "/x", "/bin/x", "/mnt/session/uploads/x", "/mnt/x", "/root/x"):
+        assert sh(box, f"echo x > {path}").exit_code != 0, path
+    for path in ("/workspace/x", "/tmp/x", "/mnt/session/outputs/x"):
+        assert sh(box, f"echo x > {path} && cat {path}").output == b"x\n", path
+    # The server's write tool writes as the sandbox user too: not into the read-only places.
+    with pytest.raises(PermissionError):
+        sandbox.write_file(session_id=box, path="/etc/passwd", data=b"root::0:0::/:/bin/sh\n")
+    sandbox.write_file(session_id=box, path="/workspace/sub/new.txt", data=b"mine")
+    assert sh(box, "stat -c %u /workspace/sub/new.txt").output.decode().strip() == str(settings.MANGO_SANDBOX_UID)
+
+
+def test_writes_beyond_the_disk_quota_fail_inside(sandboxes, settings):
+    settings.MANGO_SANDBOX_WORKDIR_SIZE = "8m"
+    settings.MANGO_SANDBOX_OUTPUTS_SIZE = "4m"
+    box = sandboxes()
+    full = sh(box, "dd if=/dev/zero of=/workspace/big bs=1M count=20")
+    assert full.exit_code != 0 and b"No space left on device" in full.output
+    full = sh(box, "dd if=/dev/zero of=/mnt/session/outputs/big bs=1M count=20")
+    assert full.exit_code != 0 and b"No space left on device" in full.output
+    assert sh(box, "df -k /workspace | tail -1").output.split()[1] == b"8192"
+    # The sandbox goes on: what fits is written, and the outputs archive still streams.
+    assert sh(box, "rm /workspace/big && echo ok > /workspace/small && cat /workspace/small").output == b"ok\n"
+    chunks, _ = sandbox.get_archive(session_id=box)
+    assert sum(map(len, chunks)) > 4 * 1024 * 1024 - 4096
+
+
+def test_interrupt_kills_a_command_that_tampers_with_tmp_and_pid_files(sandboxes):
+    box = sandboxes()
+    tamper = (
+        "rm -rf /tmp/* /tmp/.[!.]* 2>/dev/null; "
+        "(while :; do echo 1 > /tmp/.mango-exec-fake.pid; sleep 0.05; done) & "
+        "setsid sh -c 'sleep 31' & "
+        "sleep 32; echo survived"
+    )
+    for how in ("interrupt", "timeout"):
+        flag = threading.Event()
+        if how == "interrupt":
+            threading.Timer(0.5, flag.set).start()
+        started = time.monotonic()
+        result = sandbox.exec_command(
+            session_id=box, command=tamper, timeout=60 if how == "interrupt" else 0.5, should_cancel=flag.is_set
+        )
+        assert time.monotonic() - started < 2.5, how  # 0.5 s before the stop, then under 2 s
+        assert (result.cancelled if how == "interrupt" else result.timed_out), how
+        assert b"survived" not in result.output
+        left = sh(box, "ps -o args").output.decode()
+        assert "sleep 31" not in left and "sleep 32" not in left and "mango-exec-fake" not in left, left
+    assert sh(box, "echo alive").output == b"alive\n"  # the sandbox itself was not stopped
