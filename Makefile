@@ -19,3 +19,4 @@ bench:  ## benchmarks (need the services `make test` starts); each prints ratios
 	@.venv/bin/python bench/outputs_publish.py
 	@.venv/bin/python bench/sessions_sse.py
 	@.venv/bin/python bench/crash_campaign.py --points 100
+	@.venv/bin/python bench/sandbox_start.py

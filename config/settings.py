@@ -136,6 +136,9 @@ MANGO_FILE_S3_SECRET_ACCESS_KEY = env.str("MANGO_FILE_S3_SECRET_ACCESS_KEY", def
 # plain http), which spares a second SHA-256 pass over every uploaded byte.
 MANGO_FILE_S3_SIGN_PAYLOAD = env.bool("MANGO_FILE_S3_SIGN_PAYLOAD", default=False)
 MANGO_FILE_MAX_BYTES = env.int("MANGO_FILE_MAX_BYTES", default=500_000_000)
+# Per-workspace Files quota (files/quotas.py): bytes and count of ready Files, all origins.
+MANGO_WORKSPACE_FILES_MAX_BYTES = env.int("MANGO_WORKSPACE_FILES_MAX_BYTES", default=100 * 1000**3)
+MANGO_WORKSPACE_FILES_MAX_COUNT = env.int("MANGO_WORKSPACE_FILES_MAX_COUNT", default=100_000)
 # An intent younger than this is presumed live (another process may still be streaming it).
 MANGO_RECONCILE_GRACE_SECONDS = env.int("MANGO_RECONCILE_GRACE_SECONDS", default=3600)
 

@@ -20,6 +20,7 @@ from core.errors import NotFound, RequestTooLarge, ServiceUnavailable
 from core.models import Workspace
 from files import liveness, storage
 from files.models import File, StorageIntent, file_id_time, new_file_id
+from files.quotas import quota_enforce
 from processors.filenames import filename_strip
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,7 @@ def _create_visible_file(*, intent_id: int, workspace: Workspace, **fields) -> F
         intent.file_id = file_id
         intent.closed_at = timezone.now()
         intent.save(update_fields=["state", "file_id", "closed_at", "updated_at"])
+        quota_enforce(workspace_id=workspace.id)
     crash_point("upload_after_commit")
     return file
 
@@ -725,6 +727,7 @@ def session_outputs_apply(
             closed.append(intent)
         File.objects.bulk_create(files)
         StorageIntent.objects.bulk_update(closed, ["state", "file_id", "closed_at", "updated_at"])
+        quota_enforce(workspace_id=workspace.id)
     crash_point("outputs_after_swap")
     for intent in delete_intents:
         _delete_finish(intent)

@@ -148,6 +148,8 @@ def run_builtin(*, session_id: str, name: str, tool_input: dict, should_cancel: 
         return ToolOutcome(f"No such file: {exc}", is_error=True)
     except IsADirectoryError as exc:
         return ToolOutcome(f"Is a directory: {exc}", is_error=True)
+    except PermissionError as exc:  # the sandbox user may not write there (sessions.sandbox)
+        return ToolOutcome(f"Permission denied: {exc}", is_error=True)
 
 
 def _bash(session_id, tool_input, should_cancel) -> ToolOutcome:

@@ -19,6 +19,7 @@ from django.conf import settings
 from core.streams import buffered_reader
 from files import storage
 from files.models import File
+from files.quotas import StorageQuotaExceeded
 from files.services import ObjectStager, session_outputs_apply
 from processors.outputs import (
     ARCHIVE_ROOT,
@@ -219,7 +220,7 @@ def outputs_publish_at_idle(*, session: Session, interrupted: bool) -> PublishRe
         return None
     try:
         report = outputs_publish(session=session)
-    except OutputsMountMissing as exc:
+    except (OutputsMountMissing, StorageQuotaExceeded) as exc:
         _session_error(session=session, message=str(exc))
         return None
     except Exception as exc:  # the store or dockerd failed: report it, never wedge the turn

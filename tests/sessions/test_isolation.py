@@ -1,16 +1,23 @@
 """Sandbox isolation with real Docker (issue #10): networks, privileges, disk quota and
 tamper-proof control. Sandboxes are made directly through the adapter; each test removes its own."""
 
+import hashlib
 import ipaddress
 import socket
 import subprocess
 import threading
 import time
 
+import anthropic
 import pytest
 
+from files.models import File
 from sessions import sandbox
+from sessions.models import Session, SessionResource
 from sessions.sandbox import policy
+from sessions.services.resources import resources_place
+from tests.scripted_model import text, tool_use
+from tests.sessions.conftest import wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -74,7 +81,7 @@ def host_listener():
 def probe(session_id: str, targets: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
     """Try every target at once from inside the sandbox (3 s each); what each connection got."""
     parts = [
-        f"(timeout 3 nc -w 2 {host} {port} </dev/null > /tmp/p{n} 2>&1; echo \" rc=$?\" >> /tmp/p{n}) &"
+        f'(timeout 3 nc -w 2 {host} {port} </dev/null > /tmp/p{n} 2>&1; echo " rc=$?" >> /tmp/p{n}) &'
         for n, (host, port) in enumerate(targets)
     ]
     script = " ".join(parts) + " wait; " + "; ".join(f"echo '@@{n}'; cat /tmp/p{n}" for n in range(len(targets)))
@@ -221,8 +228,137 @@ def test_interrupt_kills_a_command_that_tampers_with_tmp_and_pid_files(sandboxes
             session_id=box, command=tamper, timeout=60 if how == "interrupt" else 0.5, should_cancel=flag.is_set
         )
         assert time.monotonic() - started < 2.5, how  # 0.5 s before the stop, then under 2 s
-        assert (result.cancelled if how == "interrupt" else result.timed_out), how
+        assert result.cancelled if how == "interrupt" else result.timed_out, how
         assert b"survived" not in result.output
         left = sh(box, "ps -o args").output.decode()
         assert "sleep 31" not in left and "sleep 32" not in left and "mango-exec-fake" not in left, left
     assert sh(box, "echo alive").output == b"alive\n"  # the sandbox itself was not stopped
+
+
+# --- file resources --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def agent_env(sdk):
+    agent = sdk.beta.agents.create(name="iso", model="claude-sonnet-4-5", tools=[{"type": "agent_toolset_20260401"}])
+    environment = sdk.beta.environments.create(name="cloud", config={"type": "cloud"})
+    return agent, environment
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "mount_path",
+    [
+        "/",
+        "/tmp",
+        "/proc",
+        "/sys",
+        "/dev",
+        "/etc",
+        "/bin",
+        "/usr",
+        "/lib",
+        "/workspace",
+        "/mnt/session/outputs",
+        "/mnt/session/outputs/a.txt",
+        "/mnt/session/uploads",
+        "/mnt/session",
+        "/mnt",
+        "/etc/passwd",
+        "/proc/1/environ",
+        "/workspace/../etc/x",
+        "/workspace/./x",
+        "workspace/x",
+        "/tmp/",
+    ],
+)
+def test_forbidden_mount_paths_are_400_and_nothing_is_stored(sdk, agent_env, mount_path):
+    agent, environment = agent_env
+    source = sdk.beta.files.upload(file=("s.txt", b"s", "text/plain"))
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    counts = (File.objects.count(), SessionResource.objects.count(), Session.objects.count())
+    param = {"type": "file", "file_id": source.id, "mount_path": mount_path}
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id, resources=[param])
+    assert raised.value.body["error"]["details"]["error_code"] == "invalid_mount_path"
+    with pytest.raises(anthropic.BadRequestError):
+        sdk.beta.sessions.resources.add(session.id, **param)
+    assert (File.objects.count(), SessionResource.objects.count(), Session.objects.count()) == counts
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resource_cannot_be_removed_renamed_or_replaced(sdk, agent_env, api_key):
+    agent, environment = agent_env
+    data = b"id,secret\n1,keep\n"
+    source = sdk.beta.files.upload(file=("data.csv", data, "text/csv"))
+    session = sdk.beta.sessions.create(
+        agent=agent.id,
+        environment_id=environment.id,
+        resources=[
+            {"type": "file", "file_id": source.id},
+            {"type": "file", "file_id": source.id, "mount_path": "/workspace/in/data.csv"},
+            {"type": "file", "file_id": source.id, "mount_path": "/workspace/top.csv"},
+        ],
+    )
+    ref = sandbox.ensure(session_id=session.id, workspace_id=api_key.workspace.id, networking=None)
+    Session.objects.filter(pk=session.id).update(sandbox_state=Session.SandboxState.RUNNING, sandbox_ref=ref)
+    assert resources_place(session=Session.objects.get(pk=session.id)) == 3
+    digest = hashlib.sha256(data).hexdigest()
+    for path in (f"/mnt/session/uploads/{source.id}", "/workspace/in/data.csv", "/workspace/top.csv"):
+        parent = path.rsplit("/", 1)[0]
+        attempts = [
+            f"rm -f {path}",
+            f"mv {path} /tmp/moved",
+            f"mv {parent} /tmp/moved-dir",
+            f"ln -sf /etc/passwd {path}",
+            f"echo x > /tmp/other && mv -f /tmp/other {path}",
+            f"cp /etc/passwd {path}",
+            f"echo x >> {path}",
+            f"chmod 666 {path}",
+            f"touch {path}",
+        ]
+        for attempt in attempts:
+            sh(session.id, attempt)
+        listing = sh(session.id, f"ls -ln {path}; sha256sum {path}").output.decode()
+        assert listing.startswith("-r--r--r--") and digest in listing, (path, listing)
+    # A directory the sandbox user owns would let it move the resource away: placing is refused.
+    sh(session.id, "mkdir /workspace/mine")
+    added = sdk.beta.sessions.resources.add(
+        session.id, type="file", file_id=source.id, mount_path="/workspace/mine/data.csv"
+    )
+    assert SessionResource.objects.get(pk=added.id).placed_ref is None
+    assert sh(session.id, "test -e /workspace/mine/data.csv").exit_code != 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_a_full_disk_fails_inside_while_the_api_and_the_next_turn_work(sdk, model, celery_worker, agent_env):
+    agent, environment = agent_env
+    fill = "dd if=/dev/zero of=/workspace/fill bs=1M count=400; echo status=$?"
+    model.script(
+        [
+            tool_use("bash", {"command": fill}),
+            text("full"),
+            tool_use("bash", {"command": "rm /workspace/fill && echo next > /workspace/n && cat /workspace/n"}),
+            text("done"),
+        ]
+    )
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    user = {"type": "user.message", "content": [{"type": "text", "text": "go"}]}
+
+    def results(count):
+        def ready():
+            events = list(sdk.beta.sessions.events.list(session.id))
+            done = [e for e in events if e.type == "agent.tool_result"]
+            return done if len(done) >= count and events[-1].type == "session.status_idle" else None
+
+        return ready
+
+    sdk.beta.sessions.events.send(session.id, events=[user])
+    first = wait_for(results(1), 60)[0].content[0].text
+    assert "No space left on device" in first and "status=1" in first
+    assert sdk.beta.sessions.retrieve(session.id).status == "idle"
+    sdk.beta.files.upload(file=("after.txt", b"the API still works", "text/plain"))
+    sdk.beta.sessions.events.send(session.id, events=[user])
+    second = wait_for(results(2), 60)[1]
+    assert not second.is_error and "next" in second.content[0].text
