@@ -173,8 +173,6 @@ class DockerBackend(SandboxBackend):
         """The session's own bridge network (created once; a taken subnet moves to the next)."""
         client = self._docker()
         name = policy.network_name(session_id)
-        if client.networks.list(names=[name]):
-            return name
         last = None
         for subnet in policy.subnet_candidates(session_id):
             try:
@@ -231,9 +229,15 @@ class DockerBackend(SandboxBackend):
         """Kill every command of the sandbox (the one interrupted and what it left running), from
         an exec of its own: nothing the command wrote (a pid file, /tmp) decides what dies."""
         try:
-            container.exec_run(["/bin/sh", "-c", _KILL_ALL], user=f"{settings.MANGO_SANDBOX_UID}")
+            result = container.exec_run(["/bin/sh", "-c", _KILL_ALL], user=f"{settings.MANGO_SANDBOX_UID}")
+            if result.exit_code == 0:
+                return
+            logger.warning("the kill exec failed: %s", result.output[:200])
         except APIError:
-            logger.warning("could not kill the sandbox's commands", exc_info=True)
+            logger.warning("could not start the kill exec", exc_info=True)
+        # No exec can start (e.g. the commands hold every pid of MANGO_SANDBOX_PIDS): restart the
+        # container, which kills everything in it (the writable mounts start empty again).
+        container.restart(timeout=0)
 
     def _exec_root(self, container, argv: list[str]) -> tuple[int, str]:
         """A server-side operation as root in the sandbox (no capabilities: owner rights only)."""
