@@ -64,8 +64,9 @@ class Deployment:
         base = {**os.environ, "MANGO_LOG_LEVEL": "WARNING"}
         api_env = {**base, "WEB_CONCURRENCY": "2", "PGAPPNAME": f"{APP}-api"}
         api_env["MANGO_WORKSPACE_MAX_STREAMS"] = str(max_streams)
-        worker_env = {**base, "MANGO_DB_POOL_MAX_SIZE": os.environ.get("MANGO_WORKER_DB_POOL_MAX_SIZE", "4")}
+        worker_env = {**base, "MANGO_DB_POOL_MAX_SIZE": os.environ.get("MANGO_WORKER_DB_POOL_MAX_SIZE", "3")}
         venv = Path(sys.executable).parent
+        (_common.ROOT / "var").mkdir(exist_ok=True)
         self.processes = [
             subprocess.Popen(
                 [*gunicorn_argv(venv), "--bind", f"127.0.0.1:{self.port}", "config.asgi:application"],
@@ -88,17 +89,21 @@ class Deployment:
                 stdout=subprocess.DEVNULL,
             ),
         ]
-        deadline = time.monotonic() + 60
+        # Importing the app takes a while on a busy machine: the first answer may take half a minute.
+        deadline = time.monotonic() + 240
+        last = None
         while time.monotonic() < deadline:
             try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
                 conn.request("GET", "/healthz")
-                if conn.getresponse().status == 200 and len(self.api_workers()) == 2:
+                last = conn.getresponse().status
+                if last == 200 and len(self.api_workers()) == 2:
                     return
-            except OSError:
-                pass
+            except (OSError, http.client.HTTPException) as exc:
+                last = repr(exc)
             time.sleep(0.2)
-        raise RuntimeError("the API did not start")
+        self.stop()
+        raise RuntimeError(f"the API did not start (last /healthz: {last})")
 
     def api_workers(self) -> list[int]:
         pid = self.processes[0].pid
@@ -130,11 +135,27 @@ class Deployment:
                 os.killpg(process.pid, signal.SIGKILL)
 
 
-class ConnectionSampler(threading.Thread):
-    """Peak PostgreSQL connections of the deployment, per role and in all."""
+def descendants(pids: list[int]) -> set[int]:
+    found, todo = set(), list(pids)
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                todo += [int(child) for child in handle.read().split()]
+        except FileNotFoundError:
+            pass
+    return found
 
-    def __init__(self):
+
+class ConnectionSampler(threading.Thread):
+    """Peak PostgreSQL connections of the deployment, per role and in all: the Django connections
+    (named through PGAPPNAME) and the intent-owner connections of its processes
+    (files/liveness.py names them mango-intent-owner-<pid>)."""
+
+    def __init__(self, deployment: "Deployment"):
         super().__init__(daemon=True)
+        self.deployment = deployment
         self.peak_total = 0
         self.peak_by_role: dict[str, int] = {}
         self.stop_event = threading.Event()
@@ -151,17 +172,28 @@ class ConnectionSampler(threading.Thread):
             dbname="postgres",
         )
         with psycopg.connect(dsn, autocommit=True) as conn:
+            pids, pids_at = set(), 0.0
             while not self.stop_event.is_set():
+                if time.monotonic() - pids_at > 1:
+                    pids, pids_at = descendants([p.pid for p in self.deployment.processes]), time.monotonic()
                 rows = conn.execute(
-                    "SELECT application_name, count(*) FROM pg_stat_activity WHERE application_name LIKE %s "
+                    "SELECT application_name, count(*) FROM pg_stat_activity "
+                    "WHERE application_name LIKE %s OR application_name LIKE 'mango-intent-owner-%%' "
                     "GROUP BY application_name",
                     [f"{APP}-%"],
                 ).fetchall()
-                total = 0
+                total, by_role = 0, {}
                 for name, count in rows:
-                    role = name.rsplit("-", 1)[-1]
-                    self.peak_by_role[role] = max(self.peak_by_role.get(role, 0), count)
+                    if name.startswith("mango-intent-owner-"):
+                        if int(name.rsplit("-", 1)[-1]) not in pids:
+                            continue
+                        role = "intent-owner"
+                    else:
+                        role = name.rsplit("-", 1)[-1]
+                    by_role[role] = by_role.get(role, 0) + count
                     total += count
+                for role, count in by_role.items():
+                    self.peak_by_role[role] = max(self.peak_by_role.get(role, 0), count)
                 self.peak_total = max(self.peak_total, total)
                 time.sleep(0.1)
 
@@ -339,7 +371,13 @@ async def run(args, deployment: Deployment, sampler: ConnectionSampler) -> dict:
                 after_answer.append(record["seen"][0] - answered[session_id])
     await loop.run_in_executor(None, lister.join)
     results["delivery"] = (
-        f"{len(delivery)} deliveries: p50 {ms(pct(delivery, 50))}, p99 {ms(pct(delivery, 99))}, max {ms(max(delivery))}"
+        f"{len(delivery)} deliveries, POST sent -> seen on the stream: p50 {ms(pct(delivery, 50))}, "
+        f"p99 {ms(pct(delivery, 99))}, max {ms(max(delivery))}"
+    )
+    results["delivery_after_post_answered"] = (
+        f"POST answered -> seen (negative: seen before the answer): p50 {ms(pct(after_answer, 50))}, "
+        f"p99 {ms(pct(after_answer, 99))}; the POSTs themselves: p50 {ms(pct(posts, 50))}, "
+        f"p99 {ms(pct(posts, 99))}"
     )
     rss_streams = deployment.api_rss_mib()
     results["api_rss_mib"] = (
@@ -404,7 +442,7 @@ def main() -> None:
     os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
     _common.setup()
     deployment = Deployment(max_streams=args.streams)
-    sampler = ConnectionSampler()
+    sampler = ConnectionSampler(deployment)
     sampler.start()
     try:
         results = asyncio.run(run(args, deployment, sampler))

@@ -43,10 +43,10 @@ setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.asgi:application -
 pids+=($!)
 # Worker and beat processes take at most MANGO_WORKER_DB_POOL_MAX_SIZE database connections each
 # (README "Database connections" adds them up).
-MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
+MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-3}" \
   setsid "$VENV/bin/celery" -A config worker --loglevel INFO --concurrency 2 &
 pids+=($!)
-MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
+MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-3}" \
   setsid "$VENV/bin/celery" -A config beat --loglevel INFO --schedule "$VAR/celerybeat-schedule" &
 pids+=($!)
 
