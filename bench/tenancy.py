@@ -405,7 +405,10 @@ async def run(args, deployment: Deployment, sampler: ConnectionSampler) -> dict:
     await asyncio.sleep(3.0)
     extra = {}
     extra_stop = asyncio.Event()
-    await asyncio.wait_for(slow_upload(port, upload_keys[0], extra_stop, extra), 10)
+    try:
+        await asyncio.wait_for(slow_upload(port, upload_keys[0], extra_stop, extra), 30)
+    except TimeoutError:
+        extra["status"] = "no answer within 30 s"
     latencies, errors = [], []
     await loop.run_in_executor(None, files_list_latencies, port, other_key, 10.0, latencies, errors)
     early = [r.get("status") for r in upload_records if "status" in r]
