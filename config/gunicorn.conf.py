@@ -7,7 +7,7 @@ from core.logging import json_logging_config
 
 # uvicorn workers running config.asgi (README "Serving"): event streams on the event loop, the rest
 # of the API on two thread pools per worker (MANGO_API_THREADS, MANGO_UPLOAD_THREADS).
-worker_class = "uvicorn_worker.UvicornWorker"
+worker_class = "config.uvicorn.MangoUvicornWorker"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 
 # JSON lines for gunicorn's own logs and access lines (with the response's request-id).
