@@ -264,7 +264,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Session tasks (sessions.*) go to this queue; the router reads the setting at send time, so a
 # test run can use a queue of its own on a shared Redis.
 MANGO_SESSIONS_QUEUE = env.str("MANGO_SESSIONS_QUEUE", default="celery")
-CELERY_TASK_ROUTES = ("sessions.tasks.route_task",)
+CELERY_TASK_ROUTES = ("sessions.dispatch.route_task",)
 CELERY_BEAT_SCHEDULE = {
     "files-reconcile": {"task": "files.reconcile", "schedule": timedelta(minutes=5)},
     "files-expire": {"task": "files.expire", "schedule": timedelta(minutes=1)},

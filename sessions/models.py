@@ -9,6 +9,7 @@ from django.db.models import Q
 
 from core.ids import new_id
 from core.models import Workspace
+from sessions.events import EventType
 
 
 def _agent_id() -> str:
@@ -143,7 +144,7 @@ class SessionEvent(models.Model):
     id = models.CharField(primary_key=True, max_length=64, default=_event_id, editable=False)
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveBigIntegerField()
-    type = models.CharField(max_length=64)
+    type = models.CharField(max_length=64, choices=EventType.choices)
     # The public body minus id, type and processed_at.
     payload = models.JSONField(default=dict)
     # Server-only data (e.g. admitted snapshots, model-facing content). Never rendered.

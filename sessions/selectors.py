@@ -3,10 +3,19 @@ as a missing one (one access gate per resource)."""
 
 from datetime import datetime
 
-from django.db.models import F, OuterRef, Subquery
+from django.db.models import F, OuterRef, Q, Subquery
 
 from core.errors import InvalidRequest, NotFound
 from core.pagination import keyset_page, rendered_bytes
+from sessions.events import (
+    CONVERSATION_TYPES,
+    RUNNER_INPUT_TYPES,
+    TERMINAL_RESULTS,
+    TOOL_RESULT_TYPES,
+    EventType,
+    required_action_ids,
+    tool_use_id_of,
+)
 from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent, SessionResource
 
 
@@ -178,3 +187,101 @@ def session_resource_page(*, session: Session, limit: int | None, page: str | No
         queryset, key="id", descending=False, limit=limit or 1000, page=page, purpose="resources"
     )
     return rows, next_page
+
+
+# --- the runtime's reads ---------------------------------------------------------------------
+
+
+def session_is_deleted(*, session_id: str) -> bool:
+    """Whether the session was deleted (a running turn stops and logs nothing more)."""
+    return Session.objects.filter(id=session_id, deleted_at__isnull=False).exists()
+
+
+def session_interrupt_pending(*, session_id: str) -> bool:
+    """Whether a user.interrupt awaits the runner (confirms the Redis flag)."""
+    return SessionEvent.objects.filter(
+        session_id=session_id, type=EventType.USER_INTERRUPT, processed_at__isnull=True
+    ).exists()
+
+
+def session_pending_input(*, session_id: str) -> list[SessionEvent]:
+    """Client events the runner has not yet acted on, oldest first."""
+    return list(
+        SessionEvent.objects.filter(
+            session_id=session_id, processed_at__isnull=True, type__in=RUNNER_INPUT_TYPES
+        ).order_by("seq")
+    )
+
+
+def session_answered_tool_use_ids(*, session_id: str, types=TOOL_RESULT_TYPES) -> set[str]:
+    """Ids of the tool uses that events of `types` answer."""
+    rows = SessionEvent.objects.filter(session_id=session_id, type__in=types).only("payload")
+    return {tool_use_id_of(event.payload) for event in rows}
+
+
+def session_required_action_ids(*, session_id: str) -> list[str]:
+    """The tool uses the last session.status_idle handed to the client (requires_action)."""
+    idle = (
+        SessionEvent.objects.filter(session_id=session_id, type=EventType.SESSION_STATUS_IDLE)
+        .order_by("-seq")
+        .only("payload")
+        .first()
+    )
+    return required_action_ids(idle.payload) if idle is not None else []
+
+
+def session_last_idle_seq(*, session_id: str) -> int:
+    return (
+        SessionEvent.objects.filter(session_id=session_id, type=EventType.SESSION_STATUS_IDLE)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    ) or 0
+
+
+def session_conversation_events(*, session_id: str) -> list[SessionEvent]:
+    """What the model's conversation is built from: client events once processed, all others."""
+    return list(
+        SessionEvent.objects.filter(session_id=session_id, type__in=CONVERSATION_TYPES)
+        .filter(Q(processed_at__isnull=False) | ~Q(type__startswith="user."))
+        .order_by("seq")
+    )
+
+
+def session_outcome_evaluations(*, session_ids: list[str]) -> dict[str, list[dict]]:
+    """Each session's `outcome_evaluations` (one entry per outcome, newest state), for many
+    sessions in one query."""
+    entries: dict[str, dict[str, dict]] = {session_id: {} for session_id in session_ids}
+    types = (
+        EventType.USER_DEFINE_OUTCOME,
+        EventType.SPAN_OUTCOME_EVALUATION_START,
+        EventType.SPAN_OUTCOME_EVALUATION_END,
+    )
+    events = SessionEvent.objects.filter(session_id__in=session_ids, type__in=types).order_by("session_id", "seq")
+    for event in events:
+        payload = event.payload
+        outcomes = entries[event.session_id]
+        if event.type == EventType.USER_DEFINE_OUTCOME:
+            outcomes[payload["outcome_id"]] = {
+                "type": "outcome_evaluation",
+                "outcome_id": payload["outcome_id"],
+                "description": payload.get("description", ""),
+                "iteration": 0,
+                "result": "running" if event.processed_at else "pending",
+                "explanation": None,
+                "completed_at": None,
+            }
+            continue
+        entry = outcomes.get(payload.get("outcome_id"))
+        if entry is None:
+            continue
+        entry["iteration"] = payload.get("iteration", 0)
+        if event.type == EventType.SPAN_OUTCOME_EVALUATION_START:
+            entry["result"] = "evaluating"
+        else:
+            result = payload.get("result")
+            entry["explanation"] = payload.get("explanation")
+            entry["result"] = result if result in TERMINAL_RESULTS else "running"
+            if result in TERMINAL_RESULTS:
+                entry["completed_at"] = event.processed_at
+    return {session_id: list(outcomes.values()) for session_id, outcomes in entries.items()}

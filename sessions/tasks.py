@@ -8,18 +8,14 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from sessions import runner  # imported before the pool forks: children start warm (anthropic is slow to import)
+from sessions import sandbox
+from sessions.dispatch import SANDBOX_REMOVE, SESSION_RUN
+from sessions.events import RUNNER_INPUT_TYPES
 from sessions.models import Session, SessionEvent
-from sessions.services.events import RUNNER_INPUT_TYPES
+from sessions.runtime import turn  # imported before the pool forks: children start warm (anthropic is slow to import)
+from sessions.services.sessions import session_orphan_files_delete
 
 logger = logging.getLogger(__name__)
-
-
-def route_task(name, args, kwargs, options, task=None, **kw):
-    """CELERY_TASK_ROUTES: sessions.* tasks go to settings.MANGO_SESSIONS_QUEUE (read per send)."""
-    if name.startswith("sessions."):
-        return {"queue": settings.MANGO_SESSIONS_QUEUE}
-    return None
 
 
 # Time-limited generously: a turn may run many tools. On the soft limit the runner hands the
@@ -28,7 +24,7 @@ TURN_SOFT_TIME_LIMIT = 6 * 3600
 
 
 @shared_task(
-    name="sessions.run",
+    name=SESSION_RUN,
     acks_late=True,
     reject_on_worker_lost=True,
     soft_time_limit=TURN_SOFT_TIME_LIMIT,
@@ -37,7 +33,7 @@ TURN_SOFT_TIME_LIMIT = 6 * 3600
 def session_run(session_id: str) -> None:
     """Run the session's pending turns. A no-op when another runner holds the session's lease
     or there is nothing to do, so duplicates and redeliveries are harmless."""
-    runner.session_run(session_id=session_id)
+    turn.session_run(session_id=session_id)
 
 
 @shared_task(name="sessions.recover_stuck", acks_late=True)
@@ -67,12 +63,8 @@ def session_recover_stuck(stale_seconds: float | None = None) -> list[str]:
     return ids
 
 
-@shared_task(
-    name="sessions.sandbox_remove", acks_late=True, autoretry_for=(Exception,), retry_backoff=True, max_retries=10
-)
+@shared_task(name=SANDBOX_REMOVE, acks_late=True, autoretry_for=(Exception,), retry_backoff=True, max_retries=10)
 def session_sandbox_remove(session_id: str) -> None:
-    from sessions import sandbox
-
     sandbox.remove(session_id=session_id)
     Session.objects.filter(id=session_id).update(sandbox_state=Session.SandboxState.REMOVED)
 
@@ -80,6 +72,4 @@ def session_sandbox_remove(session_id: str) -> None:
 @shared_task(name="sessions.orphan_files_sweep", acks_late=True)
 def session_orphan_files_sweep() -> int:
     """Session-scoped Files left without a live session are deleted (every 10 minutes)."""
-    from sessions.services.sessions import session_orphan_files_delete
-
     return session_orphan_files_delete(older_than_seconds=settings.MANGO_RECONCILE_GRACE_SECONDS)

@@ -5,8 +5,7 @@ from rest_framework.response import Response
 from core.api import query_bool, query_int, query_list, query_time_range
 from core.errors import InvalidRequest
 from sessions.apis.base import AgentsApi, query_order
-from sessions.outcomes import outcome_evaluations
-from sessions.selectors import session_get, session_list, session_resources_by_session
+from sessions.selectors import session_get, session_list, session_outcome_evaluations, session_resources_by_session
 from sessions.serializers.sessions import (
     SESSION_STATUSES,
     parse_session_changes,
@@ -22,7 +21,7 @@ def sessions_wire(sessions: list) -> list[dict]:
     queries whatever the number of sessions)."""
     ids = [session.id for session in sessions]
     resources = session_resources_by_session(session_ids=ids)
-    evaluations = outcome_evaluations(ids)
+    evaluations = session_outcome_evaluations(session_ids=ids)
     return [
         session_to_wire(
             session,

@@ -10,6 +10,7 @@ from rest_framework import serializers
 from core.api import rfc3339
 from core.errors import InvalidRequest
 from core.serializers import Array, Bool, FreeJson, InputSerializer, Int, Object, Text, TypedUnion, validated
+from sessions.events import TOOLSET_TYPE
 from sessions.serializers.common import (
     AGENT_CONFIG_MAX_BYTES,
     DESCRIPTION_MAX_CHARS,
@@ -29,7 +30,6 @@ from sessions.serializers.common import (
     Metadata,
 )
 
-TOOLSET_TYPE = "agent_toolset_20260401"
 TOOLSET_TOOL_NAMES = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
 PERMISSION_POLICIES = ("always_allow", "always_ask", "auto")
 EFFORTS = ("low", "medium", "high", "xhigh", "max")

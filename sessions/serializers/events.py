@@ -5,6 +5,7 @@ from rest_framework import serializers
 
 from core.api import rfc3339
 from core.serializers import Array, Bool, FreeJson, InputSerializer, Int, Text, TypedUnion, validated
+from sessions.events import CLIENT_EVENT_TYPES
 from sessions.serializers.common import (
     DESCRIPTION_MAX_CHARS,
     EVENT_BLOCK_MAX_DEPTH,
@@ -18,15 +19,7 @@ from sessions.serializers.common import (
     PassThrough,
 )
 
-USER_EVENT_TYPES = (
-    "user.message",
-    "user.interrupt",
-    "user.tool_confirmation",
-    "user.custom_tool_result",
-    "user.tool_result",
-    "user.define_outcome",
-    "system.message",
-)
+USER_EVENT_TYPES = CLIENT_EVENT_TYPES
 INITIAL_EVENT_TYPES = ("user.message", "user.define_outcome")
 MAX_INITIAL_EVENTS = INITIAL_EVENTS_MAX
 # Client events whose object types processed_at as a required datetime (not nullable).

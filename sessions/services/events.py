@@ -7,13 +7,11 @@ from django.utils import timezone
 from core.errors import InvalidRequest
 from core.ids import new_id
 from sessions import notify
+from sessions.dispatch import session_run_enqueue_on_commit
+from sessions.events import RUNNER_INPUT_TYPES, EventType
 from sessions.models import Session, SessionEvent
 from sessions.selectors import session_get
-from sessions.serializers.events import USER_EVENT_TYPES
 from sessions.services.admission import events_admit
-
-# Every event a client may send is input the runner acts on (processed_at stays null until it has).
-RUNNER_INPUT_TYPES = USER_EVENT_TYPES
 
 
 def events_append_locked(*, session: Session, items: list[dict]) -> list[SessionEvent]:
@@ -59,10 +57,10 @@ def _validate_references(*, session: Session, parsed: list[dict]) -> None:
     wanted = {}
     for item in parsed:
         payload = item["payload"]
-        if item["type"] == "user.custom_tool_result":
-            wanted[payload["custom_tool_use_id"]] = ("agent.custom_tool_use",)
-        elif item["type"] in ("user.tool_result", "user.tool_confirmation"):
-            wanted[payload["tool_use_id"]] = ("agent.tool_use",)
+        if item["type"] == EventType.USER_CUSTOM_TOOL_RESULT:
+            wanted[payload["custom_tool_use_id"]] = (EventType.AGENT_CUSTOM_TOOL_USE.value,)
+        elif item["type"] in (EventType.USER_TOOL_RESULT, EventType.USER_TOOL_CONFIRMATION):
+            wanted[payload["tool_use_id"]] = (EventType.AGENT_TOOL_USE.value,)
     if not wanted:
         return
     found = dict(SessionEvent.objects.filter(session=session, id__in=list(wanted)).values_list("id", "type"))
@@ -79,19 +77,17 @@ def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[S
     items = []
     for item in parsed:
         payload = dict(item["payload"])
-        if item["type"] == "user.define_outcome":
+        if item["type"] == EventType.USER_DEFINE_OUTCOME:
             payload["outcome_id"] = new_id("outc")
         items.append(
             {"type": item["type"], "payload": payload, "private": item.get("private") or {}, "processed_at": None}
         )
     rows = events_append_locked(session=session, items=items)
     session_id = session.id
-    if any(item["type"] == "user.interrupt" for item in parsed):
+    if any(item["type"] == EventType.USER_INTERRUPT for item in parsed):
         transaction.on_commit(lambda: notify.set_interrupt(session_id))
     if any(item["type"] in RUNNER_INPUT_TYPES for item in parsed):
-        from sessions.tasks import session_run
-
-        session_run.delay_on_commit(session_id)
+        session_run_enqueue_on_commit(session_id=session_id)
     return rows
 
 

@@ -28,7 +28,9 @@ from processors.outputs import (
     check_output_count,
     classify_output_member,
 )
+from sessions import events as ev
 from sessions import sandbox
+from sessions.events import EventType
 from sessions.models import Session
 from sessions.services.events import session_event_append
 
@@ -205,11 +207,7 @@ def outputs_publish(*, session: Session) -> PublishReport:
 
 def _session_error(*, session: Session, message: str) -> None:
     # A recoverable error: the turn's answer stays, the session goes idle and stays usable.
-    session_event_append(
-        session_id=session.id,
-        type="session.error",
-        payload={"error": {"type": "unknown_error", "message": message, "retry_status": {"type": "exhausted"}}},
-    )
+    session_event_append(session_id=session.id, type=EventType.SESSION_ERROR, payload=ev.session_error(message=message))
 
 
 def outputs_publish_at_idle(*, session: Session, interrupted: bool) -> PublishReport | None:

@@ -7,11 +7,15 @@ from django.utils import timezone
 from core.errors import InvalidRequest
 from core.ids import new_id
 from core.models import Workspace
+from files.models import File
 from files.services import session_files_delete
-from sessions import notify
+from sessions import events as ev
+from sessions import notify, sandbox
+from sessions.dispatch import sandbox_remove_enqueue
+from sessions.events import EventType
 from sessions.models import Session
 from sessions.selectors import agent_get, agent_version_get, environment_get, session_get
-from sessions.serializers.agents import agent_config_to_wire, parse_tools
+from sessions.serializers.agents import agent_config_to_wire, parse_model, parse_tools
 from sessions.serializers.common import apply_metadata_patch
 from sessions.services.admission import events_admit
 from sessions.services.events import events_append_locked, user_events_append_locked
@@ -94,8 +98,6 @@ def _session_create(
         if "tools" in agent:
             snapshot["tools"] = parse_tools(agent["tools"])
         if agent.get("model") is not None:
-            from sessions.serializers.agents import parse_model
-
             snapshot["model"] = parse_model(agent["model"])
     now = timezone.now()
     session = Session.objects.create(
@@ -138,7 +140,7 @@ def session_update(*, workspace, session_id: str, changes: dict) -> Session:
     session.updated_at = timezone.now()
     session.save()
     if updated:
-        events_append_locked(session=session, items=[{"type": "session.updated", "payload": updated}])
+        events_append_locked(session=session, items=[ev.item(EventType.SESSION_UPDATED, updated)])
     return session
 
 
@@ -158,23 +160,19 @@ def session_delete(*, workspace, session_id: str) -> None:
         session = session_get(workspace=workspace, session_id=session_id, for_update=True)
         session.deleted_at = timezone.now()
         session.save(update_fields=["deleted_at"])
-        events_append_locked(session=session, items=[{"type": "session.deleted", "payload": {}}])
+        events_append_locked(session=session, items=[ev.item(EventType.SESSION_DELETED)])
     notify.set_interrupt(session_id)
     session_resources_cleanup(workspace=workspace, session_id=session_id)
 
 
 def session_resources_cleanup(*, workspace, session_id: str) -> None:
     """Remove the sandbox and the session's Files. Idempotent; a failure is retried by a task."""
-    from sessions import sandbox
-
     try:
         sandbox.remove(session_id=session_id)
         Session.objects.filter(id=session_id).update(sandbox_state=Session.SandboxState.REMOVED)
     except Exception:
         logger.exception("sandbox removal failed; retrying in a task", extra={"session_id": session_id})
-        from sessions.tasks import session_sandbox_remove
-
-        session_sandbox_remove.delay(session_id)
+        sandbox_remove_enqueue(session_id=session_id)
     session_files_delete(workspace=workspace, session_id=session_id)
 
 
@@ -183,8 +181,6 @@ def session_orphan_files_delete(*, older_than_seconds: float) -> int:
     resource and committing the session) or was deleted (a cleanup that failed). Only Files
     older than `older_than_seconds`, so a session being created right now is never touched.
     Returns how many sessions' Files were cleaned up."""
-    from files.models import File
-
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     live = Session.objects.filter(deleted_at__isnull=True).values("id")
     orphans = (

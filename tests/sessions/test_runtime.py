@@ -432,3 +432,22 @@ def test_event_deltas_preview_agent_messages(sdk, model, celery_worker, env_clou
     # Previews are never stored; a stream without event_deltas never sees them.
     assert not [e for e in _events(sdk, session.id) if e.type.startswith("event_")]
     assert model.requests[0]["body"]["stream"] is True
+
+
+def test_upstream_key_rejected_names_the_setting_and_hides_upstream_text(
+    sdk, model, celery_worker, env_cloud, agent_bash
+):
+    leak = f"invalid x-api-key sk-test-scripted for {model.url}/v1/messages"
+    model.script([error(401, "authentication_error", leak)])
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    sdk.beta.sessions.events.send(session.id, events=[_user("hi")])
+    events = _wait_idle(sdk, session.id)
+    errors = [e for e in events if e.type == "session.error"]
+    assert len(errors) == 1  # a rejected key is not retried
+    message_text = errors[0].error.message
+    assert "ANTHROPIC_API_KEY" in message_text and "401" in message_text
+    assert "sk-test" not in message_text and model.url not in message_text and "x-api-key" not in message_text
+    assert errors[0].error.retry_status.type == "exhausted"
+    assert events[-1].stop_reason.type == "retries_exhausted"
+    # Operators still find the upstream's words on the session row.
+    assert "invalid x-api-key" in Session.objects.get(id=session.id).last_error

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from sessions import sandbox, tools
+from sessions import sandbox
+from sessions.runtime import tools
 
 pytestmark = pytest.mark.docker
 

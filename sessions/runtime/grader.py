@@ -7,18 +7,18 @@ The rubric text the grader and the agent see is the snapshot admitted with the e
 event log: an outcome's evaluations are its span.outcome_evaluation_start / _end events.
 """
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
 
-from sessions import model_client
+from processors.conversation import grader_transcript
+from sessions.events import TERMINAL_RESULTS, EventType
 from sessions.models import SessionEvent
+from sessions.runtime.model import ModelError, messages_create
 from sessions.services.events import session_event_append
 
 DEFAULT_MAX_ITERATIONS = 3
-TERMINAL_RESULTS = ("satisfied", "max_iterations_reached", "failed", "interrupted")
 # The grader reads the tail of the work when it is longer than this.
 TRANSCRIPT_MAX_CHARS = 200_000
 
@@ -49,8 +49,6 @@ GRADER_SYSTEM = (
     "exactly once."
 )
 
-_TYPES = ("user.define_outcome", "span.outcome_evaluation_start", "span.outcome_evaluation_end")
-
 
 @dataclass
 class ActiveOutcome:
@@ -70,7 +68,9 @@ def _rubric_text(event: SessionEvent) -> str:
 def active_outcome(session_id: str) -> ActiveOutcome | None:
     """The latest processed outcome of the session, unless its evaluation has ended."""
     define = (
-        SessionEvent.objects.filter(session_id=session_id, type="user.define_outcome", processed_at__isnull=False)
+        SessionEvent.objects.filter(
+            session_id=session_id, type=EventType.USER_DEFINE_OUTCOME, processed_at__isnull=False
+        )
         .order_by("-seq")
         .first()
     )
@@ -79,7 +79,7 @@ def active_outcome(session_id: str) -> ActiveOutcome | None:
     outcome_id = define.payload["outcome_id"]
     results = list(
         SessionEvent.objects.filter(
-            session_id=session_id, type="span.outcome_evaluation_end", payload__outcome_id=outcome_id
+            session_id=session_id, type=EventType.SPAN_OUTCOME_EVALUATION_END, payload__outcome_id=outcome_id
         ).values_list("payload__result", flat=True)
     )
     if any(result in TERMINAL_RESULTS for result in results):
@@ -95,23 +95,8 @@ def active_outcome(session_id: str) -> ActiveOutcome | None:
 
 
 def _transcript(session_id: str, since_seq: int) -> str:
-    lines = []
-    for event in SessionEvent.objects.filter(session_id=session_id, seq__gt=since_seq).order_by("seq"):
-        payload = event.payload
-        if event.type == "agent.message":
-            lines.append("AGENT: " + "".join(b.get("text", "") for b in payload.get("content") or []))
-        elif event.type in ("agent.tool_use", "agent.custom_tool_use"):
-            lines.append(f"TOOL CALL {payload.get('name')}: {json.dumps(payload.get('input') or {})}")
-        elif event.type in ("agent.tool_result", "user.tool_result", "user.custom_tool_result"):
-            content = payload.get("content") or []
-            text = content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
-            lines.append(f"TOOL RESULT{' (error)' if payload.get('is_error') else ''}: {text}")
-        elif event.type == "user.message":
-            lines.append("USER: " + "".join(b.get("text", "") for b in payload.get("content") or [] if "text" in b))
-        elif event.type == "span.outcome_evaluation_end":
-            lines.append(f"GRADER ({payload.get('result')}): {payload.get('explanation', '')}")
-    text = "\n".join(lines)
-    return text if len(text) <= TRANSCRIPT_MAX_CHARS else "…" + text[-TRANSCRIPT_MAX_CHARS:]
+    events = SessionEvent.objects.filter(session_id=session_id, seq__gt=since_seq).order_by("seq")
+    return grader_transcript(events, max_chars=TRANSCRIPT_MAX_CHARS)
 
 
 def _grader_request(outcome: ActiveOutcome, transcript: str) -> str:
@@ -151,14 +136,14 @@ def outcome_evaluate(*, session, call: Callable[[Callable[[], dict]], dict]) -> 
         return False
     start = session_event_append(
         session_id=session.id,
-        type="span.outcome_evaluation_start",
+        type=EventType.SPAN_OUTCOME_EVALUATION_START,
         payload={"outcome_id": outcome.outcome_id, "iteration": outcome.iteration},
     )
 
     def end(result: str, explanation: str, usage: dict) -> None:
         session_event_append(
             session_id=session.id,
-            type="span.outcome_evaluation_end",
+            type=EventType.SPAN_OUTCOME_EVALUATION_END,
             payload={
                 "outcome_id": outcome.outcome_id,
                 "outcome_evaluation_start_id": start.id,
@@ -172,7 +157,7 @@ def outcome_evaluate(*, session, call: Callable[[Callable[[], dict]], dict]) -> 
     request = _grader_request(outcome, _transcript(session.id, outcome.event.seq))
     try:
         response = call(
-            lambda: model_client.messages_create(
+            lambda: messages_create(
                 model=session.agent_snapshot["model"]["id"],
                 system=GRADER_SYSTEM,
                 messages=[{"role": "user", "content": request}],
@@ -181,7 +166,7 @@ def outcome_evaluate(*, session, call: Callable[[Callable[[], dict]], dict]) -> 
                 max_tokens=settings.MANGO_MODEL_MAX_TOKENS,
             )
         )
-    except model_client.ModelError as exc:
+    except ModelError as exc:
         end("failed", f"The grader could not be reached: {exc.message}", _usage(None))
         return False
     except BaseException:
@@ -192,56 +177,3 @@ def outcome_evaluate(*, session, call: Callable[[Callable[[], dict]], dict]) -> 
         result = "max_iterations_reached"
     end(result, explanation, _usage(response))
     return result in ("needs_revision", "max_iterations_reached")
-
-
-def feedback_blocks(event: SessionEvent) -> list[dict]:
-    """How an evaluation reaches the working agent in the conversation (user side)."""
-    result = event.payload.get("result")
-    explanation = event.payload.get("explanation", "")
-    if result == "needs_revision":
-        text = (
-            "A grader checked your work against the rubric and found it does not yet satisfy it:\n"
-            f"{explanation}\nRevise the work to meet every criterion."
-        )
-    elif result == "max_iterations_reached":
-        text = (
-            "A grader checked your work against the rubric and it still does not satisfy it:\n"
-            f"{explanation}\nNo more revisions will be evaluated. Briefly acknowledge what remains unmet."
-        )
-    else:
-        return []
-    return [{"type": "text", "text": text}]
-
-
-def outcome_evaluations(session_ids: list[str]) -> dict[str, list[dict]]:
-    """Each session's `outcome_evaluations` (one entry per outcome, newest state), for many
-    sessions in one query."""
-    entries: dict[str, dict[str, dict]] = {session_id: {} for session_id in session_ids}
-    events = SessionEvent.objects.filter(session_id__in=session_ids, type__in=_TYPES).order_by("session_id", "seq")
-    for event in events:
-        payload = event.payload
-        outcomes = entries[event.session_id]
-        if event.type == "user.define_outcome":
-            outcomes[payload["outcome_id"]] = {
-                "type": "outcome_evaluation",
-                "outcome_id": payload["outcome_id"],
-                "description": payload.get("description", ""),
-                "iteration": 0,
-                "result": "running" if event.processed_at else "pending",
-                "explanation": None,
-                "completed_at": None,
-            }
-            continue
-        entry = outcomes.get(payload.get("outcome_id"))
-        if entry is None:
-            continue
-        entry["iteration"] = payload.get("iteration", 0)
-        if event.type == "span.outcome_evaluation_start":
-            entry["result"] = "evaluating"
-        else:
-            result = payload.get("result")
-            entry["explanation"] = payload.get("explanation")
-            entry["result"] = result if result in TERMINAL_RESULTS else "running"
-            if result in TERMINAL_RESULTS:
-                entry["completed_at"] = event.processed_at
-    return {session_id: list(outcomes.values()) for session_id, outcomes in entries.items()}

@@ -1,5 +1,7 @@
-"""The built-in toolset (agent_toolset_20260401) as presented to the model, and its execution
-inside the session's sandbox (sessions.sandbox)."""
+"""The built-in toolset (agent_toolset_20260401) as presented to the model, and the tool
+executor: built-in tools run inside the session's sandbox (sessions.sandbox), each answered by
+one agent.tool_result; confirmed always_ask uses run, denied ones get an error result; on
+resume, the dead runner's unfinished uses get an error result."""
 
 import fnmatch
 import re
@@ -9,8 +11,14 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from sessions import events as ev
 from sessions import sandbox
-from sessions.serializers.agents import TOOLSET_TYPE
+from sessions.events import TOOLSET_TYPE, EventType
+from sessions.models import Session, SessionEvent
+from sessions.runtime.control import Stop, TurnControl
+from sessions.selectors import session_answered_tool_use_ids, session_last_idle_seq
+from sessions.services.events import session_event_append
+from sessions.services.resources import resources_place
 
 MAX_RESULT_CHARS = 100_000
 DEFAULT_BASH_TIMEOUT_SECONDS = 120.0
@@ -90,8 +98,8 @@ TOOL_DEFINITIONS = {
 @dataclass
 class ToolSpec:
     name: str
-    kind: str  # "builtin" | "custom" | "mcp"
-    permission: str  # always_allow | always_ask | auto (builtin only)
+    kind: str  # "builtin" | "custom"
+    permission: ev.ToolPermission  # builtin only
 
 
 def session_tools(agent_snapshot: dict) -> tuple[list[dict], dict[str, ToolSpec]]:
@@ -104,12 +112,12 @@ def session_tools(agent_snapshot: dict) -> tuple[list[dict], dict[str, ToolSpec]
                     continue
                 name = config["name"]
                 definitions.append({"name": name, **TOOL_DEFINITIONS[name]})
-                specs[name] = ToolSpec(name, "builtin", config["permission_policy"]["type"])
+                specs[name] = ToolSpec(name, "builtin", ev.ToolPermission(config["permission_policy"]["type"]))
         elif tool["type"] == "custom":
             definitions.append(
                 {"name": tool["name"], "description": tool["description"], "input_schema": tool["input_schema"]}
             )
-            specs[tool["name"]] = ToolSpec(tool["name"], "custom", "always_allow")
+            specs[tool["name"]] = ToolSpec(tool["name"], "custom", ev.ToolPermission.ALWAYS_ALLOW)
     return definitions, specs
 
 
@@ -278,3 +286,91 @@ _HANDLERS = {
 
 # Tools that need a sandbox; web tools answer without one.
 SANDBOX_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
+
+
+# --- the executor ----------------------------------------------------------------------------
+
+
+def _ensure_sandbox(control: TurnControl, session: Session) -> None:
+    control.check_deleted()
+    try:
+        ref = sandbox.ensure(
+            session_id=session.id,
+            workspace_id=session.workspace_id,
+            networking=session.environment_config.get("networking"),
+        )
+    except sandbox.SandboxError as exc:
+        Session.objects.filter(id=session.id).update(
+            sandbox_state=Session.SandboxState.FAILED, last_error=f"sandbox: {exc}"
+        )
+        raise
+    if session.sandbox_ref != ref or session.sandbox_state != Session.SandboxState.RUNNING:
+        session.sandbox_ref, session.sandbox_state = ref, Session.SandboxState.RUNNING
+        Session.objects.filter(id=session.id).update(sandbox_ref=ref, sandbox_state=Session.SandboxState.RUNNING)
+    try:
+        resources_place(session=session)  # file resources not yet in this sandbox
+    except Exception as exc:
+        raise sandbox.SandboxError(f"file resources could not be placed: {exc}") from exc
+
+
+def _answer(session_id: str, tool_use_id: str, text: str, *, is_error: bool) -> None:
+    payload = ev.tool_result(tool_use_id=tool_use_id, text=text, is_error=is_error)
+    session_event_append(session_id=session_id, type=EventType.AGENT_TOOL_RESULT, payload=payload)
+
+
+def tool_run(*, control: TurnControl, session: Session, event: SessionEvent) -> None:
+    """Execute one built-in tool use and append its result. Raises Stop when the session was
+    deleted meanwhile (nothing more is logged) or the command was interrupted."""
+    name = event.payload["name"]
+    try:
+        if name in SANDBOX_TOOLS:
+            _ensure_sandbox(control, session)
+        outcome = run_builtin(
+            session_id=session.id,
+            name=name,
+            tool_input=event.payload.get("input") or {},
+            should_cancel=control.should_stop,
+        )
+    except sandbox.SandboxError as exc:
+        outcome = ToolOutcome(f"The sandbox is unavailable: {exc}", is_error=True)
+    control.check_deleted()  # deleted meanwhile (its sandbox went with it)
+    _answer(control.session_id, event.id, outcome.text, is_error=outcome.is_error)
+    if outcome.cancelled:
+        raise Stop()
+
+
+def tools_run_confirmed(*, control: TurnControl, session: Session) -> None:
+    """Answer always_ask tool uses the client confirmed (run them) or denied (error result)."""
+    confirmations = {
+        e.payload["tool_use_id"]: e.payload
+        for e in SessionEvent.objects.filter(session_id=session.id, type=EventType.USER_TOOL_CONFIRMATION)
+    }
+    if not confirmations:
+        return
+    answered = session_answered_tool_use_ids(session_id=session.id)
+    uses = SessionEvent.objects.filter(id__in=list(confirmations), type=EventType.AGENT_TOOL_USE).order_by("seq")
+    for tool_use in uses:
+        if tool_use.id in answered:
+            continue
+        confirmation = confirmations[tool_use.id]
+        if confirmation["result"] == "allow":
+            tool_run(control=control, session=session, event=tool_use)
+        else:
+            message = confirmation.get("deny_message") or "The user denied this tool call."
+            _answer(session.id, tool_use.id, message, is_error=True)
+
+
+def tools_answer_dangling(*, session_id: str) -> None:
+    """On resume, built-in tool uses of the interrupted turn (after the last idle) that the
+    dead worker was executing, and that never got a result, are answered with an error."""
+    answered = session_answered_tool_use_ids(session_id=session_id)
+    confirmed = session_answered_tool_use_ids(session_id=session_id, types=(EventType.USER_TOOL_CONFIRMATION,))
+    uses = SessionEvent.objects.filter(
+        session_id=session_id, type=EventType.AGENT_TOOL_USE, seq__gt=session_last_idle_seq(session_id=session_id)
+    ).order_by("seq")
+    for tool_use in uses:
+        if tool_use.id in answered or tool_use.id in confirmed:
+            continue
+        if tool_use.payload.get("evaluated_permission") != "allow":
+            continue
+        _answer(session_id, tool_use.id, "The worker running this tool stopped before it finished.", is_error=True)

@@ -1,0 +1,161 @@
+"""The event vocabulary of a session: every event type, the groups the runtime and the API
+reason about, tool modes, and one builder per server-built payload (session.error,
+agent.tool_result, session.status_idle stop reasons). Nothing else writes these shapes.
+
+Depends on nothing in the project but the pure processors, so every floor (tasks, runtime,
+services, selectors) may import it.
+"""
+
+import enum
+
+from django.db import models
+
+from processors.conversation import tool_use_id_of  # noqa: F401  (the one place this is decided)
+
+
+class EventType(models.TextChoices):
+    # Sent by clients.
+    USER_MESSAGE = "user.message"
+    USER_INTERRUPT = "user.interrupt"
+    USER_TOOL_CONFIRMATION = "user.tool_confirmation"
+    USER_CUSTOM_TOOL_RESULT = "user.custom_tool_result"
+    USER_TOOL_RESULT = "user.tool_result"
+    USER_DEFINE_OUTCOME = "user.define_outcome"
+    SYSTEM_MESSAGE = "system.message"
+    # Written by the runtime.
+    AGENT_MESSAGE = "agent.message"
+    AGENT_THINKING = "agent.thinking"
+    AGENT_TOOL_USE = "agent.tool_use"
+    AGENT_CUSTOM_TOOL_USE = "agent.custom_tool_use"
+    AGENT_TOOL_RESULT = "agent.tool_result"
+    SESSION_STATUS_RUNNING = "session.status_running"
+    SESSION_STATUS_IDLE = "session.status_idle"
+    SESSION_STATUS_RESCHEDULED = "session.status_rescheduled"
+    SESSION_STATUS_TERMINATED = "session.status_terminated"
+    SESSION_ERROR = "session.error"
+    SESSION_UPDATED = "session.updated"
+    SESSION_DELETED = "session.deleted"
+    SPAN_MODEL_REQUEST_START = "span.model_request_start"
+    SPAN_MODEL_REQUEST_END = "span.model_request_end"
+    SPAN_OUTCOME_EVALUATION_START = "span.outcome_evaluation_start"
+    SPAN_OUTCOME_EVALUATION_END = "span.outcome_evaluation_end"
+
+
+E = EventType
+TOOLSET_TYPE = "agent_toolset_20260401"
+
+
+def _values(*types: EventType) -> tuple[str, ...]:
+    return tuple(t.value for t in types)
+
+
+# Every event a client may send; each is input the runner acts on (processed_at stays null until
+# it has).
+CLIENT_EVENT_TYPES = _values(
+    E.USER_MESSAGE,
+    E.USER_INTERRUPT,
+    E.USER_TOOL_CONFIRMATION,
+    E.USER_CUSTOM_TOOL_RESULT,
+    E.USER_TOOL_RESULT,
+    E.USER_DEFINE_OUTCOME,
+    E.SYSTEM_MESSAGE,
+)
+RUNNER_INPUT_TYPES = CLIENT_EVENT_TYPES
+# Client answers to tool uses handed over with stop_reason requires_action.
+CLIENT_ANSWER_TYPES = _values(E.USER_CUSTOM_TOOL_RESULT, E.USER_TOOL_RESULT, E.USER_TOOL_CONFIRMATION)
+# Events that give a tool use its result.
+TOOL_RESULT_TYPES = _values(E.AGENT_TOOL_RESULT, E.USER_CUSTOM_TOOL_RESULT, E.USER_TOOL_RESULT)
+# Client messages a running turn absorbs at its next model call.
+MESSAGE_TYPES = _values(E.USER_MESSAGE, E.SYSTEM_MESSAGE, E.USER_DEFINE_OUTCOME)
+# What the transcript for the model is built from (processors.conversation renders them).
+CONVERSATION_TYPES = _values(
+    E.USER_MESSAGE,
+    E.SYSTEM_MESSAGE,
+    E.USER_DEFINE_OUTCOME,
+    E.AGENT_MESSAGE,
+    E.AGENT_TOOL_USE,
+    E.AGENT_CUSTOM_TOOL_USE,
+    E.AGENT_TOOL_RESULT,
+    E.USER_CUSTOM_TOOL_RESULT,
+    E.USER_TOOL_RESULT,
+    E.USER_TOOL_CONFIRMATION,
+    E.SPAN_OUTCOME_EVALUATION_END,
+)
+
+
+# An outcome evaluation with one of these results ends the outcome.
+TERMINAL_RESULTS = ("satisfied", "max_iterations_reached", "failed", "interrupted")
+
+
+class ToolMode(enum.Enum):
+    """What the runtime does with a tool use the model made."""
+
+    RUN = "run"  # a built-in tool executed here, in the sandbox
+    CLIENT = "client"  # handed to the client (custom tool, self_hosted, always_ask)
+    UNKNOWN = "unknown"  # no such tool: answered with an error result at once
+
+
+class ToolPermission(enum.StrEnum):
+    ALWAYS_ALLOW = "always_allow"
+    ALWAYS_ASK = "always_ask"
+    AUTO = "auto"
+
+
+class ErrorType(enum.StrEnum):
+    UNKNOWN = "unknown_error"
+    MODEL_OVERLOADED = "model_overloaded_error"
+    MODEL_RATE_LIMITED = "model_rate_limited_error"
+    MODEL_REQUEST_FAILED = "model_request_failed_error"
+    BILLING = "billing_error"
+    TOOL_USE_LIMIT_REACHED = "tool_use_limit_reached_error"
+
+
+# --- payload builders -----------------------------------------------------------------------
+
+
+def session_error(*, message: str, error_type: str = ErrorType.UNKNOWN, retrying: bool = False) -> dict:
+    """A session.error payload. `message` says what failed in words safe to show any client:
+    never upstream exception text or internal addresses."""
+    return {
+        "error": {
+            "type": str(error_type),
+            "message": message,
+            "retry_status": {"type": "retrying" if retrying else "exhausted"},
+        }
+    }
+
+
+def tool_result(*, tool_use_id: str, text: str, is_error: bool = False) -> dict:
+    """An agent.tool_result payload with one text block."""
+    return {"tool_use_id": tool_use_id, "content": [{"type": "text", "text": text}], "is_error": is_error}
+
+
+def status_idle(stop_reason: dict) -> dict:
+    return {"stop_reason": stop_reason}
+
+
+def stop_end_turn() -> dict:
+    return {"type": "end_turn"}
+
+
+def stop_retries_exhausted() -> dict:
+    return {"type": "retries_exhausted"}
+
+
+def stop_refusal() -> dict:
+    return {"type": "refusal"}
+
+
+def stop_requires_action(event_ids: list[str]) -> dict:
+    return {"type": "requires_action", "event_ids": list(event_ids)}
+
+
+def required_action_ids(idle_payload: dict) -> list[str]:
+    """The tool uses a session.status_idle handed to the client (empty unless requires_action)."""
+    reason = idle_payload.get("stop_reason") or {}
+    return list(reason.get("event_ids") or []) if reason.get("type") == "requires_action" else []
+
+
+def item(event_type: str, payload: dict | None = None, **extra) -> dict:
+    """One entry for services.events.events_append_locked: {type, payload, id?, private?, processed_at?}."""
+    return {"type": str(event_type), "payload": payload or {}, **extra}

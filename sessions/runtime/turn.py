@@ -1,0 +1,333 @@
+"""The turn state machine and the worker's entry point (sessions.tasks.session_run).
+
+A turn: mark the client's pending events processed, emit session.status_running, then repeat —
+build the conversation from the stored events, call the model (span.model_request_start/_end),
+append agent.message / agent.tool_use / agent.custom_tool_use, run built-in tools in the sandbox
+(agent.tool_result) — until the model ends its turn; then session.status_idle. Client-executed
+tools (custom tools, self_hosted environments, always_ask confirmations) end the turn idle with
+stop_reason requires_action; the client's result events start the next turn. Upstream failures
+become session.error (retrying, then exhausted) and the session returns to idle. user.interrupt
+stops the turn within a fraction of a second (the Redis flag is polled; sandbox commands are
+killed) and the session goes idle.
+"""
+
+import logging
+import uuid
+from dataclasses import dataclass
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+
+from sessions import events as ev
+from sessions import notify, sandbox
+from sessions.dispatch import session_run_enqueue
+from sessions.events import CLIENT_ANSWER_TYPES, MESSAGE_TYPES, RUNNER_INPUT_TYPES, ErrorType, EventType, ToolMode
+from sessions.models import Session, SessionEvent
+from sessions.runtime.control import Stop, TurnControl
+from sessions.runtime.grader import outcome_evaluate
+from sessions.runtime.lease import Heartbeat, lease_acquire, lease_release
+from sessions.runtime.model import ModelError, ModelReply, model_call, model_error_record
+from sessions.runtime.tools import ToolSpec, session_tools, tool_run, tools_answer_dangling, tools_run_confirmed
+from sessions.selectors import (
+    session_answered_tool_use_ids,
+    session_is_deleted,
+    session_pending_input,
+    session_required_action_ids,
+)
+from sessions.services.events import events_append_locked, session_event_append
+from sessions.services.outputs import outputs_publish_at_idle
+
+logger = logging.getLogger(__name__)
+
+# A runaway tool loop ends the turn with tool_use_limit_reached_error.
+MAX_MODEL_CALLS_PER_TURN = 200
+_ACTIVE = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
+
+
+@dataclass
+class _Work:
+    resume: bool
+
+
+def session_run(*, session_id: str) -> None:
+    """Run turns for the session while there is work; return when it is idle with nothing pending
+    or another runner owns it."""
+    close_old_connections()
+    token = uuid.uuid4().hex
+    if not lease_acquire(session_id=session_id, token=token):
+        return
+    heartbeat = Heartbeat(session_id=session_id, token=token)
+    heartbeat.start()
+    runner = Runner(session_id=session_id, token=token, heartbeat=heartbeat)
+    try:
+        while (work := runner.next_work()) is not None:
+            runner.run_turn(work)
+    except SoftTimeLimitExceeded:
+        # Leave the session running; the next runner resumes the turn where it stopped.
+        logger.warning("turn hit the task time limit; handing over", extra={"session_id": session_id})
+        lease_release(session_id=session_id, token=token)
+        session_run_enqueue(session_id=session_id)
+    except Exception as exc:
+        logger.exception("turn failed", extra={"session_id": session_id})
+        runner.fail(exc)
+    finally:
+        heartbeat.stop()
+        lease_release(session_id=session_id, token=token)
+        if session_is_deleted(session_id=session_id):
+            try:
+                sandbox.remove(session_id=session_id)
+            except Exception:
+                logger.exception("sandbox removal after delete failed", extra={"session_id": session_id})
+
+
+class Runner:
+    def __init__(self, *, session_id: str, token: str, heartbeat: Heartbeat):
+        self.session_id = session_id
+        self.token = token
+        self.control = TurnControl(session_id=session_id, heartbeat=heartbeat)
+
+    # --- work selection ----------------------------------------------------------------------
+
+    def next_work(self) -> _Work | None:
+        """Under the session lock: flush interrupts, decide whether a turn must run, and either
+        start it (status_running) or release the lease (so a later append re-enqueues a runner)."""
+        with transaction.atomic():
+            session = Session.objects.select_for_update().get(id=self.session_id)
+            if session.runner_token != self.token:
+                return None
+            if session.deleted_at is not None:
+                session.runner_token = None
+                session.save(update_fields=["runner_token"])
+                return None
+            pending = session_pending_input(session_id=self.session_id)
+            pending, interrupted_running = self._flush_until_interrupt(session, pending)
+            resume = session.status in _ACTIVE and not interrupted_running
+            if not interrupted_running:
+                if not resume and not self._starts_turn(pending):
+                    session.runner_token = None
+                    session.runner_heartbeat_at = None
+                    session.save(update_fields=["runner_token", "runner_heartbeat_at"])
+                    return None
+                self._start_turn(session, pending, resume=resume)
+        if interrupted_running:
+            self.go_idle(ev.stop_end_turn(), interrupted=True)
+            return self.next_work()
+        return _Work(resume=resume)
+
+    def _flush_until_interrupt(self, session: Session, pending: list[SessionEvent]) -> tuple[list, bool]:
+        """Everything up to the last interrupt is flushed: it was sent before the stop. Returns
+        the rest and whether a running turn was interrupted."""
+        last = max((i for i, e in enumerate(pending) if e.type == EventType.USER_INTERRUPT), default=None)
+        if last is None:
+            return pending, False
+        SessionEvent.objects.filter(id__in=[e.id for e in pending[: last + 1]]).update(processed_at=timezone.now())
+        transaction.on_commit(lambda: notify.clear_interrupt(self.session_id))
+        return pending[last + 1 :], session.status in _ACTIVE
+
+    def _starts_turn(self, pending: list[SessionEvent]) -> bool:
+        """Whether idle-session input starts a turn. Partial answers to requires_action are
+        marked processed and the session keeps waiting for the rest."""
+        if not pending:
+            return False
+        if any(e.type not in CLIENT_ANSWER_TYPES for e in pending):
+            return True
+        needed = set(session_required_action_ids(session_id=self.session_id))
+        if needed - session_answered_tool_use_ids(session_id=self.session_id, types=CLIENT_ANSWER_TYPES):
+            SessionEvent.objects.filter(id__in=[e.id for e in pending]).update(processed_at=timezone.now())
+            return False
+        return True
+
+    def _start_turn(self, session: Session, pending: list[SessionEvent], *, resume: bool) -> None:
+        now = timezone.now()
+        SessionEvent.objects.filter(id__in=[e.id for e in pending]).update(processed_at=now)
+        items = []
+        if resume:
+            message = "The worker running this session stopped; resuming the turn."
+            items.append(ev.item(EventType.SESSION_ERROR, ev.session_error(message=message, retrying=True)))
+        items.append(ev.item(EventType.SESSION_STATUS_RUNNING))
+        events_append_locked(session=session, items=items)
+        session.status = Session.Status.RUNNING
+        if session.turn_started_at is None:
+            session.turn_started_at = now
+        session.save(update_fields=["status", "turn_started_at"])
+
+    # --- the turn ------------------------------------------------------------------------------
+
+    def run_turn(self, work: _Work) -> None:
+        session = Session.objects.get(id=self.session_id)
+        try:
+            if work.resume and session.environment_config.get("type") != "self_hosted":
+                tools_answer_dangling(session_id=self.session_id)
+            tools_run_confirmed(control=self.control, session=session)
+            self._loop(session)
+        except Stop:
+            if self.control.lease_lost or session_is_deleted(session_id=self.session_id):
+                return
+            self._flush_interrupts()
+            self.go_idle(ev.stop_end_turn(), interrupted=True)
+
+    def _loop(self, session: Session) -> None:
+        definitions, specs = session_tools(session.agent_snapshot)
+        self_hosted = session.environment_config.get("type") == "self_hosted"
+        model_calls = 0
+        while True:
+            self.control.check_stop()
+            self._absorb_new_messages()
+            reply = model_call(control=self.control, session=session, definitions=definitions)
+            if reply is None:
+                return self.go_idle(ev.stop_retries_exhausted())
+            tool_uses = self._append_response(reply, specs, self_hosted)
+            if reply.response.get("stop_reason") == "refusal":
+                return self.go_idle(ev.stop_refusal())
+            if not tool_uses:
+                # Under an active outcome the grader judges the work; the agent revises while it
+                # needs revision (its verdict joins the conversation).
+                if outcome_evaluate(session=session, call=self.control.interruptible):
+                    continue
+                return self.go_idle(ev.stop_end_turn())
+            model_calls += 1
+            if model_calls >= MAX_MODEL_CALLS_PER_TURN:
+                message = f"The turn made {model_calls} model calls with tool use; stopping."
+                limit = ModelError(message, error_type=ErrorType.TOOL_USE_LIMIT_REACHED, retryable=False)
+                model_error_record(session_id=self.session_id, exc=limit, retrying=False)
+                return self.go_idle(ev.stop_retries_exhausted())
+            waiting = []
+            for event, mode in tool_uses:
+                if mode is ToolMode.CLIENT:
+                    waiting.append(event.id)
+                elif mode is ToolMode.RUN:
+                    tool_run(control=self.control, session=session, event=event)
+            if waiting:
+                return self.go_idle(ev.stop_requires_action(waiting))
+
+    def _flush_interrupts(self) -> None:
+        with transaction.atomic():
+            session = Session.objects.select_for_update().get(id=self.session_id)
+            last = (
+                SessionEvent.objects.filter(session=session, type=EventType.USER_INTERRUPT, processed_at__isnull=True)
+                .order_by("-seq")
+                .first()
+            )
+            if last is not None:
+                SessionEvent.objects.filter(
+                    session=session, processed_at__isnull=True, type__in=RUNNER_INPUT_TYPES, seq__lte=last.seq
+                ).update(processed_at=timezone.now())
+        notify.clear_interrupt(self.session_id)
+
+    def _absorb_new_messages(self) -> None:
+        """Messages the client sent while the turn runs join the conversation at the next call."""
+        SessionEvent.objects.filter(
+            session_id=self.session_id, processed_at__isnull=True, type__in=MESSAGE_TYPES
+        ).update(processed_at=timezone.now())
+
+    # --- the model's answer → events ---------------------------------------------------------
+
+    def _append_response(self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
+        """Model content → agent events, in order. Returns [(tool-use event, ToolMode)]."""
+        items, modes = _response_items(reply, specs, self_hosted)
+        with transaction.atomic():
+            session = Session.objects.select_for_update().get(id=self.session_id)
+            rows = events_append_locked(session=session, items=items)
+            unknown = [row for row, mode in zip(rows, modes, strict=True) if mode is ToolMode.UNKNOWN]
+            if unknown:
+                results = [
+                    ev.tool_result(tool_use_id=row.id, text=f"Unknown tool {row.payload['name']!r}.", is_error=True)
+                    for row in unknown
+                ]
+                events_append_locked(
+                    session=session, items=[ev.item(EventType.AGENT_TOOL_RESULT, result) for result in results]
+                )
+        return [(row, mode) for row, mode in zip(rows, modes, strict=True) if mode is not None]
+
+    # --- idle --------------------------------------------------------------------------------
+
+    def go_idle(self, stop_reason: dict, *, interrupted: bool = False) -> None:
+        """Publish outputs (unless interrupted), then commit session.status_idle."""
+        session = Session.objects.get(id=self.session_id)
+        if session.deleted_at is not None:
+            return
+        outputs_publish_at_idle(session=session, interrupted=interrupted)
+        with transaction.atomic():
+            session = Session.objects.select_for_update().get(id=self.session_id)
+            now = timezone.now()
+            if session.turn_started_at is not None:
+                session.active_seconds += (now - session.turn_started_at).total_seconds()
+            session.turn_started_at = None
+            session.status = Session.Status.IDLE
+            session.save(update_fields=["status", "turn_started_at", "active_seconds"])
+            events_append_locked(
+                session=session, items=[ev.item(EventType.SESSION_STATUS_IDLE, ev.status_idle(stop_reason))]
+            )
+
+    def fail(self, exc: Exception) -> None:
+        """An unexpected error: report it and never leave the session running."""
+        try:
+            session = Session.objects.get(id=self.session_id)
+            if session.deleted_at is not None or session.runner_token != self.token:
+                return
+            payload = ev.session_error(message=f"The turn failed: {type(exc).__name__}")
+            session_event_append(session_id=self.session_id, type=EventType.SESSION_ERROR, payload=payload)
+            Session.objects.filter(id=self.session_id).update(last_error=f"{type(exc).__name__}: {exc}")
+            if session.status != Session.Status.IDLE:
+                self.go_idle(ev.stop_retries_exhausted())
+        except Exception:
+            logger.exception("could not record a failed turn", extra={"session_id": self.session_id})
+
+
+def _tool_use_item(block: dict, specs: dict[str, ToolSpec], self_hosted: bool) -> tuple[dict, ToolMode]:
+    name, tool_input = block.get("name"), block.get("input") or {}
+    spec = specs.get(name)
+    private = {"model_tool_use_id": block.get("id")}
+    payload = {"name": name, "input": tool_input}
+    if spec is not None and spec.kind == "custom":
+        return ev.item(EventType.AGENT_CUSTOM_TOOL_USE, payload, private=private), ToolMode.CLIENT
+    if spec is None:
+        payload["evaluated_permission"] = "deny"
+        mode = ToolMode.UNKNOWN
+    elif spec.permission == ev.ToolPermission.ALWAYS_ASK:
+        payload["evaluated_permission"] = "ask"
+        payload["evaluation"] = {"type": "always_ask"}
+        mode = ToolMode.CLIENT
+    else:
+        payload["evaluated_permission"] = "allow"
+        payload["evaluation"] = (
+            {"type": "always_allow"}
+            if spec.permission == ev.ToolPermission.ALWAYS_ALLOW
+            else {"type": "auto", "evaluated_permission": {"type": "allow"}}
+        )
+        mode = ToolMode.CLIENT if self_hosted else ToolMode.RUN
+    return ev.item(EventType.AGENT_TOOL_USE, payload, private=private), mode
+
+
+def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
+    """The events one model response becomes, each with its ToolMode (None for non-tool
+    events). Contiguous text blocks form one agent.message, whose id is the one its streamed
+    preview announced."""
+    items: list[dict] = []
+    modes: list[ToolMode | None] = []
+    text: list[dict] = []
+    preview_ids = list(reply.preview_ids)
+
+    def flush_text():
+        if text:
+            event_id = preview_ids.pop(0) if preview_ids else None
+            items.append(ev.item(EventType.AGENT_MESSAGE, {"content": list(text)}, id=event_id))
+            modes.append(None)
+            text.clear()
+
+    for block in reply.response.get("content") or []:
+        kind = block.get("type")
+        if kind == "text":
+            text.append({"type": "text", "text": block.get("text", "")})
+        elif kind in ("thinking", "redacted_thinking"):
+            flush_text()
+            items.append(ev.item(EventType.AGENT_THINKING))
+            modes.append(None)
+        elif kind == "tool_use":
+            flush_text()
+            item, mode = _tool_use_item(block, specs, self_hosted)
+            items.append(item)
+            modes.append(mode)
+    flush_text()
+    return items, modes
