@@ -22,6 +22,7 @@ from files import liveness, storage
 from files.models import File, StorageIntent, file_id_time, new_file_id
 from files.quotas import quota_enforce
 from processors.filenames import filename_strip
+from processors.outputs import plan_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -659,6 +660,7 @@ class OutputsApplied:
     added: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
 
 
 def session_outputs_apply(
@@ -670,6 +672,7 @@ def session_outputs_apply(
     output File whose path is not in `keep` is hidden. So one path never shows two Files and
     never none. The hidden Files' objects and rows are then removed through delete intents.
     Raises UploadReclaimed (nothing changed) if reconciliation claimed a staged object."""
+    # Over 60 lines on purpose: one transaction, from the row locks to the commit, read in order.
     crash_point("outputs_before_apply")
     applied = OutputsApplied()
     with transaction.atomic():
@@ -690,11 +693,14 @@ def session_outputs_apply(
             for obj, _ in staged.values()
         ):
             raise UploadReclaimed()
-        hidden = [file for path, file in current.items() if path in staged or path not in keep]
-        delete_intents = _hide_for_delete(hidden)
-        applied.replaced = sorted(path for path in staged if path in current)
-        applied.added = sorted(path for path in staged if path not in current)
-        applied.removed = sorted(path for path in current if path not in keep)
+        tree = {path: current[path].sha256 for path in keep if path in current and path not in staged}
+        tree.update({path: obj.sha256 for path, (obj, _) in staged.items()})
+        plan = plan_outputs({path: file.sha256 for path, file in current.items()}, tree)
+        # A staged path replaces its File even if the bytes match: they were uploaded already.
+        applied.replaced = sorted([*plan.changed, *(path for path in plan.unchanged if path in staged)])
+        applied.added, applied.removed = plan.added, plan.removed
+        applied.unchanged = [path for path in plan.unchanged if path not in staged]
+        delete_intents = _hide_for_delete([current[path] for path in (*applied.replaced, *applied.removed)])
         now = timezone.now()
         files, closed = [], []
         for path in sorted(staged):

@@ -433,27 +433,6 @@ class Admission:
         return AdmittedEvent(copy.deepcopy(event))
 
 
-def admit_message_content(
-    content: list[dict],
-    *,
-    lookup: Lookup,
-    read_bytes: ReadBytes,
-    aggregate_limit: int = MAX_CHARS,
-    admission: Admission | None = None,
-    location: str = "content",
-) -> AdmittedMessage:
-    """Admit one `user.message` content list. Pass `admission` to share the aggregate limit
-    across several events (its own lookup/read_bytes/limit are then used)."""
-    if admission is None:
-        admission = Admission(lookup=lookup, read_bytes=read_bytes, aggregate_limit=aggregate_limit)
-    return admission.message_content(content, location=location)
-
-
-def admit_rubric(rubric: dict, *, lookup: Lookup, read_bytes: ReadBytes, location: str = "rubric") -> str:
-    """Admit a `user.define_outcome` rubric and return its text (see `Admission.rubric`)."""
-    return Admission(lookup=lookup, read_bytes=read_bytes).rubric(rubric, location=location).text
-
-
 # --- rendering for the model ----------------------------------------------------------------
 
 

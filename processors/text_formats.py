@@ -97,8 +97,3 @@ def classify(mime: str | None) -> Classification:
     if top == "application" and sub.endswith(TEXTUAL_SUFFIXES) and sub not in TEXTUAL_SUFFIXES:
         return "text"
     return "unsupported"
-
-
-def is_textual_media_type(mime: str | None) -> bool:
-    """True when the declared type alone makes the File text (octet-stream is not, by itself)."""
-    return classify(mime) == "text"

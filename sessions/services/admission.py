@@ -13,7 +13,7 @@ from core.errors import InvalidRequest
 from core.models import Workspace
 from files import storage
 from files.models import File
-from files.selectors import file_get_for_admission
+from files.selectors import file_get_for_admission, file_read_bounded
 from processors.admission import Admission, FileRef, render_message_for_model
 from processors.errors import ProcessorError
 
@@ -31,8 +31,8 @@ def _file_access(workspace: Workspace) -> tuple[Callable[[str], FileRef | None],
 
     def read_bytes(ref: FileRef, limit: int) -> bytes:
         try:
-            # read_bounded returns up to max_bytes + 1 bytes; admission asks for at most `limit`.
-            return storage.read_bounded(key=rows[ref.file_id].object_key, max_bytes=limit - 1)
+            # file_read_bounded returns up to max_bytes + 1 bytes; admission asks for at most `limit`.
+            return file_read_bounded(file=rows[ref.file_id], max_bytes=limit - 1)
         except storage.StorageObjectMissing:
             raise FileNotFoundError(ref.file_id)
 

@@ -96,6 +96,79 @@ def publication_applies(*, session: Session) -> bool:
     return session.sandbox_state != Session.SandboxState.NONE
 
 
+class _TreeReader:
+    """One publication's pass over the outputs tree: what to keep, what to stage (upload), and
+    what is invalid. Same-size files are hashed without uploading; their bytes are uploaded
+    only when they changed (read again, as the forward-only stream has moved on)."""
+
+    def __init__(self, *, session: Session, stager: ObjectStager, current: dict[str, File], max_bytes: int):
+        self.session, self.stager, self.current, self.max_bytes = session, stager, current, max_bytes
+        self.report = PublishReport()
+        self.keep: set[str] = set()  # relative paths that stay or become visible: the tree as published
+        self.staged: set[str] = set()
+        self.refetch: list[str] = []
+        self.hard_link_targets: set[str] = set()
+        self.over_limit: list[str] = []
+
+    def stage(self, path: str, member: tarfile.TarInfo, chunks: Iterable[bytes]) -> None:
+        self.stager.stage(path, chunks=chunks, mime_type=_mime_type(path), size=member.size)
+        self.staged.add(path)
+        self.keep.add(path)
+        self.report.uploads += 1
+
+    def read_tree(self) -> None:
+        chunks, _ = sandbox.get_archive(session_id=self.session.id)
+        with _open_archive(chunks) as archive:
+            for member in archive:
+                self._member(archive, member)
+
+    def _member(self, archive: tarfile.TarFile, member: tarfile.TarInfo) -> None:
+        kind, value = classify_output_member(member, max_bytes=self.max_bytes)
+        if kind == "dir":
+            return
+        if kind == "invalid":
+            self.report.invalid.append(value)
+            if member.islnk() and (target := _relative_link_target(member.linkname)):
+                self.hard_link_targets.add(target)
+            return
+        path = value
+        if len(self.keep) + len(self.refetch) >= MAX_OUTPUT_FILES:
+            self.over_limit.append(path)
+            return
+        existing = self.current.get(path)
+        if existing is not None and existing.size_bytes == member.size:
+            # Same size: hash without uploading; only new bytes are worth an upload.
+            if _sha256(_member_chunks(archive, member)) == existing.sha256:
+                self.keep.add(path)
+            else:
+                self.refetch.append(path)
+            return
+        self.stage(path, member, _member_chunks(archive, member))
+
+    def read_changed(self) -> None:
+        """Same size, new bytes: read just those files again."""
+        for path in self.refetch:
+            chunks, _ = sandbox.get_archive(session_id=self.session.id, path=f"{OUTPUTS_DIR}/{path}")
+            with _open_archive(chunks) as archive:
+                member = archive.next()
+                if member is None or not member.isreg():
+                    self.report.invalid.append(f"{OUTPUTS_DIR}/{path}: changed while it was being published")
+                    continue
+                self.stage(path, member, _member_chunks(archive, member))
+
+    def drop_unpublishable(self) -> None:
+        # The first name of a hard-linked file arrives as a regular member; its partner names it.
+        for path in sorted(self.hard_link_targets & self.keep):
+            self.report.invalid.append(f"{OUTPUTS_DIR}/{path}: hard links are not published")
+            self.keep.discard(path)
+            if path in self.staged:
+                self.staged.discard(path)
+                self.stager.discard(path)
+        if self.over_limit:
+            reason = check_output_count(len(self.keep) + len(self.over_limit))
+            self.report.invalid.extend(f"{OUTPUTS_DIR}/{path}: {reason}" for path in self.over_limit)
+
+
 def outputs_publish(*, session: Session) -> PublishReport:
     """Make the session's visible output Files equal the regular files now under
     /mnt/session/outputs. Invariants: an unchanged path keeps its File and costs no upload; a
@@ -120,78 +193,21 @@ def outputs_publish(*, session: Session) -> PublishReport:
             state=File.State.READY,
         )
     }
-    report = PublishReport()
-    keep: set[str] = set()  # relative paths that stay or become visible: the tree as published
-    staged: set[str] = set()
-    refetch: list[str] = []
-    hard_link_targets: set[str] = set()
-    over_limit: list[str] = []
-
     with ObjectStager(workspace=workspace, max_bytes=max_bytes) as stager:
-
-        def stage(path: str, member: tarfile.TarInfo, chunks: Iterable[bytes]) -> None:
-            stager.stage(path, chunks=chunks, mime_type=_mime_type(path), size=member.size)
-            staged.add(path)
-            keep.add(path)
-            report.uploads += 1
-
-        chunks, _ = sandbox.get_archive(session_id=session.id)
-        with _open_archive(chunks) as archive:
-            for member in archive:
-                kind, value = classify_output_member(member, max_bytes=max_bytes)
-                if kind == "dir":
-                    continue
-                if kind == "invalid":
-                    report.invalid.append(value)
-                    if member.islnk() and (target := _relative_link_target(member.linkname)):
-                        hard_link_targets.add(target)
-                    continue
-                path = value
-                if len(keep) + len(refetch) >= MAX_OUTPUT_FILES:
-                    over_limit.append(path)
-                    continue
-                existing = current.get(path)
-                if existing is not None and existing.size_bytes == member.size:
-                    # Same size: hash without uploading; only new bytes are worth an upload.
-                    if _sha256(_member_chunks(archive, member)) == existing.sha256:
-                        keep.add(path)
-                    else:
-                        refetch.append(path)
-                    continue
-                stage(path, member, _member_chunks(archive, member))
-
-        # Same size, new bytes: the stream has moved on, so read just that file again.
-        for path in refetch:
-            chunks, _ = sandbox.get_archive(session_id=session.id, path=f"{OUTPUTS_DIR}/{path}")
-            with _open_archive(chunks) as archive:
-                member = archive.next()
-                if member is None or not member.isreg():
-                    report.invalid.append(f"{OUTPUTS_DIR}/{path}: changed while it was being published")
-                    continue
-                stage(path, member, _member_chunks(archive, member))
-
-        # The first name of a hard-linked file arrives as a regular member; its partner names it.
-        for path in sorted(hard_link_targets & keep):
-            report.invalid.append(f"{OUTPUTS_DIR}/{path}: hard links are not published")
-            keep.discard(path)
-            if path in staged:
-                staged.discard(path)
-                stager.discard(path)
-        if over_limit:
-            reason = check_output_count(len(keep) + len(over_limit))
-            report.invalid.extend(f"{OUTPUTS_DIR}/{path}: {reason}" for path in over_limit)
-
+        tree = _TreeReader(session=session, stager=stager, current=current, max_bytes=max_bytes)
+        tree.read_tree()
+        tree.read_changed()
+        tree.drop_unpublishable()
         objects = stager.results()
         result = session_outputs_apply(
             workspace=workspace,
             session_id=session.id,
-            staged={path: (objects[path], _mime_type(path)) for path in staged},
-            keep=keep,
+            staged={path: (objects[path], _mime_type(path)) for path in tree.staged},
+            keep=tree.keep,
         )
-    report.added = result.added
-    report.replaced = result.replaced
-    report.removed = result.removed
-    report.unchanged = sorted(keep - staged)
+    report = tree.report
+    report.added, report.replaced, report.removed = result.added, result.replaced, result.removed
+    report.unchanged = result.unchanged
     logger.info(
         "outputs published: %d added, %d replaced, %d unchanged, %d removed, %d invalid, %d uploads",
         len(report.added),

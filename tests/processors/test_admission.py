@@ -11,8 +11,6 @@ from processors.admission import (
     Admission,
     AdmissionError,
     FileRef,
-    admit_message_content,
-    admit_rubric,
     check_tool_result_content,
     not_found_error,
     read_verified_text,
@@ -30,6 +28,17 @@ def doc(file_id, **extra):
 @pytest.fixture
 def store():
     return Store()
+
+
+def admit_message_content(content, *, lookup, read_bytes, aggregate_limit=MAX_CHARS, admission=None):
+    """One user.message content list through an Admission (shared when given)."""
+    if admission is None:
+        admission = Admission(lookup=lookup, read_bytes=read_bytes, aggregate_limit=aggregate_limit)
+    return admission.message_content(content)
+
+
+def admit_rubric(rubric, *, lookup, read_bytes):
+    return Admission(lookup=lookup, read_bytes=read_bytes).rubric(rubric).text
 
 
 def read(store, file_id, **kw):
