@@ -1,0 +1,416 @@
+"""Turns at scale on one worker node: N sessions receive a message at once; each turn makes
+3 bash tool calls then a final message, against a scripted upstream answering every call after
+--delay seconds. Printed side by side, measured in one run:
+
+  * the threads layout of `make run` (one worker, --pool threads, MANGO_WORKER_CONCURRENCY) and
+  * the old prefork layout (--pool prefork --concurrency 2), capped at --prefork-sessions
+    sessions (it runs 2 turns at a time; its wall time for N is extrapolated, and said so),
+
+each against the API served as `make run` serves it. For each: the wall time from the sends to
+the last session.status_idle vs one turn alone, worker RSS (the worker's whole process tree),
+peak PostgreSQL connections of the deployment (pg_stat_activity of the bench database, sampled
+every 50 ms), SSE delivery latency (event created_at → seen on the session's stream), and that
+every session reached idle with its events in order. Then the sandbox cold start (create +
+start + first exec) median of 20.
+
+    .venv/bin/python bench/sessions_turns.py [--sessions 200] [--delay 2] [--prefork-sessions 10]
+        [--sandbox local_process|docker] [--cold-starts 20]
+
+The turns run with MANGO_SANDBOX=local_process by default: 200 simultaneous container starts
+on this shared 2-core machine would measure dockerd, not the runtime (the cold start of one
+docker sandbox is measured separately).
+"""
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import _common
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL_CALLS = 3
+
+
+def turn_script(delay: float):
+    """Each call: a bash tool use until the turn made TOOL_CALLS of them, then the final text."""
+    from tests.scripted_model import text, tool_use
+
+    def respond(body: dict) -> dict:
+        uses = 0  # tool uses since the user's message: this turn's calls so far
+        for message in reversed(body.get("messages", [])):
+            blocks = message["content"] if isinstance(message["content"], list) else [{"type": "text"}]
+            if message["role"] == "user" and any(block.get("type") == "text" for block in blocks):
+                break
+            if message["role"] == "assistant":
+                uses += sum(1 for block in blocks if block.get("type") == "tool_use")
+        if uses < TOOL_CALLS:
+            return tool_use("bash", {"command": f"echo step {uses + 1}"}, delay=delay)
+        return text("All three steps ran.", delay=delay)
+
+    return respond
+
+
+class PgSampler(threading.Thread):
+    """Peak connections to the bench database (every backend of the deployment uses it)."""
+
+    def __init__(self, dbname: str):
+        super().__init__(daemon=True)
+        import psycopg
+
+        self.conn = psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True)
+        self.dbname = dbname
+        self.peak = 0
+        self.stopped = threading.Event()
+
+    def run(self):
+        while not self.stopped.wait(0.05):
+            (count,) = self.conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                (self.dbname,),
+            ).fetchone()
+            self.peak = max(self.peak, count)
+
+    def stop(self) -> int:
+        self.stopped.set()
+        self.join()
+        self.conn.close()
+        return self.peak
+
+
+def tree_rss_kib(pid: int) -> int:
+    """RSS of a process and all its descendants, in KiB."""
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            with open(f"/proc/{current}/status") as handle:
+                for line in handle:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as handle:
+                    stack.extend(int(child) for child in handle.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+class Api:
+    """The API as `make run` serves it (scripts/run.sh's server command)."""
+
+    def __init__(self, env: dict):
+        self.port = _common.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            api_command(self.port), cwd=ROOT, env=env, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_port(self.port)
+
+    def stop(self):
+        stop_group(self.process)
+
+
+def api_command(port: int) -> list[str]:
+    venv = Path(sys.executable).parent
+    return [
+        str(venv / "gunicorn"), "-c", "config/gunicorn.conf.py", "config.wsgi:application",
+        "--bind", f"127.0.0.1:{port}", "--worker-class", "gthread", "--workers", "2", "--threads", "64",
+    ]  # fmt: skip
+
+
+def worker_command(*, pool: str, concurrency: int, queue: str, name: str) -> list[str]:
+    venv = Path(sys.executable).parent
+    return [
+        str(venv / "celery"), "-A", "config", "worker", "--pool", pool, "--concurrency", str(concurrency),
+        "-Q", queue, "-n", f"{name}@%h", "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
+    ]  # fmt: skip
+
+
+def wait_port(port: int, timeout: float = 60):
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listening on {port}")
+
+
+def stop_group(process: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 30):
+    try:
+        os.killpg(process.pid, sig)
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        pass
+
+
+def start_worker(env: dict, *, pool: str, concurrency: int, queue: str, name: str, log: Path) -> subprocess.Popen:
+    handle = open(log, "wb")  # noqa: SIM115 — lives as long as the worker
+    process = subprocess.Popen(
+        worker_command(pool=pool, concurrency=concurrency, queue=queue, name=name),
+        cwd=ROOT, env=env, start_new_session=True, stdout=handle, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if b"ready." in log.read_bytes():
+            return process
+        if process.poll() is not None:
+            raise RuntimeError(f"worker exited; see {log}")
+        time.sleep(0.1)
+    raise RuntimeError(f"worker not ready; see {log}")
+
+
+def run_turns(client, agent_id: str, env_id: str, count: int, *, timeout: float) -> dict:
+    """Create `count` sessions, open a stream on each, send them all a message at once, wait
+    until every one is idle. Returns wall time, delivery latencies and per-session checks."""
+    sessions = [client.beta.sessions.create(agent=agent_id, environment_id=env_id) for _ in range(count)]
+    latencies: list[float] = []
+    done: dict[str, list] = {}
+    opened = threading.Semaphore(0)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def follow(session_id: str):
+        try:
+            with client.beta.sessions.events.stream(session_id) as stream:
+                opened.release()
+                seen = []
+                for event in stream:
+                    now = time.time()
+                    seen.append(event)
+                    if event.type.startswith(("agent.", "session.status")):
+                        created = _committed_at(event)
+                        if created is not None:
+                            with lock:
+                                latencies.append(now - created)
+                    if event.type == "session.status_idle":
+                        done[session_id] = seen
+                        return
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+            opened.release()
+
+    threads = [threading.Thread(target=follow, args=(s.id,), daemon=True) for s in sessions]
+    for thread in threads:
+        thread.start()
+    for _ in threads:
+        opened.acquire(timeout=120)
+    time.sleep(0.5)  # streams subscribed
+    message = [{"type": "user.message", "content": [{"type": "text", "text": "run the three steps"}]}]
+    senders = [
+        threading.Thread(target=client.beta.sessions.events.send, args=(s.id,), kwargs={"events": message})
+        for s in sessions
+    ]
+    started = time.monotonic()
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join()
+    for thread in threads:
+        thread.join(max(0.0, timeout - (time.monotonic() - started)))
+    wall = time.monotonic() - started
+    return {"wall": wall, "latencies": latencies, "done": done, "sessions": sessions, "errors": errors}
+
+
+def _committed_at(event) -> float | None:
+    # Server events carry processed_at = the time they were appended (committed just after).
+    stamp = getattr(event, "processed_at", None)
+    return stamp.timestamp() if isinstance(stamp, datetime) else None
+
+
+def check_order(client, result: dict) -> tuple[int, list[str]]:
+    """Sessions that reached idle with the expected event sequence, and what was wrong."""
+    problems = []
+    good = 0
+    for session in result["sessions"]:
+        events = list(client.beta.sessions.events.list(session.id, limit=100))
+        types = [e.type for e in events]
+        uses = [e for e in events if e.type == "agent.tool_use"]
+        results = [e for e in events if e.type == "agent.tool_result"]
+        ok = (
+            types[:2] == ["user.message", "session.status_running"]
+            and types[-1] == "session.status_idle"
+            and len(uses) == TOOL_CALLS
+            and sorted(r.tool_use_id for r in results) == sorted(u.id for u in uses)
+            and not any(r.is_error for r in results)
+            and types[-2] == "agent.message"
+        )
+        if ok:
+            good += 1
+        elif len(problems) < 3:
+            problems.append(f"{session.id}: {types}")
+    return good, problems
+
+
+def layout(label, env, client, agent, environment, *, pool, concurrency, count, delay, queue):
+    log = ROOT / "var" / "log" / f"bench-turns-{pool}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    worker = start_worker(env, pool=pool, concurrency=concurrency, queue=queue, name=f"bench-{pool}", log=log)
+    try:
+        single = run_turns(client, agent.id, environment.id, 1, timeout=120)
+        sampler = PgSampler(env["BENCH_DBNAME"])
+        sampler.start()
+        rss_peak = 0
+        stop_rss = threading.Event()
+
+        def rss_loop():
+            nonlocal rss_peak
+            while not stop_rss.wait(0.2):
+                rss_peak = max(rss_peak, tree_rss_kib(worker.pid))
+
+        rss_thread = threading.Thread(target=rss_loop, daemon=True)
+        rss_thread.start()
+        many = run_turns(client, agent.id, environment.id, count, timeout=max(120, count * 4 * delay))
+        stop_rss.set()
+        rss_thread.join()
+        peak_connections = sampler.stop()
+        good, problems = check_order(client, many)
+    finally:
+        stop_group(worker)
+    latencies = sorted(many["latencies"]) or [float("nan")]
+    return {
+        "label": label,
+        "count": count,
+        "single": single["wall"],
+        "wall": many["wall"],
+        "rss_mib": rss_peak / 1024,
+        "pg_peak": peak_connections,
+        "sse_p50_ms": statistics.median(latencies) * 1000,
+        "sse_p95_ms": latencies[int(len(latencies) * 0.95) - 1] * 1000 if len(latencies) > 1 else float("nan"),
+        "good": good,
+        "problems": problems,
+        "errors": many["errors"][:3],
+    }
+
+
+def cold_starts(count: int) -> list[float]:
+    from sessions import sandbox
+
+    times = []
+    for index in range(count):
+        session_id = f"sesn_bench_cold_{os.getpid()}_{index}"
+        started = time.monotonic()
+        try:
+            sandbox.ensure(session_id=session_id, workspace_id="wrkspc_bench", networking=None)
+            sandbox.exec_argv(session_id=session_id, argv=["true"])
+            times.append(time.monotonic() - started)
+        finally:
+            sandbox.remove(session_id=session_id)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--delay", type=float, default=2.0)
+    parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MANGO_WORKER_CONCURRENCY", 200)))
+    parser.add_argument("--prefork-sessions", type=int, default=10)
+    parser.add_argument("--sandbox", default="local_process", choices=["local_process", "docker"])
+    parser.add_argument("--cold-starts", type=int, default=20)
+    parser.add_argument("--skip-prefork", action="store_true")
+    args = parser.parse_args()
+
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mango_bench_runtime")
+    os.environ.setdefault("MANGO_FILE_S3_BUCKET", "mango-b-runtime")
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/1")
+    queue = f"bench-turns-{os.getpid()}"
+    os.environ["MANGO_SESSIONS_QUEUE"] = queue
+    _common.setup()
+    import anthropic
+    import environ
+
+    from tests.scripted_model import ScriptedModel
+
+    model = ScriptedModel(default=turn_script(args.delay))
+    dbname = environ.Env.db_url_config(os.environ["DATABASE_URL"])["NAME"]
+    env = {
+        **os.environ,
+        "ANTHROPIC_BASE_URL": model.url,
+        "ANTHROPIC_API_KEY": "sk-bench",
+        "MANGO_SANDBOX": args.sandbox,
+        "MANGO_LOG_LEVEL": "WARNING",
+        "MANGO_READYZ_REQUIRE_WORKER": "false",
+        "BENCH_DBNAME": dbname,
+    }
+    raw_key, _ = _common.api_key(f"bench-turns-{time.time_ns()}")
+    api = Api(env)
+    results = []
+    try:
+        client = anthropic.Anthropic(base_url=api.url, api_key=raw_key, max_retries=2, timeout=600)
+        agent = client.beta.agents.create(
+            name="bench", model="claude-sonnet-4-5", tools=[{"type": "agent_toolset_20260401"}]
+        )
+        environment = client.beta.environments.create(name="bench", config={"type": "cloud"})
+        common = {"client": client, "agent": agent, "environment": environment, "delay": args.delay, "queue": queue}
+        results.append(
+            layout(
+                f"threads x{args.concurrency}", env, pool="threads", concurrency=args.concurrency,
+                count=args.sessions, **common,
+            )
+        )  # fmt: skip
+        if not args.skip_prefork:
+            results.append(
+                layout("prefork x2 (today)", env, pool="prefork", concurrency=2, count=args.prefork_sessions, **common)
+            )
+    finally:
+        api.stop()
+        model.close()
+    report(results, args)
+    if args.cold_starts:
+        os.environ["MANGO_SANDBOX"] = "docker"
+        from django.conf import settings
+
+        settings.MANGO_SANDBOX = "docker"
+        times = cold_starts(args.cold_starts)
+        print(
+            f"\nsandbox cold start (docker create + start + first exec), {len(times)} runs: "
+            f"median {statistics.median(times):.3f} s, min {min(times):.3f} s, max {max(times):.3f} s "
+            f"(target ≤ 1 s)"
+        )
+
+
+def report(results: list[dict], args) -> None:
+    print(f"\n{args.sessions} sessions, each turn = {TOOL_CALLS} bash calls + final message, upstream delay "
+          f"{args.delay:g} s per call, sandbox {args.sandbox}")  # fmt: skip
+    header = f"{'layout':<22}{'sessions':>9}{'1 turn s':>10}{'wall s':>9}{'wall/1':>8}{'RSS MiB':>9}"
+    print(header + f"{'PG peak':>9}{'SSE p50 ms':>12}{'SSE p95 ms':>12}{'idle+ordered':>14}")
+    for r in results:
+        print(
+            f"{r['label']:<22}{r['count']:>9}{r['single']:>10.2f}{r['wall']:>9.2f}{r['wall'] / r['single']:>8.2f}"
+            f"{r['rss_mib']:>9.0f}{r['pg_peak']:>9}{r['sse_p50_ms']:>12.1f}{r['sse_p95_ms']:>12.1f}"
+            f"{r['good']:>9}/{r['count']}"
+        )
+        for problem in r["problems"]:
+            print(f"    problem: {problem}")
+        for error in r["errors"]:
+            print(f"    error: {error!r}")
+    if len(results) == 2:
+        threads, prefork = results
+        per_turn = prefork["wall"] / prefork["count"]
+        estimate = per_turn * threads["count"]
+        print(
+            f"prefork x2 extrapolated to {threads['count']} sessions: ≈ {estimate:.0f} s "
+            f"({prefork['wall']:.1f} s for {prefork['count']} x {threads['count']}/{prefork['count']}; "
+            f"linear, as it runs 2 turns at a time) → {estimate / threads['single']:.1f}x one turn"
+        )
+    print("targets: wall/1 ≤ 1.5, RSS ≤ 2048 MiB, PG peak ≤ 40, SSE p50 ≤ 50 ms")
+    print(json.dumps([{k: v for k, v in r.items() if k not in ("problems", "errors")} for r in results]))
+
+
+if __name__ == "__main__":
+    main()
