@@ -2,7 +2,8 @@
 3 bash tool calls then a final message, against a scripted upstream answering every call after
 --delay seconds. Printed side by side, measured in one run:
 
-  * the threads layout of `make run` (one worker, --pool threads, MANGO_WORKER_CONCURRENCY) and
+  * one worker with --pool threads --concurrency MANGO_WORKER_CONCURRENCY (200) (the layout
+    issue 14 proposes for `make run`; main's scripts/run.sh still starts prefork x2) and
   * the old prefork layout (--pool prefork --concurrency 2), capped at --prefork-sessions
     sessions (it runs 2 turns at a time; its wall time for N is extrapolated, and said so),
 
@@ -68,15 +69,18 @@ class PgSampler(threading.Thread):
         self.conn = psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True)
         self.dbname = dbname
         self.peak = 0
+        self.worker_peak = 0
         self.stopped = threading.Event()
 
     def run(self):
         while not self.stopped.wait(0.05):
-            (count,) = self.conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            count, worker = self.conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE application_name = 'mango-worker') "
+                "FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
                 (self.dbname,),
             ).fetchone()
             self.peak = max(self.peak, count)
+            self.worker_peak = max(self.worker_peak, worker)
 
     def stop(self) -> int:
         self.stopped.set()
@@ -122,8 +126,8 @@ class Api:
 def api_command(port: int) -> list[str]:
     venv = Path(sys.executable).parent
     return [
-        str(venv / "gunicorn"), "-c", "config/gunicorn.conf.py", "config.wsgi:application",
-        "--bind", f"127.0.0.1:{port}", "--worker-class", "gthread", "--workers", "2", "--threads", "64",
+        str(venv / "gunicorn"), "-c", "config/gunicorn.conf.py", "config.asgi:application",
+        "--bind", f"127.0.0.1:{port}",
     ]  # fmt: skip
 
 
@@ -131,7 +135,7 @@ def worker_command(*, pool: str, concurrency: int, queue: str, name: str) -> lis
     venv = Path(sys.executable).parent
     return [
         str(venv / "celery"), "-A", "config", "worker", "--pool", pool, "--concurrency", str(concurrency),
-        "-Q", queue, "-n", f"{name}@%h", "--loglevel", "WARNING", "--without-gossip", "--without-mingle",
+        "-Q", queue, "-n", f"{name}@%h", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
     ]  # fmt: skip
 
 
@@ -163,8 +167,17 @@ def start_worker(env: dict, *, pool: str, concurrency: int, queue: str, name: st
     handle = open(log, "wb")  # noqa: SIM115 — lives as long as the worker
     process = subprocess.Popen(
         worker_command(pool=pool, concurrency=concurrency, queue=queue, name=name),
-        cwd=ROOT, env=env, start_new_session=True, stdout=handle, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        cwd=ROOT,
+        # As scripts/run.sh starts it: the worker's pool is MANGO_WORKER_DB_POOL_MAX_SIZE (4).
+        env={
+            **env,
+            "MANGO_LOG_LEVEL": "INFO",
+            "MANGO_DB_POOL_MAX_SIZE": os.environ.get("MANGO_WORKER_DB_POOL_MAX_SIZE", "4"),
+        },
+        start_new_session=True,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if b"ready." in log.read_bytes():
@@ -172,12 +185,16 @@ def start_worker(env: dict, *, pool: str, concurrency: int, queue: str, name: st
         if process.poll() is not None:
             raise RuntimeError(f"worker exited; see {log}")
         time.sleep(0.1)
+    stop_group(process)
     raise RuntimeError(f"worker not ready; see {log}")
 
 
-def run_turns(client, agent_id: str, env_id: str, count: int, *, timeout: float) -> dict:
-    """Create `count` sessions, open a stream on each, send them all a message at once, wait
-    until every one is idle. Returns wall time, delivery latencies and per-session checks."""
+def run_turns(client, agent_id: str, env_id: str, count: int, *, timeout: float, streams: int) -> dict:
+    """Create `count` sessions, open a stream on `streams` of them, send them all a message at
+    once, wait until every one committed session.status_idle (read from the database). Returns
+    wall time, delivery latencies and the sessions."""
+    from sessions.models import SessionEvent
+
     sessions = [client.beta.sessions.create(agent=agent_id, environment_id=env_id) for _ in range(count)]
     latencies: list[float] = []
     done: dict[str, list] = {}
@@ -205,7 +222,7 @@ def run_turns(client, agent_id: str, env_id: str, count: int, *, timeout: float)
             errors.append(exc)
             opened.release()
 
-    threads = [threading.Thread(target=follow, args=(s.id,), daemon=True) for s in sessions]
+    threads = [threading.Thread(target=follow, args=(s.id,), daemon=True) for s in sessions[:streams]]
     for thread in threads:
         thread.start()
     for _ in threads:
@@ -221,9 +238,14 @@ def run_turns(client, agent_id: str, env_id: str, count: int, *, timeout: float)
         sender.start()
     for sender in senders:
         sender.join()
-    for thread in threads:
-        thread.join(max(0.0, timeout - (time.monotonic() - started)))
+    ids = [s.id for s in sessions]
+    while time.monotonic() - started < timeout:
+        if SessionEvent.objects.filter(session_id__in=ids, type="session.status_idle").count() >= count:
+            break
+        time.sleep(0.05)
     wall = time.monotonic() - started
+    for thread in threads:
+        thread.join(max(0.0, min(10.0, timeout - wall)))
     return {"wall": wall, "latencies": latencies, "done": done, "sessions": sessions, "errors": errors}
 
 
@@ -257,12 +279,12 @@ def check_order(client, result: dict) -> tuple[int, list[str]]:
     return good, problems
 
 
-def layout(label, env, client, agent, environment, *, pool, concurrency, count, delay, queue):
+def layout(label, env, client, agent, environment, *, pool, concurrency, count, delay, queue, streams):
     log = ROOT / "var" / "log" / f"bench-turns-{pool}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     worker = start_worker(env, pool=pool, concurrency=concurrency, queue=queue, name=f"bench-{pool}", log=log)
     try:
-        single = run_turns(client, agent.id, environment.id, 1, timeout=120)
+        single = run_turns(client, agent.id, environment.id, 1, timeout=120, streams=1)
         sampler = PgSampler(env["BENCH_DBNAME"])
         sampler.start()
         rss_peak = 0
@@ -275,7 +297,7 @@ def layout(label, env, client, agent, environment, *, pool, concurrency, count, 
 
         rss_thread = threading.Thread(target=rss_loop, daemon=True)
         rss_thread.start()
-        many = run_turns(client, agent.id, environment.id, count, timeout=max(120, count * 4 * delay))
+        many = run_turns(client, agent.id, environment.id, count, timeout=max(120, count * 4 * delay), streams=streams)
         stop_rss.set()
         rss_thread.join()
         peak_connections = sampler.stop()
@@ -290,6 +312,7 @@ def layout(label, env, client, agent, environment, *, pool, concurrency, count, 
         "wall": many["wall"],
         "rss_mib": rss_peak / 1024,
         "pg_peak": peak_connections,
+        "pg_worker_peak": sampler.worker_peak,
         "sse_p50_ms": statistics.median(latencies) * 1000,
         "sse_p95_ms": latencies[int(len(latencies) * 0.95) - 1] * 1000 if len(latencies) > 1 else float("nan"),
         "good": good,
@@ -323,6 +346,8 @@ def main() -> None:
     parser.add_argument("--sandbox", default="local_process", choices=["local_process", "docker"])
     parser.add_argument("--cold-starts", type=int, default=20)
     parser.add_argument("--skip-prefork", action="store_true")
+    # How many of the sessions are followed over SSE (each stream is a client thread here).
+    parser.add_argument("--streams", type=int, default=200)
     args = parser.parse_args()
 
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mango_bench_runtime")
@@ -356,7 +381,14 @@ def main() -> None:
             name="bench", model="claude-sonnet-4-5", tools=[{"type": "agent_toolset_20260401"}]
         )
         environment = client.beta.environments.create(name="bench", config={"type": "cloud"})
-        common = {"client": client, "agent": agent, "environment": environment, "delay": args.delay, "queue": queue}
+        common = {
+            "client": client,
+            "agent": agent,
+            "environment": environment,
+            "delay": args.delay,
+            "queue": queue,
+            "streams": args.streams,
+        }
         results.append(
             layout(
                 f"threads x{args.concurrency}", env, pool="threads", concurrency=args.concurrency,
@@ -388,11 +420,11 @@ def report(results: list[dict], args) -> None:
     print(f"\n{args.sessions} sessions, each turn = {TOOL_CALLS} bash calls + final message, upstream delay "
           f"{args.delay:g} s per call, sandbox {args.sandbox}")  # fmt: skip
     header = f"{'layout':<22}{'sessions':>9}{'1 turn s':>10}{'wall s':>9}{'wall/1':>8}{'RSS MiB':>9}"
-    print(header + f"{'PG peak':>9}{'SSE p50 ms':>12}{'SSE p95 ms':>12}{'idle+ordered':>14}")
+    print(header + f"{'PG peak':>9}{'(worker)':>9}{'SSE p50 ms':>12}{'SSE p95 ms':>12}{'idle+ordered':>14}")
     for r in results:
         print(
             f"{r['label']:<22}{r['count']:>9}{r['single']:>10.2f}{r['wall']:>9.2f}{r['wall'] / r['single']:>8.2f}"
-            f"{r['rss_mib']:>9.0f}{r['pg_peak']:>9}{r['sse_p50_ms']:>12.1f}{r['sse_p95_ms']:>12.1f}"
+            f"{r['rss_mib']:>9.0f}{r['pg_peak']:>9}{r['pg_worker_peak']:>9}{r['sse_p50_ms']:>12.1f}{r['sse_p95_ms']:>12.1f}"
             f"{r['good']:>9}/{r['count']}"
         )
         for problem in r["problems"]:
