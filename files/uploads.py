@@ -425,18 +425,32 @@ class AsgiReceiveBody:
         return cls(stream)
 
     def readinto(self, view: memoryview) -> int:
+        if self._pending:
+            count = min(len(view), len(self._pending))
+            view[:count] = self._pending[:count]
+            self._pending = self._pending[count:]
+            return count
+        if not self._body._has_more:
+            return 0
+        _release_database_connections()
+        return asyncio.run_coroutine_threadsafe(self._receive_into(view), loop=self._body.loop).result()
+
+    async def _receive_into(self, view: memoryview) -> int:
+        """On the event loop: messages into `view` until it is full or the body ends, so that
+        one hop between this thread and the loop carries many messages (uvicorn hands the body
+        over in pieces of about 64 KiB)."""
         body = self._body
-        while not self._pending:
-            if not body._has_more:
-                return 0
-            _release_database_connections()
-            message = asyncio.run_coroutine_threadsafe(body.receive(), loop=body.loop).result()
+        filled = 0
+        while filled < len(view) and body._has_more:
+            message = await body.receive()
             body._has_more = message.get("more_body", False)
-            self._pending = memoryview(message.get("body", b""))
-        count = min(len(view), len(self._pending))
-        view[:count] = self._pending[:count]
-        self._pending = self._pending[count:]
-        return count
+            data = message.get("body", b"")
+            take = min(len(data), len(view) - filled)
+            view[filled : filled + take] = memoryview(data)[:take]
+            filled += take
+            if take < len(data):
+                self._pending = memoryview(data)[take:]
+        return filled
 
     def read(self, size: int) -> bytes:
         buffer = bytearray(size)
