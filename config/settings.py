@@ -245,7 +245,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "core.schema.add_error_responses"],
+    "OAS_VERSION": "3.1.0",
+    "POSTPROCESSING_HOOKS": ["sessions.schema.add_event_stream", "core.schema.add_error_responses"],
 }
 
 # --- Celery ---------------------------------------------------------------------------------

@@ -60,13 +60,10 @@ def add_error_responses(result, generator, request, public):
         for operation in operations.values():
             responses = operation.setdefault("responses", {})
             for status, description in ERROR_STATUSES.items():
-                responses.setdefault(
-                    status,
-                    {
-                        "description": description,
-                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-                    },
-                )
+                responses.setdefault(status, {"description": description})
+            for status, documented in responses.items():
+                if status[0] in "45" and not documented.get("content"):
+                    documented["content"] = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     return result
 
 

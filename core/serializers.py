@@ -169,9 +169,29 @@ class FreeJsonExtension(OpenApiSerializerFieldExtension):
         return build_basic_type(OpenApiTypes.OBJECT) if self.target.object_only else {}
 
 
+class StringOrObject(serializers.Field):
+    """A field that takes a string or an object (`object_serializer`); subclasses parse it. The
+    OpenAPI schema is a oneOf of `string_schema` and the serializer's component."""
+
+    string_schema: dict = {"type": "string"}
+    object_serializer: type[serializers.Serializer]
+
+    def to_representation(self, value):
+        return value
+
+
+class StringOrObjectExtension(OpenApiSerializerFieldExtension):
+    target_class = StringOrObject
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema, direction):
+        component = auto_schema.resolve_serializer(self.target.object_serializer, direction)
+        return {"oneOf": [dict(self.target.string_schema), component.ref]}
+
+
 class InputSerializer(serializers.Serializer):
-    """An input body: unknown keys are ignored, as by the upstream API; validation errors become
-    one 400 envelope whose message names each field (core.errors)."""
+    # An input body: unknown keys are ignored, as by the upstream API; validation errors become
+    # one 400 envelope whose message names each field (core.errors).
 
     default_error_messages = {"invalid": "The request body must be a JSON object."}
 

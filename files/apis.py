@@ -8,7 +8,7 @@ from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
@@ -210,7 +210,7 @@ class FileDetailApi(FilesApiView):
         file = selectors.file_get(workspace=request.user, file_id=file_id)
         return Response(FileOutputSerializer(file).data)
 
-    @extend_schema(operation_id="files_delete", responses=FileDeletedOutputSerializer)
+    @extend_schema(operation_id="files_delete", responses={200: FileDeletedOutputSerializer})
     def delete(self, request, file_id):
         file = selectors.file_get(workspace=request.user, file_id=file_id, allow_expired=True)
         services.file_delete(file=file)
@@ -249,9 +249,12 @@ def _content_disposition(filename: str) -> str:
 class FileContentApi(FilesApiView):
     @extend_schema(
         operation_id="files_download",
+        description="The bytes, with the File's mime_type as Content-Type; Range requests answer 206.",
         responses={
-            (200, "application/octet-stream"): OpenApiTypes.BINARY,
-            (206, "application/octet-stream"): OpenApiTypes.BINARY,
+            (200, "*/*"): OpenApiTypes.BINARY,
+            (206, "*/*"): OpenApiTypes.BINARY,
+            304: OpenApiResponse(description="Not modified (If-None-Match matched the ETag)."),
+            416: OpenApiResponse(description="Range not satisfiable."),
         },
     )
     def get(self, request, file_id):

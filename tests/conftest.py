@@ -4,10 +4,16 @@
 import anthropic
 import pytest
 from botocore.exceptions import ClientError
+from django.conf import settings
 from django.test import Client
 
 from core.services import api_key_create
 from files import liveness, storage
+from tests import openapi
+
+# Every response any test receives (test client or live server) is checked against the OpenAPI
+# document; a departure fails the test that caused it (below).
+settings.MIDDLEWARE = ["tests.openapi.ResponseSchemaMiddleware", *settings.MIDDLEWARE]
 
 
 @pytest.fixture(scope="session")
@@ -16,6 +22,15 @@ def django_db_setup(django_db_setup):
     before the test database is dropped, which an open session would block."""
     yield
     liveness.release()
+
+
+@pytest.fixture(autouse=True)
+def responses_match_the_openapi_document():
+    openapi.violations.clear()
+    yield
+    found = list(openapi.violations)
+    openapi.violations.clear()
+    assert not found, "responses that depart from /openapi.json:\n" + "\n".join(found)
 
 
 @pytest.fixture(scope="session")

@@ -1,20 +1,39 @@
 """/v1/agents: create, list, retrieve, update, archive, versions."""
 
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
 from core.api import query_bool, query_int, query_time_range
+from core.schema import list_parameters, time_range_parameters
 from sessions.apis.base import AgentsApi
 from sessions.selectors import agent_get, agent_list, agent_version_get, agent_version_list
-from sessions.serializers.agents import agent_to_wire, parse_agent_fields
+from sessions.serializers.agents import (
+    AgentCreateInputSerializer,
+    AgentListOutputSerializer,
+    AgentOutputSerializer,
+    AgentUpdateInputSerializer,
+    agent_to_wire,
+    parse_agent_fields,
+)
 from sessions.services import agents as agent_services
 
 
 class AgentListCreateApi(AgentsApi):
+    @extend_schema(operation_id="agents_create", request=AgentCreateInputSerializer, responses=AgentOutputSerializer)
     def post(self, request):
         fields, _ = parse_agent_fields(request.data, partial=False)
         agent, version = agent_services.agent_create(workspace=request.user, fields=fields)
         return Response(agent_to_wire(agent, version))
 
+    @extend_schema(
+        operation_id="agents_list",
+        parameters=[
+            *list_parameters(max_limit=100, default_limit=20),
+            OpenApiParameter("include_archived", bool),
+            *time_range_parameters(),
+        ],
+        responses=AgentListOutputSerializer,
+    )
     def get(self, request):
         rows, next_page = agent_list(
             workspace=request.user,
@@ -27,11 +46,17 @@ class AgentListCreateApi(AgentsApi):
 
 
 class AgentDetailApi(AgentsApi):
+    @extend_schema(
+        operation_id="agents_retrieve",
+        parameters=[OpenApiParameter("version", int, description="A past version; default the latest.")],
+        responses=AgentOutputSerializer,
+    )
     def get(self, request, agent_id: str):
         agent = agent_get(workspace=request.user, agent_id=agent_id)
         version = agent_version_get(agent=agent, version=query_int(request, "version", minimum=1))
         return Response(agent_to_wire(agent, version))
 
+    @extend_schema(operation_id="agents_update", request=AgentUpdateInputSerializer, responses=AgentOutputSerializer)
     def post(self, request, agent_id: str):
         fields, expected = parse_agent_fields(request.data, partial=True)
         agent, version = agent_services.agent_update(
@@ -41,12 +66,18 @@ class AgentDetailApi(AgentsApi):
 
 
 class AgentArchiveApi(AgentsApi):
+    @extend_schema(operation_id="agents_archive", request=None, responses=AgentOutputSerializer)
     def post(self, request, agent_id: str):
         agent, version = agent_services.agent_archive(workspace=request.user, agent_id=agent_id)
         return Response(agent_to_wire(agent, version))
 
 
 class AgentVersionsApi(AgentsApi):
+    @extend_schema(
+        operation_id="agents_versions_list",
+        parameters=list_parameters(max_limit=100, default_limit=20),
+        responses=AgentListOutputSerializer,
+    )
     def get(self, request, agent_id: str):
         agent = agent_get(workspace=request.user, agent_id=agent_id)
         rows, next_page = agent_version_list(

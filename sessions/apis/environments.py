@@ -1,21 +1,42 @@
 """/v1/environments: create, list, retrieve, update, delete, archive."""
 
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
 from core.api import query_bool, query_int
+from core.schema import list_parameters
 from sessions.apis.base import AgentsApi
 from sessions.selectors import environment_get, environment_list
-from sessions.serializers.environments import environment_to_wire, parse_environment_changes, parse_environment_create
+from sessions.serializers.environments import (
+    EnvironmentCreateInputSerializer,
+    EnvironmentDeletedOutputSerializer,
+    EnvironmentListOutputSerializer,
+    EnvironmentOutputSerializer,
+    EnvironmentUpdateInputSerializer,
+    environment_to_wire,
+    parse_environment_changes,
+    parse_environment_create,
+)
 from sessions.services import environments as environment_services
 
 
 class EnvironmentListCreateApi(AgentsApi):
+    @extend_schema(
+        operation_id="environments_create",
+        request=EnvironmentCreateInputSerializer,
+        responses=EnvironmentOutputSerializer,
+    )
     def post(self, request):
         environment = environment_services.environment_create(
             workspace=request.user, **parse_environment_create(request.data)
         )
         return Response(environment_to_wire(environment))
 
+    @extend_schema(
+        operation_id="environments_list",
+        parameters=[*list_parameters(max_limit=1000, default_limit=20), OpenApiParameter("include_archived", bool)],
+        responses=EnvironmentListOutputSerializer,
+    )
     def get(self, request):
         rows, next_page = environment_list(
             workspace=request.user,
@@ -27,21 +48,29 @@ class EnvironmentListCreateApi(AgentsApi):
 
 
 class EnvironmentDetailApi(AgentsApi):
+    @extend_schema(operation_id="environments_retrieve", responses=EnvironmentOutputSerializer)
     def get(self, request, environment_id: str):
         return Response(environment_to_wire(environment_get(workspace=request.user, environment_id=environment_id)))
 
+    @extend_schema(
+        operation_id="environments_update",
+        request=EnvironmentUpdateInputSerializer,
+        responses=EnvironmentOutputSerializer,
+    )
     def post(self, request, environment_id: str):
         environment = environment_services.environment_update(
             workspace=request.user, environment_id=environment_id, changes=parse_environment_changes(request.data)
         )
         return Response(environment_to_wire(environment))
 
+    @extend_schema(operation_id="environments_delete", responses={200: EnvironmentDeletedOutputSerializer})
     def delete(self, request, environment_id: str):
         environment_services.environment_delete(workspace=request.user, environment_id=environment_id)
         return Response({"id": environment_id, "type": "environment_deleted"})
 
 
 class EnvironmentArchiveApi(AgentsApi):
+    @extend_schema(operation_id="environments_archive", request=None, responses=EnvironmentOutputSerializer)
     def post(self, request, environment_id: str):
         environment = environment_services.environment_archive(workspace=request.user, environment_id=environment_id)
         return Response(environment_to_wire(environment))

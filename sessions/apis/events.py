@@ -2,23 +2,44 @@
 
 import logging
 
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
 from core.api import query_int, query_list, query_time_range
+from core.schema import list_parameters, time_range_parameters
 from sessions.apis.base import AgentsApi, query_order
 from sessions.selectors import session_event_list, session_get
-from sessions.serializers.events import event_to_wire, parse_events
+from sessions.serializers.events import (
+    EventListOutputSerializer,
+    EventsSendInputSerializer,
+    EventsSentOutputSerializer,
+    event_to_wire,
+    parse_events,
+)
 from sessions.services.events import session_events_send
 
 logger = logging.getLogger(__name__)
 
 
 class SessionEventsApi(AgentsApi):
+    @extend_schema(
+        operation_id="sessions_events_send", request=EventsSendInputSerializer, responses=EventsSentOutputSerializer
+    )
     def post(self, request, session_id: str):
         parsed = parse_events(request.data)
         rows = session_events_send(workspace=request.user, session_id=session_id, parsed=parsed)
         return Response({"data": [event_to_wire(row) for row in rows]})
 
+    @extend_schema(
+        operation_id="sessions_events_list",
+        parameters=[
+            *list_parameters(max_limit=1000, default_limit=1000),
+            OpenApiParameter("order", str, enum=["asc", "desc"], description="By sequence; default asc."),
+            OpenApiParameter("types[]", str, many=True),
+            *time_range_parameters(),
+        ],
+        responses=EventListOutputSerializer,
+    )
     def get(self, request, session_id: str):
         session = session_get(workspace=request.user, session_id=session_id)
         rows, next_page = session_event_list(

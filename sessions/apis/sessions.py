@@ -1,13 +1,20 @@
 """/v1/sessions: create, list, retrieve, update, delete, archive."""
 
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
 from core.api import query_bool, query_int, query_list, query_time_range
 from core.errors import InvalidRequest
+from core.schema import list_parameters, time_range_parameters
 from sessions.apis.base import AgentsApi, query_order
 from sessions.selectors import session_get, session_list, session_outcome_evaluations, session_resources_by_session
 from sessions.serializers.sessions import (
     SESSION_STATUSES,
+    SessionCreateInputSerializer,
+    SessionDeletedOutputSerializer,
+    SessionListOutputSerializer,
+    SessionOutputSerializer,
+    SessionUpdateInputSerializer,
     parse_session_changes,
     parse_session_create,
     resource_to_wire,
@@ -37,10 +44,26 @@ def session_wire(session) -> dict:
 
 
 class SessionListCreateApi(AgentsApi):
+    @extend_schema(
+        operation_id="sessions_create", request=SessionCreateInputSerializer, responses=SessionOutputSerializer
+    )
     def post(self, request):
         session = session_services.session_create(workspace=request.user, **parse_session_create(request.data))
         return Response(session_wire(session))
 
+    @extend_schema(
+        operation_id="sessions_list",
+        parameters=[
+            *list_parameters(max_limit=1000, default_limit=20),
+            OpenApiParameter("order", str, enum=["asc", "desc"], description="By creation; default desc."),
+            OpenApiParameter("include_archived", bool),
+            OpenApiParameter("statuses[]", str, many=True, enum=list(SESSION_STATUSES)),
+            OpenApiParameter("agent_id", str),
+            OpenApiParameter("agent_version", int, description="Only with agent_id."),
+            *time_range_parameters(),
+        ],
+        responses=SessionListOutputSerializer,
+    )
     def get(self, request):
         statuses = query_list(request, "statuses")
         for status in statuses:
@@ -61,21 +84,27 @@ class SessionListCreateApi(AgentsApi):
 
 
 class SessionDetailApi(AgentsApi):
+    @extend_schema(operation_id="sessions_retrieve", responses=SessionOutputSerializer)
     def get(self, request, session_id: str):
         return Response(session_wire(session_get(workspace=request.user, session_id=session_id)))
 
+    @extend_schema(
+        operation_id="sessions_update", request=SessionUpdateInputSerializer, responses=SessionOutputSerializer
+    )
     def post(self, request, session_id: str):
         session = session_services.session_update(
             workspace=request.user, session_id=session_id, changes=parse_session_changes(request.data)
         )
         return Response(session_wire(session))
 
+    @extend_schema(operation_id="sessions_delete", responses={200: SessionDeletedOutputSerializer})
     def delete(self, request, session_id: str):
         session_services.session_delete(workspace=request.user, session_id=session_id)
         return Response({"id": session_id, "type": "session_deleted"})
 
 
 class SessionArchiveApi(AgentsApi):
+    @extend_schema(operation_id="sessions_archive", request=None, responses=SessionOutputSerializer)
     def post(self, request, session_id: str):
         session = session_services.session_archive(workspace=request.user, session_id=session_id)
         return Response(session_wire(session))

@@ -4,12 +4,22 @@ types are the ground truth for both."""
 import json
 import re
 
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api import rfc3339
 from core.errors import InvalidRequest
-from core.serializers import Array, Bool, FreeJson, InputSerializer, Int, Object, Text, TypedUnion, validated
+from core.serializers import (
+    Array,
+    Bool,
+    FreeJson,
+    InputSerializer,
+    Int,
+    Object,
+    StringOrObject,
+    Text,
+    TypedUnion,
+    validated,
+)
 from sessions.events import TOOLSET_TYPE
 from sessions.serializers.common import (
     AGENT_CONFIG_MAX_BYTES,
@@ -43,17 +53,16 @@ class EffortSerializer(InputSerializer):
     type = serializers.ChoiceField(choices=EFFORTS)
 
 
-@extend_schema_field({"oneOf": [{"type": "string", "enum": list(EFFORTS)}, {"$ref": "#/components/schemas/Effort"}]})
-class EffortField(serializers.Field):
+class EffortField(StringOrObject):
+    string_schema = {"type": "string", "enum": list(EFFORTS)}
+    object_serializer = EffortSerializer
+
     def to_internal_value(self, data):
         if isinstance(data, str):
             data = {"type": data}
         if not isinstance(data, dict) or data.get("type") not in EFFORTS:
             raise serializers.ValidationError(f"must be one of {', '.join(EFFORTS)}.")
         return {"type": data["type"]}
-
-    def to_representation(self, value):
-        return value
 
 
 class ModelConfigSerializer(InputSerializer):
@@ -63,16 +72,11 @@ class ModelConfigSerializer(InputSerializer):
     inference_geo = Text(max_length=64, required=False, allow_null=True)
 
 
-@extend_schema_field(
-    {
-        "oneOf": [
-            {"type": "string", "minLength": 1, "maxLength": MODEL_ID_MAX_CHARS},
-            {"$ref": "#/components/schemas/ModelConfig"},
-        ]
-    }
-)
-class ModelField(serializers.Field):
+class ModelField(StringOrObject):
     """A model id string or `{id, effort?, speed?, inference_geo?}`: always the object form."""
+
+    string_schema = {"type": "string", "minLength": 1, "maxLength": MODEL_ID_MAX_CHARS}
+    object_serializer = ModelConfigSerializer
 
     def to_internal_value(self, data):
         if isinstance(data, str):
@@ -83,9 +87,6 @@ class ModelField(serializers.Field):
         if not config.is_valid():
             raise serializers.ValidationError(config.errors)
         return {key: value for key, value in config.validated_data.items() if value is not None}
-
-    def to_representation(self, value):
-        return value
 
 
 def parse_model(value) -> dict:
@@ -394,3 +395,38 @@ def agent_to_wire(agent, agent_version) -> dict:
     wire["updated_at"] = rfc3339(agent_version.created_at)
     wire["archived_at"] = rfc3339(agent.archived_at)
     return wire
+
+
+# --- response shapes (schema only: rendering is agent_to_wire; tests validate every response
+# against the document these produce) --------------------------------------------------------
+
+
+class ModelConfigOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    effort = EffortSerializer(required=False)
+    speed = serializers.CharField(required=False)
+    inference_geo = serializers.CharField(required=False)
+
+
+class AgentOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["agent"])
+    version = serializers.IntegerField()
+    name = serializers.CharField()
+    description = serializers.CharField(allow_null=True)
+    system = serializers.CharField(allow_null=True)
+    model = ModelConfigOutputSerializer()
+    tools = serializers.ListField(child=serializers.DictField())
+    mcp_servers = serializers.ListField(child=serializers.DictField())
+    skills = serializers.ListField(child=serializers.DictField())
+    execution_identity = serializers.DictField()
+    multiagent = serializers.DictField(allow_null=True)
+    metadata = serializers.DictField(child=serializers.CharField())
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    archived_at = serializers.DateTimeField(allow_null=True)
+
+
+class AgentListOutputSerializer(serializers.Serializer):
+    data = AgentOutputSerializer(many=True)
+    next_page = serializers.CharField(allow_null=True)

@@ -11,6 +11,7 @@ from rest_framework import serializers
 from core.errors import InvalidRequest
 
 NAME_MAX_CHARS = 256
+ENVIRONMENT_NAME_MAX_CHARS = 255  # the column's length
 DESCRIPTION_MAX_CHARS = 2048
 TITLE_MAX_CHARS = 512
 SYSTEM_MAX_CHARS = 262_144

@@ -8,8 +8,8 @@ from core.serializers import Array, Bool, InputSerializer, Text, TypedUnion, val
 from sessions.serializers.common import (
     ALLOWED_HOSTS_MAX,
     DESCRIPTION_MAX_CHARS,
+    ENVIRONMENT_NAME_MAX_CHARS,
     HOST_MAX_CHARS,
-    NAME_MAX_CHARS,
     PACKAGE_MAX_CHARS,
     PACKAGES_PER_MANAGER_MAX,
     Metadata,
@@ -112,7 +112,7 @@ def parse_environment_config(value, current: dict | None = None) -> dict:
 
 
 class EnvironmentCreateInputSerializer(InputSerializer):
-    name = Text(max_length=NAME_MAX_CHARS)
+    name = Text(max_length=ENVIRONMENT_NAME_MAX_CHARS)
     description = Text(max_length=DESCRIPTION_MAX_CHARS, required=False, allow_null=True, allow_blank=True)
     config = TypedUnion(choices=ENVIRONMENT_CONFIG_TYPES, required=False, allow_null=True)
     metadata = Metadata()
@@ -122,7 +122,7 @@ class EnvironmentCreateInputSerializer(InputSerializer):
 class EnvironmentUpdateInputSerializer(EnvironmentCreateInputSerializer):
     """Given fields change; `config` merges into the stored one; metadata is a patch."""
 
-    name = Text(max_length=NAME_MAX_CHARS, required=False, allow_null=True)
+    name = Text(max_length=ENVIRONMENT_NAME_MAX_CHARS, required=False, allow_null=True)
     metadata = Metadata(allow_null_values=True)
 
 
@@ -164,3 +164,29 @@ def environment_to_wire(environment) -> dict:
         "updated_at": rfc3339(environment.updated_at),
         "archived_at": rfc3339(environment.archived_at),
     }
+
+
+# --- response shapes (schema only: rendering is environment_to_wire) --------------------------
+
+
+class EnvironmentOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["environment"])
+    name = serializers.CharField()
+    description = serializers.CharField(allow_null=True)
+    config = serializers.DictField()
+    metadata = serializers.DictField(child=serializers.CharField())
+    scope = serializers.CharField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    archived_at = serializers.DateTimeField(allow_null=True)
+
+
+class EnvironmentListOutputSerializer(serializers.Serializer):
+    data = EnvironmentOutputSerializer(many=True)
+    next_page = serializers.CharField(allow_null=True)
+
+
+class EnvironmentDeletedOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["environment_deleted"])

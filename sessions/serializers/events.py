@@ -195,3 +195,23 @@ def event_to_wire(event) -> dict:
         processed_at = event.created_at
     wire["processed_at"] = rfc3339(processed_at)
     return wire
+
+
+# --- response shapes (schema only: rendering is event_to_wire) --------------------------------
+
+
+class EventOutputSerializer(serializers.Serializer):
+    """Any session event: `id`, `type`, `processed_at`, and the type's own fields."""
+
+    id = serializers.CharField()
+    type = serializers.CharField()
+    processed_at = serializers.DateTimeField(allow_null=True)
+
+
+class EventListOutputSerializer(serializers.Serializer):
+    data = EventOutputSerializer(many=True)
+    next_page = serializers.CharField(allow_null=True)
+
+
+class EventsSentOutputSerializer(serializers.Serializer):
+    data = EventOutputSerializer(many=True)

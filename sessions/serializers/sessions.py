@@ -1,12 +1,11 @@
 """Sessions and their resources: input serializers and wire shapes (api-contract.md §5, §6)."""
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api import rfc3339
 from core.errors import InvalidRequest
-from core.serializers import Array, InputSerializer, Int, Object, Text, validated
+from core.serializers import Array, InputSerializer, Int, Object, StringOrObject, Text, validated
 from processors.resources import MAX_FILE_RESOURCES, MAX_MOUNT_PATH_LENGTH
 from sessions.serializers.agents import ModelField, ToolsField
 from sessions.serializers.common import ID_MAX_CHARS, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
@@ -27,17 +26,12 @@ class AgentRefSerializer(InputSerializer):
     model = ModelField(required=False, allow_null=True)
 
 
-@extend_schema_field(
-    {
-        "oneOf": [
-            {"type": "string", "minLength": 1, "maxLength": ID_MAX_CHARS},
-            {"$ref": "#/components/schemas/AgentRef"},
-        ]
-    }
-)
-class AgentRefField(serializers.Field):
+class AgentRefField(StringOrObject):
     """An agent id, or an AgentRef object. Validated here, passed on as sent (the service
     resolves it)."""
+
+    string_schema = {"type": "string", "minLength": 1, "maxLength": ID_MAX_CHARS}
+    object_serializer = AgentRefSerializer
 
     def to_internal_value(self, data):
         if isinstance(data, str):
@@ -50,9 +44,6 @@ class AgentRefField(serializers.Field):
         if not ref.is_valid():
             raise serializers.ValidationError(ref.errors)
         return data
-
-    def to_representation(self, value):
-        return value
 
 
 class ResourceParamSerializer(InputSerializer):
@@ -161,3 +152,61 @@ def session_to_wire(session, *, resources: list | None = None, outcome_evaluatio
         "vault_ids": [],
         "deployment_id": None,
     }
+
+
+# --- response shapes (schema only: rendering is session_to_wire / resource_to_wire) -----------
+
+
+class ResourceOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["file"])
+    file_id = serializers.CharField()
+    mount_path = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class ResourceListOutputSerializer(serializers.Serializer):
+    data = ResourceOutputSerializer(many=True)
+    next_page = serializers.CharField(allow_null=True)
+
+
+class ResourceDeletedOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["session_resource_deleted"])
+
+
+class SessionStatsOutputSerializer(serializers.Serializer):
+    active_seconds = serializers.FloatField()
+    duration_seconds = serializers.FloatField()
+
+
+class SessionOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["session"])
+    status = serializers.ChoiceField(choices=SESSION_STATUSES)
+    agent = serializers.DictField(help_text="The agent's configuration at the session's version (SessionAgent).")
+    environment_id = serializers.CharField(allow_null=True)
+    resources = ResourceOutputSerializer(many=True)
+    metadata = serializers.DictField(child=serializers.CharField())
+    title = serializers.CharField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    archived_at = serializers.DateTimeField(allow_null=True)
+    budget = serializers.DictField(allow_null=True)
+    outcome_evaluations = serializers.ListField(child=serializers.DictField())
+    stats = SessionStatsOutputSerializer()
+    usage = serializers.DictField()
+    vault_ids = serializers.ListField(child=serializers.CharField())
+    deployment_id = serializers.CharField(allow_null=True)
+
+
+class SessionListOutputSerializer(serializers.Serializer):
+    data = SessionOutputSerializer(many=True)
+    next_page = serializers.CharField(allow_null=True)
+    prev_page = serializers.CharField(allow_null=True)
+
+
+class SessionDeletedOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["session_deleted"])

@@ -103,7 +103,7 @@ CASES = {
         lambda s, m: {"system": s(limits.SYSTEM_MAX_CHARS)},
         "system",
     ),
-    "environment name": ("/v1/environments", lambda s, m: {"name": s(limits.NAME_MAX_CHARS)}, "name"),
+    "environment name": ("/v1/environments", lambda s, m: {"name": s(limits.ENVIRONMENT_NAME_MAX_CHARS)}, "name"),
     "environment description": (
         "/v1/environments",
         lambda s, m: {"name": "e", "description": s(limits.DESCRIPTION_MAX_CHARS)},
@@ -234,7 +234,15 @@ def test_one_over_each_limit_is_400_and_stores_nothing(api, made, case):
 
 @pytest.mark.parametrize(
     "case",
-    ["agent name", "agent system prompt", "model id", "metadata value", "environment description", "session title"],
+    [
+        "agent name",
+        "agent system prompt",
+        "model id",
+        "metadata value",
+        "environment name",
+        "environment description",
+        "session title",
+    ],
 )
 def test_at_each_limit_is_accepted(api, made, case):
     route, build, _ = CASES[case]

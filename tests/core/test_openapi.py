@@ -1,0 +1,175 @@
+"""/openapi.json: valid OpenAPI 3 JSON describing all 31 operations with request and response
+schemas, both API-key schemes and the error envelope; and every operation, replayed, answers
+as documented (tests/openapi.py checks each response)."""
+
+import io
+import json
+
+import pytest
+from openapi_spec_validator import validate
+
+from files import services
+from tests import openapi
+
+pytestmark = pytest.mark.django_db
+
+OPERATIONS = {
+    ("get", "/v1/files"): "files_list",
+    ("post", "/v1/files"): "files_upload",
+    ("get", "/v1/files/{file_id}"): "files_retrieve_metadata",
+    ("delete", "/v1/files/{file_id}"): "files_delete",
+    ("get", "/v1/files/{file_id}/content"): "files_download",
+    ("get", "/v1/agents"): "agents_list",
+    ("post", "/v1/agents"): "agents_create",
+    ("get", "/v1/agents/{agent_id}"): "agents_retrieve",
+    ("post", "/v1/agents/{agent_id}"): "agents_update",
+    ("post", "/v1/agents/{agent_id}/archive"): "agents_archive",
+    ("get", "/v1/agents/{agent_id}/versions"): "agents_versions_list",
+    ("get", "/v1/environments"): "environments_list",
+    ("post", "/v1/environments"): "environments_create",
+    ("get", "/v1/environments/{environment_id}"): "environments_retrieve",
+    ("post", "/v1/environments/{environment_id}"): "environments_update",
+    ("delete", "/v1/environments/{environment_id}"): "environments_delete",
+    ("post", "/v1/environments/{environment_id}/archive"): "environments_archive",
+    ("get", "/v1/sessions"): "sessions_list",
+    ("post", "/v1/sessions"): "sessions_create",
+    ("get", "/v1/sessions/{session_id}"): "sessions_retrieve",
+    ("post", "/v1/sessions/{session_id}"): "sessions_update",
+    ("delete", "/v1/sessions/{session_id}"): "sessions_delete",
+    ("post", "/v1/sessions/{session_id}/archive"): "sessions_archive",
+    ("get", "/v1/sessions/{session_id}/events"): "sessions_events_list",
+    ("post", "/v1/sessions/{session_id}/events"): "sessions_events_send",
+    ("get", "/v1/sessions/{session_id}/events/stream"): "sessions_events_stream",
+    ("get", "/v1/sessions/{session_id}/resources"): "sessions_resources_list",
+    ("post", "/v1/sessions/{session_id}/resources"): "sessions_resources_add",
+    ("get", "/v1/sessions/{session_id}/resources/{resource_id}"): "sessions_resources_retrieve",
+    ("post", "/v1/sessions/{session_id}/resources/{resource_id}"): "sessions_resources_update",
+    ("delete", "/v1/sessions/{session_id}/resources/{resource_id}"): "sessions_resources_delete",
+}
+BODYLESS = {"files_download", "agents_archive", "environments_archive", "sessions_archive"}
+
+
+@pytest.fixture(scope="module")
+def served(django_db_blocker):
+    from django.test import Client
+
+    with django_db_blocker.unblock():
+        response = Client().get("/openapi.json")
+    assert response.status_code == 200
+    assert response["Content-Type"].split(";")[0] in ("application/json", "application/vnd.oai.openapi+json")
+    return json.loads(response.content)
+
+
+def test_document_is_valid_openapi_3(served):
+    validate(served)
+    assert served["openapi"].startswith("3.")
+
+
+def test_every_operation_is_described(served):
+    found = {
+        (method, path): operation["operationId"]
+        for path, operations in served["paths"].items()
+        for method, operation in operations.items()
+    }
+    assert found == OPERATIONS
+    assert len(found) == 31
+    schemes = served["components"]["securitySchemes"]
+    assert schemes["ApiKeyAuth"] == {"type": "apiKey", "in": "header", "name": "x-api-key"}
+    assert schemes["BearerAuth"]["type"] == "http" and schemes["BearerAuth"]["scheme"] == "bearer"
+    for (method, path), operation_id in OPERATIONS.items():
+        operation = served["paths"][path][method]
+        assert operation["security"] == [{"ApiKeyAuth": []}, {"BearerAuth": []}], operation_id
+        for status in ("400", "401", "404", "500"):
+            error = operation["responses"][status]["content"]["application/json"]["schema"]
+            assert error == {"$ref": "#/components/schemas/Error"}, (operation_id, status)
+        if operation_id == "sessions_resources_update":
+            assert not [status for status in operation["responses"] if status.startswith("2")]
+            continue
+        success = [status for status in operation["responses"] if status.startswith("2")]
+        assert success, operation_id
+        for status in success:
+            content = operation["responses"][status]["content"]
+            assert all(media.get("schema") for media in content.values()), (operation_id, status)
+        if method == "post" and operation_id not in BODYLESS:
+            assert operation["requestBody"]["content"], operation_id
+    # What DELETE /v1/files/{id} really returns: 200 with {id, type: file_deleted}.
+    deleted = served["paths"]["/v1/files/{file_id}"]["delete"]["responses"]
+    assert "200" in deleted and "204" not in deleted
+    error = served["components"]["schemas"]["Error"]
+    assert set(error["required"]) == {"type", "error", "request_id"}
+
+
+def _post(api, path, body=None):
+    return api.post(path, json.dumps(body) if body is not None else "", content_type="application/json")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_operation_replayed_answers_as_documented(api, api_key, s3_bucket):
+    """One call per operation through the full middleware stack; tests/openapi.py validates each
+    response against the document (a departure fails this test in teardown)."""
+    openapi.checked.clear()
+    handle = io.BytesIO(b"hello")
+    handle.name = "a.txt"
+    upload = api.post("/v1/files", {"file": handle})
+    assert upload.status_code == 200, upload.content
+    file_id = upload.json()["id"]
+    assert api.get("/v1/files").status_code == 200
+    assert api.get(f"/v1/files/{file_id}").status_code == 200
+
+    agent = _post(api, "/v1/agents", {"name": "a", "model": "claude-sonnet-4-5", "tools": [
+        {"type": "agent_toolset_20260401"},
+        {"type": "custom", "name": "t", "description": "d", "input_schema": {"type": "object"}},
+    ]}).json()  # fmt: skip
+    assert api.get("/v1/agents").status_code == 200
+    assert api.get(f"/v1/agents/{agent['id']}").status_code == 200
+    assert _post(api, f"/v1/agents/{agent['id']}", {"version": 1, "system": "s"}).status_code == 200
+    assert api.get(f"/v1/agents/{agent['id']}/versions").status_code == 200
+
+    env = _post(api, "/v1/environments", {"name": "e", "metadata": {"k": "v"}}).json()
+    spare = _post(api, "/v1/environments", {"name": "spare"}).json()
+    assert api.get("/v1/environments").status_code == 200
+    assert api.get(f"/v1/environments/{env['id']}").status_code == 200
+    assert _post(api, f"/v1/environments/{env['id']}", {"description": "d"}).status_code == 200
+    assert _post(api, f"/v1/environments/{spare['id']}/archive").status_code == 200
+    assert api.delete(f"/v1/environments/{spare['id']}").status_code == 200
+
+    session = _post(api, "/v1/sessions", {"agent": agent["id"], "environment_id": env["id"], "title": "t"}).json()
+    sid = session["id"]
+    assert api.get("/v1/sessions").status_code == 200
+    assert api.get(f"/v1/sessions/{sid}").status_code == 200
+    assert _post(api, f"/v1/sessions/{sid}", {"metadata": {"k": "v"}}).status_code == 200
+    sent = _post(
+        api,
+        f"/v1/sessions/{sid}/events",
+        {"events": [{"type": "user.define_outcome", "description": "d", "rubric": {"type": "text", "content": "r"}}]},
+    )
+    assert sent.status_code == 200, sent.content
+    assert api.get(f"/v1/sessions/{sid}/events").status_code == 200
+
+    resource = _post(api, f"/v1/sessions/{sid}/resources", {"type": "file", "file_id": file_id})
+    assert resource.status_code == 200, resource.content
+    rid = resource.json()["id"]
+    assert api.get(f"/v1/sessions/{sid}/resources").status_code == 200
+    assert api.get(f"/v1/sessions/{sid}/resources/{rid}").status_code == 200
+    assert _post(api, f"/v1/sessions/{sid}/resources/{rid}", {}).status_code == 400
+    assert api.delete(f"/v1/sessions/{sid}/resources/{rid}").status_code == 200
+
+    # The stream closes its database connection while it waits (hence a transactional test).
+    stream = api.get(f"/v1/sessions/{sid}/events/stream")
+    assert stream.status_code == 200
+    stream.close()
+    assert _post(api, f"/v1/sessions/{sid}/archive").status_code == 200
+    assert _post(api, f"/v1/agents/{agent['id']}/archive").status_code == 200
+    assert api.delete(f"/v1/sessions/{sid}").status_code == 200
+    # Uploads are not downloadable (a 400, checked like any response); a session output is.
+    assert api.get(f"/v1/files/{file_id}/content").status_code == 400
+    output = services.file_upload_stream(
+        workspace=api_key.workspace, chunks=[b"out"], filename="o.txt", mime_type="text/plain", downloadable=True
+    )
+    assert api.get(f"/v1/files/{output.id}/content").status_code == 200
+    assert api.delete(f"/v1/files/{file_id}").status_code == 200
+
+    seen = {" ".join(key.split()[:2]) for key in openapi.checked}
+    expected = {f"{method.upper()} {path}" for method, path in OPERATIONS}
+    assert seen >= expected, expected - seen
+    assert not openapi.violations, openapi.violations
