@@ -1,7 +1,10 @@
-.PHONY: run test lint bench sandbox-image
+.PHONY: run stop test lint bench sandbox-image
 
 run:  ## set everything up and serve the API on 127.0.0.1:$PORT (default 8000)
 	@bash scripts/run.sh
+
+stop:  ## stop what a `make run` that did not exit cleanly left running (var/run.pids)
+	@if [ -f var/run.pids ]; then while read -r pid; do kill -TERM -- "-$$pid" 2>/dev/null || true; done < var/run.pids; rm -f var/run.pids; fi
 
 test:  ## run the whole test suite, starting what it needs
 	@bash scripts/test.sh $(ARGS)

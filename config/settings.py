@@ -18,8 +18,9 @@ env = environ.Env()
 # `make run` writes .env (the embedded store's endpoint and credentials, …) so that every
 # management command started from another shell sees the same defaults. Variables already in
 # the environment win over the file.
-if (BASE_DIR / ".env").is_file() and not env.bool("MANGO_IGNORE_DOTENV", default=False):
-    environ.Env.read_env(BASE_DIR / ".env")
+ENV_FILE = env.str("MANGO_ENV_FILE", default=str(BASE_DIR / ".env"))
+if ENV_FILE and Path(ENV_FILE).is_file():
+    environ.Env.read_env(ENV_FILE)
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="mango-dev-insecure-secret-key-change-me")

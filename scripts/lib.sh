@@ -71,23 +71,69 @@ PY
   die "SeaweedFS did not become ready in 60 s; see var/log/seaweedfs.log"
 }
 
-# PostgreSQL and Redis must be reachable; say so in one line, naming the variable to set.
+# PostgreSQL and Redis must be usable; otherwise say in one line what failed (the server's own
+# words: refused, unknown host, password rejected, …) and which variable to check. A transient
+# failure is retried a few times first.
 check_database_and_redis() {
   "$PY" - <<'PY' || exit 1
-import os, sys
+import os, sys, time
 import environ, psycopg, redis
 url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mango")
 cfg = environ.Env.db_url_config(url)
-try:
-    psycopg.connect(host=cfg["HOST"] or None, port=cfg["PORT"] or None, user=cfg["USER"] or None,
-                    password=cfg["PASSWORD"] or None, dbname="postgres", connect_timeout=3).close()
-except Exception as exc:
-    sys.exit(f"[mango] PostgreSQL is unreachable at {cfg['HOST']}:{cfg['PORT'] or 5432} ({type(exc).__name__}); set DATABASE_URL.")
-try:
-    redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), socket_connect_timeout=3).ping()
-except Exception as exc:
-    sys.exit(f"[mango] Redis is unreachable ({type(exc).__name__}); set REDIS_URL.")
+where = f"{cfg['HOST'] or 'localhost'}:{cfg['PORT'] or 5432} as {cfg['USER'] or 'the current user'}"
+
+def reason(exc):
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]
+
+def attempt(check, attempts=3):
+    for n in range(attempts):
+        try:
+            return check()
+        except Exception as exc:
+            if n == attempts - 1:
+                return exc
+            time.sleep(1 + n)
+
+failure = attempt(lambda: psycopg.connect(
+    host=cfg["HOST"] or None, port=cfg["PORT"] or None, user=cfg["USER"] or None,
+    password=cfg["PASSWORD"] or None, dbname="postgres", connect_timeout=3).close())
+if failure:
+    sys.exit(f"[mango] PostgreSQL at {where} failed: {reason(failure)} (check DATABASE_URL).")
+redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+failure = attempt(lambda: redis.Redis.from_url(redis_url, socket_connect_timeout=3).ping() and None)
+if failure:
+    sys.exit(f"[mango] Redis at {redis_url.split('@')[-1]} failed: {reason(failure)} (check REDIS_URL).")
 PY
+}
+
+# .env: `make run` records the settings it used so that `manage.py` in any other shell (e.g.
+# create_api_key) talks to the same services; config/settings.py reads it for variables the
+# environment does not set. A .env without our marker line is the user's: read, never rewritten.
+ENV_FILE="${MANGO_ENV_FILE-$ROOT/.env}"  # MANGO_ENV_FILE="" disables it
+ENV_MARKER="# Written by make run"
+load_env_file() {
+  [ -n "$ENV_FILE" ] && [ -f "$ENV_FILE" ] || return 0
+  local line key
+  while IFS= read -r line || [ -n "$line" ]; do
+    case "$line" in ''|'#'*) continue ;; esac
+    key="${line%%=*}"
+    [[ "$key" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
+    [ -n "${!key+x}" ] || export "$key=${line#*=}"
+  done < "$ENV_FILE"
+}
+write_env_file() {
+  [ -n "$ENV_FILE" ] || return 0
+  if [ -f "$ENV_FILE" ] && ! head -n1 "$ENV_FILE" | grep -q "^$ENV_MARKER"; then
+    say "using your .env (not rewritten)"
+    return 0
+  fi
+  {
+    echo "$ENV_MARKER: the settings it used, read by config/settings.py for variables the"
+    echo "# environment does not set (so manage.py works from any shell). Edit, or delete the first line to keep your edits."
+    for key in "$@"; do [ -n "${!key:-}" ] && printf '%s=%s\n' "$key" "${!key}"; done
+  } > "$ENV_FILE.tmp"
+  chmod 600 "$ENV_FILE.tmp" && mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
 # Create the database named by DATABASE_URL when it is missing.

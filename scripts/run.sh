@@ -4,18 +4,35 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 started=$SECONDS
 
+load_env_file
 ensure_venv
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mango}"
+export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
 check_database_and_redis
 export PORT="${PORT:-8000}"
 
+# Ctrl-C stops everything, also under `make run | tee log`: the components run in their own
+# sessions (so each can be stopped as a group), output to a closed pipe must not kill this
+# script before it has stopped them, and a component that ignores SIGTERM is killed after 20 s.
+# Their process groups are also recorded in var/run.pids for `make stop`.
 pids=()
+trap '' PIPE
 cleanup() {
-  trap - INT TERM EXIT
-  say "stopping"
+  trap - INT TERM HUP EXIT
+  trap '' INT TERM HUP
+  say "stopping" 2>/dev/null || true
   for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  for _ in $(seq 1 40); do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 -- "-$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.5
+  done
+  for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+  rm -f "$VAR/run.pids"
+  exit 0
 }
-trap cleanup INT TERM EXIT
+trap cleanup INT TERM HUP EXIT
 
 if [ -z "${MANGO_FILE_S3_ENDPOINT_URL:-}" ]; then
   export_embedded_s3_env
@@ -37,6 +54,10 @@ rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 "$PY" manage.py collectstatic --noinput -v 0
 "$PY" manage.py reconcile_files
 
+write_env_file DATABASE_URL REDIS_URL MANGO_FILE_S3_ENDPOINT_URL MANGO_FILE_S3_BUCKET MANGO_FILE_S3_REGION \
+  MANGO_FILE_S3_ACCESS_KEY_ID MANGO_FILE_S3_SECRET_ACCESS_KEY PROMETHEUS_MULTIPROC_DIR ANTHROPIC_BASE_URL
+upstream_warning="$("$PY" manage.py check --tag model_upstream 2>&1 | grep -A1 'mango.W001' || true)"
+
 # One public port: uvicorn workers serving config.asgi (README "Serving"); logging, timeouts and
 # worker recycling: config/gunicorn.conf.py.
 setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.asgi:application --bind "127.0.0.1:$PORT" &
@@ -51,6 +72,7 @@ MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-3}" \
 pids+=($!)
 
 for _ in $(seq 1 120); do port_open 127.0.0.1 "$PORT" && break; sleep 0.25; done
+printf '%s\n' "${pids[@]}" > "$VAR/run.pids"
 elapsed=$((SECONDS - started))
 cat >&2 <<MSG
 
@@ -62,5 +84,8 @@ cat >&2 <<MSG
 
   Ctrl-C stops everything started here.
 MSG
+if [ -n "$upstream_warning" ]; then
+  printf '\033[1;33m[mango] warning:\033[0m %s\n\n' "$upstream_warning" | sed 's/^?: (mango.W001) //' >&2
+fi
 wait -n "${pids[@]}"
 say "a component exited; shutting down"

@@ -9,6 +9,7 @@ class SessionsConfig(AppConfig):
 
     def ready(self):
         from core import metrics
+        from sessions import checks  # noqa: F401 — registers the model upstream check
         from sessions import metrics as sessions_metrics
 
         metrics.register_collector("sessions", sessions_metrics.collect)
