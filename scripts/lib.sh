@@ -18,7 +18,7 @@ ensure_venv() {
     python3 -m venv "$VENV"
   fi
   local stamp="$VENV/.requirements.sha256"
-  local want; want="$(sha256sum "$ROOT/requirements.txt" | cut -d' ' -f1)"
+  local want; want="$(cat "$ROOT/requirements.txt" "$ROOT/requirements-runtime.txt" | sha256sum | cut -d' ' -f1)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     say "installing requirements"
     "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip

@@ -21,7 +21,9 @@ def worker_queue(settings):
 @pytest.fixture
 def live_worker(worker_queue, django_db_blocker):
     with django_db_blocker.unblock():
-        worker = CeleryWorker(queues=worker_queue, env={"MANGO_SESSIONS_QUEUE": worker_queue}, concurrency=1).start()
+        worker = CeleryWorker(queues=worker_queue, env={"MANGO_SESSIONS_QUEUE": worker_queue}, concurrency=1).start(
+            timeout=90
+        )
     yield worker
     worker.stop()
 

@@ -42,7 +42,9 @@ def stack(tmp_path, scripted_model, django_db_blocker):
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     with django_db_blocker.unblock():
-        worker = CeleryWorker(env={**worker_env(scripted_model), **shared}, queues=queue, concurrency=1).start()
+        worker = CeleryWorker(env={**worker_env(scripted_model), **shared}, queues=queue, concurrency=1).start(
+            timeout=90
+        )
     url = f"http://127.0.0.1:{port}"
     wait_for(lambda: _up(url), timeout=30, interval=0.2)
     yield url
