@@ -30,7 +30,7 @@ CHROMIUM_ARGS = [
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.slow,
-    pytest.mark.timeout(180),
+    pytest.mark.timeout(600),
     pytest.mark.skipif(not CHROMIUM.exists(), reason="chromium is not installed (.ci/run installs it)"),
 ]
 
@@ -45,7 +45,7 @@ def browser_page(monkeypatch):
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(20_000)
+        page.set_default_timeout(90_000)  # a loaded CI machine
         yield page
         browser.close()
 

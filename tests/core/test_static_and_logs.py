@@ -33,7 +33,7 @@ def gunicorn(tmp_path):
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90
     while True:
         try:
             httpx.get(f"{url}/healthz", timeout=1)
@@ -43,8 +43,8 @@ def gunicorn(tmp_path):
             assert time.monotonic() < deadline, "gunicorn did not start"
             time.sleep(0.2)
     yield url, log_path
-    os.killpg(process.pid, signal.SIGTERM)
-    process.wait(15)
+    os.killpg(process.pid, signal.SIGINT)  # quick shutdown (SIGTERM waits out graceful_timeout)
+    process.wait(60)
 
 
 def _json_lines(path: Path) -> list[dict]:

@@ -23,7 +23,7 @@ from tests.worker import CeleryWorker
 from tests.worker import test_database_url as database_url
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(400)]
 
 
 @pytest.fixture
@@ -32,7 +32,11 @@ def stack(tmp_path, scripted_model, django_db_blocker):
     metrics_dir = tmp_path / "prometheus"
     metrics_dir.mkdir()
     queue = f"mango-test-metrics-{os.getpid()}-{time.monotonic_ns()}"
-    shared = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), "MANGO_SESSIONS_QUEUE": queue}
+    shared = {
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+        "MANGO_SESSIONS_QUEUE": queue,
+        "MANGO_SSE_HEARTBEAT_SECONDS": "1",
+    }
     port = free_port()
     env = {**os.environ, **shared, "DATABASE_URL": database_url(), "DATABASE_CONN_MAX_AGE": "0"}
     log = open(tmp_path / "gunicorn.log", "wb")  # noqa: SIM115 — closed below
@@ -46,11 +50,11 @@ def stack(tmp_path, scripted_model, django_db_blocker):
             timeout=90
         )
     url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _up(url), timeout=30, interval=0.2)
+    wait_for(lambda: _up(url), timeout=90, interval=0.2)
     yield url
     worker.stop()
-    os.killpg(server.pid, signal.SIGTERM)
-    server.wait(15)
+    os.killpg(server.pid, signal.SIGINT)  # quick shutdown (SIGTERM waits out graceful_timeout)
+    server.wait(60)
     log.close()
 
 
@@ -108,11 +112,11 @@ def test_metrics_move_after_an_upload_a_download_and_turns(stack, api_key, model
         done = [e for e in events if e.type == "session.status_idle"]
         return events if len(done) >= turns else None
 
-    wait_for(lambda: idle_after(1), timeout=30)
+    wait_for(lambda: idle_after(1), timeout=90)
     sdk.beta.sessions.events.send(
         session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "fail"}]}]
     )
-    wait_for(lambda: idle_after(2), timeout=30)
+    wait_for(lambda: idle_after(2), timeout=90)
 
     after = scrape(stack)
     assert value(after, "mango_file_upload_bytes_total") - value(before, "mango_file_upload_bytes_total") == len(
@@ -134,6 +138,16 @@ def test_metrics_move_after_an_upload_a_download_and_turns(stack, api_key, model
     # Scrape-time values from PostgreSQL.
     assert value(after, "mango_sessions", status="idle") - value(before, "mango_sessions", status="idle") == 1
     assert value(after, "mango_turns_running") == 0
+
+    # An open event stream counts while it is open, and no longer once the client has left.
+    assert value(after, "mango_event_streams_open") == 0
+    with httpx.stream(
+        "GET", f"{stack}/v1/sessions/{session.id}/events/stream", headers={"x-api-key": str(api_key)}, timeout=30
+    ) as stream:
+        assert stream.status_code == 200
+        next(stream.iter_raw())
+        assert value(scrape(stack), "mango_event_streams_open") == 1
+    wait_for(lambda: value(scrape(stack), "mango_event_streams_open") == 0, timeout=20, interval=0.5)
 
 
 def test_metrics_token(client, settings):
