@@ -137,37 +137,7 @@ class MetricsMiddleware:
         HTTP_REQUEST_SECONDS.labels(route, request.method, str(response.status_code)).observe(
             time.perf_counter() - started
         )
-        if getattr(response, "streaming", False) and response.get("Content-Type", "").startswith("text/event-stream"):
-            response.streaming_content = _counted_stream(response.streaming_content, is_async=response.is_async)
         return response
-
-
-def _counted_stream(content, *, is_async: bool):
-    """An event stream counts as open from its first chunk until it ends or the client leaves
-    (the server closes the iterator), whichever view or serving layout produced it."""
-    if is_async:
-
-        async def counted_async():
-            EVENT_STREAMS_OPEN.inc()
-            try:
-                async for chunk in content:
-                    yield chunk
-            finally:
-                EVENT_STREAMS_OPEN.dec()
-
-        return counted_async()
-
-    def counted():
-        EVENT_STREAMS_OPEN.inc()
-        try:
-            yield from content
-        finally:
-            EVENT_STREAMS_OPEN.dec()
-            close = getattr(content, "close", None)
-            if close is not None:
-                close()
-
-    return counted()
 
 
 def celery_collect():

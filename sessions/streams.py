@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 
-from core import caps
+from core import caps, metrics
 from core.api import beta_values
 from core.auth import api_key_authenticate_meta
 from core.errors import ApiError, AuthenticationFailed, InvalidRequest, error_body, to_api_error
@@ -290,6 +290,7 @@ async def event_frames(*, session_id: str, deltas: bool, heartbeat_seconds: floa
     hub = _hub()
     follower = _Follower(deltas=deltas)
     feed = await hub.follow(session_id, follower)
+    metrics.EVENT_STREAMS_OPEN.inc()
     try:
         follower.after_seq = await db_call(_last_seq, session_id=session_id)
         yield _CONNECTED
@@ -313,6 +314,7 @@ async def event_frames(*, session_id: str, deltas: bool, heartbeat_seconds: floa
             last_sent = loop.time()
             yield frame
     finally:
+        metrics.EVENT_STREAMS_OPEN.dec()
         hub.unfollow(feed, follower)
 
 

@@ -28,8 +28,8 @@ def gunicorn(tmp_path):
     env = {**os.environ, "DATABASE_URL": database_url(), "DATABASE_CONN_MAX_AGE": "0", "MANGO_LOG_LEVEL": "INFO"}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [str(Path(sys.executable).parent / "gunicorn"), "-c", "config/gunicorn.conf.py", "config.wsgi:application",
-             "--bind", f"127.0.0.1:{port}", "--workers", "1", "--worker-class", "gthread", "--threads", "4"],
+            [str(Path(sys.executable).parent / "gunicorn"), "-c", "config/gunicorn.conf.py", "config.asgi:application",
+             "--bind", f"127.0.0.1:{port}", "--workers", "1"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
