@@ -328,7 +328,28 @@ def request_body_stream(django_request) -> tuple[object, int | None]:
     return django_request, 0
 
 
-class GunicornSocketBody:
+class _BufferedBody:
+    """What both fast body readers share: bytes already received but not yet returned are served
+    first, and read() is readinto() into a fresh buffer."""
+
+    _pending: bytes | memoryview
+
+    def _serve_pending(self, view: memoryview) -> int:
+        count = min(len(view), len(self._pending))
+        view[:count] = self._pending[:count]
+        self._pending = self._pending[count:]
+        return count
+
+    def readinto(self, view: memoryview) -> int:
+        raise NotImplementedError
+
+    def read(self, size: int) -> bytes:
+        buffer = bytearray(size)
+        count = self.readinto(memoryview(buffer))
+        return bytes(buffer[:count])
+
+
+class GunicornSocketBody(_BufferedBody):
     """readinto() straight from the client socket, for a gunicorn request body of known length.
 
     gunicorn's body reader, Django's LimitedStream and a bytes-based parser would each copy the
@@ -370,10 +391,7 @@ class GunicornSocketBody:
 
     def readinto(self, view: memoryview) -> int:
         if self._pending:
-            count = min(len(view), len(self._pending))
-            view[:count] = self._pending[:count]
-            self._pending = self._pending[count:]
-            return count
+            return self._serve_pending(view)
         size = min(len(view), self._from_socket)
         if size <= 0:
             return 0
@@ -386,13 +404,8 @@ class GunicornSocketBody:
         self._reader.length = self._from_socket
         return count
 
-    def read(self, size: int) -> bytes:
-        buffer = bytearray(size)
-        count = self.readinto(memoryview(buffer))
-        return bytes(buffer[:count])
 
-
-class AsgiReceiveBody:
+class AsgiReceiveBody(_BufferedBody):
     """readinto() from the ASGI messages behind a2wsgi's wsgi.input (config.asgi serves uploads
     through a2wsgi). a2wsgi's own read() gathers messages into a bytearray and slices a new
     bytes object out of it for each read; here each message's bytes are copied once, into the
@@ -426,10 +439,7 @@ class AsgiReceiveBody:
 
     def readinto(self, view: memoryview) -> int:
         if self._pending:
-            count = min(len(view), len(self._pending))
-            view[:count] = self._pending[:count]
-            self._pending = self._pending[count:]
-            return count
+            return self._serve_pending(view)
         if not self._body._has_more:
             return 0
         _release_database_connections()
@@ -451,11 +461,6 @@ class AsgiReceiveBody:
             if take < len(data):
                 self._pending = memoryview(data)[take:]
         return filled
-
-    def read(self, size: int) -> bytes:
-        buffer = bytearray(size)
-        count = self.readinto(memoryview(buffer))
-        return bytes(buffer[:count])
 
 
 def _release_database_connections() -> None:
