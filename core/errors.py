@@ -9,6 +9,7 @@ The `request-id` header is added by core.middleware.RequestIdMiddleware on every
 """
 
 import logging
+from collections.abc import Callable
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
@@ -16,9 +17,17 @@ from django.http import Http404, JsonResponse
 from psycopg_pool import PoolTimeout
 from rest_framework import exceptions as drf_exceptions
 
-from processors.errors import ProcessorError
-
 logger = logging.getLogger(__name__)
+
+# Exceptions of the layers below the API that describe a client error, mapped by the app that
+# knows them (e.g. files/apps.py maps processors' ProcessorError): core imports no app.
+_mappers: list[tuple[type[Exception], Callable[[Exception], "ApiError"]]] = []
+
+
+def register_mapping(exc_type: type[Exception], to_error: Callable[[Exception], "ApiError"]) -> None:
+    """Render `exc_type` (and its subclasses) as the ApiError `to_error` returns. Idempotent."""
+    if all(registered is not exc_type for registered, _ in _mappers):
+        _mappers.append((exc_type, to_error))
 
 
 class ApiError(Exception):
@@ -158,8 +167,9 @@ def to_api_error(exc: Exception) -> ApiError | None:
     """Map any exception we know how to describe to an ApiError; None for the unexpected."""
     if isinstance(exc, ApiError):
         return exc
-    if isinstance(exc, ProcessorError):
-        return InvalidRequest(exc.message, code=exc.reason)
+    for exc_type, to_error in _mappers:
+        if isinstance(exc, exc_type):
+            return to_error(exc)
     if isinstance(exc, drf_exceptions.ValidationError):
         return InvalidRequest("; ".join(_flatten_validation(exc.detail)) or "Invalid request.")
     if isinstance(exc, drf_exceptions.ParseError):

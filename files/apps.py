@@ -6,6 +6,12 @@ class FilesConfig(AppConfig):
     verbose_name = "Files"
 
     def ready(self):
+        from core import errors
+        from processors.errors import ProcessorError
+
+        # The processors' client errors (files and sessions both raise them) are 400s.
+        errors.register_mapping(ProcessorError, lambda exc: errors.InvalidRequest(exc.message, code=exc.reason))
+
         from core import readiness
 
         readiness.register("object_store", _check_object_store)

@@ -1,4 +1,5 @@
-"""The import layers (.importlinter): imports run one way and no cycle forms; CI runs this."""
+"""The import contracts in .importlinter (STYLE.md §20): processors and core import no app, files
+does not import sessions, imports inside sessions run one way and form no cycle. CI runs this."""
 
 import subprocess
 import sys
