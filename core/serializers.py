@@ -5,6 +5,7 @@ wire accepts JSON types as sent, so these fields do not. Every string has a maxi
 every free-form JSON value a maximum size and nesting depth: limits are part of the schema.
 """
 
+import builtins
 import json
 
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
@@ -205,3 +206,22 @@ def validated(serializer_class: type[serializers.Serializer], data, **context) -
     serializer = serializer_class(data=data, context=context)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
+
+
+# --- response shapes (schema only: views render dicts; tests validate every response against the
+# document these produce) ---------------------------------------------------------------------
+
+
+def page_output(name: str, item: type[serializers.Serializer], *, prev_page: bool = False, **extra):
+    """The list envelope `{data, next_page[, prev_page], **extra}` around `item`, as a named
+    component (api-contract.md: both list envelopes)."""
+    fields = {"data": item(many=True), **extra, "next_page": serializers.CharField(allow_null=True)}
+    if prev_page:
+        fields["prev_page"] = serializers.CharField(allow_null=True)
+    return type(name, (serializers.Serializer,), fields)
+
+
+def deleted_output(name: str, *, type: str):
+    """The `{id, type: "<kind>_deleted"}` marker a DELETE answers with, as a named component."""
+    fields = {"id": serializers.CharField(), "type": serializers.ChoiceField(choices=[type])}
+    return builtins.type(name, (serializers.Serializer,), fields)

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from core import metrics
 from core.api import query_int, query_list, require_beta_in_strict_mode, rfc3339
 from core.errors import InvalidRequest, RequestTooLarge
+from core.serializers import deleted_output, page_output
 from files import selectors, services, storage, uploads
 from files.exceptions import FileNotDownloadable, RangeNotSatisfiable
 
@@ -60,17 +61,14 @@ class FileOutputSerializer(serializers.Serializer):
         }
 
 
-class FileListOutputSerializer(serializers.Serializer):
-    data = FileOutputSerializer(many=True)
-    has_more = serializers.BooleanField()
-    first_id = serializers.CharField(allow_null=True)
-    last_id = serializers.CharField(allow_null=True)
-    next_page = serializers.CharField(allow_null=True)
-
-
-class FileDeletedOutputSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["file_deleted"])
+FileListOutputSerializer = page_output(
+    "FileListOutputSerializer",
+    FileOutputSerializer,
+    has_more=serializers.BooleanField(),
+    first_id=serializers.CharField(allow_null=True),
+    last_id=serializers.CharField(allow_null=True),
+)
+FileDeletedOutputSerializer = deleted_output("FileDeletedOutputSerializer", type="file_deleted")
 
 
 class FileUploadInputSerializer(serializers.Serializer):

@@ -2,7 +2,6 @@
 types are the ground truth for both."""
 
 import json
-import re
 
 from rest_framework import serializers
 
@@ -10,40 +9,28 @@ from core.api import rfc3339
 from core.errors import InvalidRequest
 from core.serializers import (
     Array,
-    Bool,
-    FreeJson,
     InputSerializer,
     Int,
     Object,
     StringOrObject,
     Text,
     TypedUnion,
+    page_output,
     validated,
 )
-from sessions.events import TOOLSET_TYPE
 from sessions.serializers.common import (
     AGENT_CONFIG_MAX_BYTES,
     DESCRIPTION_MAX_CHARS,
-    HOST_MAX_CHARS,
     ID_MAX_CHARS,
-    MCP_SERVERS_MAX,
     MODEL_ID_MAX_CHARS,
     NAME_MAX_CHARS,
     SKILLS_MAX,
     SYSTEM_MAX_CHARS,
-    TOOL_DESCRIPTION_MAX_CHARS,
-    TOOL_OPTION_MAX_BYTES,
-    TOOL_SCHEMA_MAX_BYTES,
-    TOOL_SCHEMA_MAX_DEPTH,
-    TOOLS_MAX,
-    URL_MAX_CHARS,
     Metadata,
 )
+from sessions.serializers.tools import McpServersField, ToolsField
 
-TOOLSET_TOOL_NAMES = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
-PERMISSION_POLICIES = ("always_allow", "always_ask", "auto")
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
-CUSTOM_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 # --- model -----------------------------------------------------------------------------------
@@ -97,178 +84,7 @@ class _ModelBody(InputSerializer):
     model = ModelField()
 
 
-# --- tools -----------------------------------------------------------------------------------
-
-
-class PermissionPolicySerializer(InputSerializer):
-    type = serializers.ChoiceField(choices=PERMISSION_POLICIES)
-
-
-class ToolDefaultConfigSerializer(InputSerializer):
-    enabled = Bool(required=False)
-    permission_policy = PermissionPolicySerializer(required=False, allow_null=True)
-
-
-class ToolsetConfigSerializer(InputSerializer):
-    name = serializers.ChoiceField(choices=TOOLSET_TOOL_NAMES)
-    enabled = Bool(required=False)
-    permission_policy = PermissionPolicySerializer(required=False, allow_null=True)
-    # web_fetch / web_search options, stored as given.
-    allowed_domains = Array(child=Text(max_length=HOST_MAX_CHARS), max_length=256, required=False, allow_null=True)
-    blocked_domains = Array(child=Text(max_length=HOST_MAX_CHARS), max_length=256, required=False, allow_null=True)
-    max_content_tokens = Int(min_value=1, required=False, allow_null=True)
-    url_sources = FreeJson(max_bytes=TOOL_OPTION_MAX_BYTES, max_depth=8, required=False, allow_null=True)
-
-
-WEB_TOOL_EXTRA_FIELDS = ("allowed_domains", "blocked_domains", "max_content_tokens", "url_sources")
-
-
-class AgentToolsetSerializer(InputSerializer):
-    type = serializers.ChoiceField(choices=[TOOLSET_TYPE])
-    default_config = ToolDefaultConfigSerializer(required=False, allow_null=True)
-    configs = Array(
-        child=ToolsetConfigSerializer(), max_length=len(TOOLSET_TOOL_NAMES), required=False, allow_null=True
-    )
-
-    def validate(self, data):
-        default_raw = data.get("default_config") or {}
-        default = {
-            "enabled": default_raw.get("enabled", True),
-            "permission_policy": dict(default_raw.get("permission_policy") or {"type": "always_allow"}),
-        }
-        given: dict[str, dict] = {}
-        for index, config in enumerate(data.get("configs") or []):
-            if config["name"] in given:
-                raise serializers.ValidationError(
-                    {"configs": {index: {"name": f"{config['name']!r} is configured twice."}}}
-                )
-            given[config["name"]] = config
-        configs = []
-        for name in TOOLSET_TOOL_NAMES:
-            config = given.get(name, {})
-            resolved = {
-                "name": name,
-                "type": name,
-                "enabled": config.get("enabled", default["enabled"]),
-                "permission_policy": dict(config.get("permission_policy") or default["permission_policy"]),
-            }
-            if name in ("web_fetch", "web_search"):
-                for extra in WEB_TOOL_EXTRA_FIELDS:
-                    if config.get(extra) is not None:
-                        resolved[extra] = config[extra]
-            configs.append(resolved)
-        return {"type": TOOLSET_TYPE, "configs": configs, "default_config": default}
-
-
-class CustomToolSerializer(InputSerializer):
-    type = serializers.ChoiceField(choices=["custom"])
-    name = serializers.RegexField(
-        CUSTOM_TOOL_NAME, error_messages={"invalid": "1-128 characters of letters, digits, _ and -."}
-    )
-    description = Text(max_length=TOOL_DESCRIPTION_MAX_CHARS, allow_blank=True)
-    input_schema = FreeJson(max_bytes=TOOL_SCHEMA_MAX_BYTES, max_depth=TOOL_SCHEMA_MAX_DEPTH, object_only=True)
-
-    def validate_input_schema(self, schema):
-        if schema.get("type") != "object":
-            raise serializers.ValidationError("type: must be 'object'.")
-        return schema
-
-    def validate(self, data):
-        return {
-            "type": "custom",
-            "name": data["name"],
-            "description": data["description"],
-            "input_schema": data["input_schema"],
-        }
-
-
-class McpToolConfigSerializer(InputSerializer):
-    name = Text(max_length=NAME_MAX_CHARS)
-    enabled = Bool(required=False)
-    permission_policy = PermissionPolicySerializer(required=False, allow_null=True)
-
-
-class McpToolsetSerializer(InputSerializer):
-    type = serializers.ChoiceField(choices=["mcp_toolset"])
-    mcp_server_name = Text(max_length=NAME_MAX_CHARS)
-    default_config = ToolDefaultConfigSerializer(required=False, allow_null=True)
-    configs = Array(child=McpToolConfigSerializer(), max_length=TOOLS_MAX, required=False, allow_null=True)
-
-    def validate(self, data):
-        default_raw = data.get("default_config") or {}
-        default = {
-            "enabled": default_raw.get("enabled", True),
-            "permission_policy": dict(default_raw.get("permission_policy") or {"type": "always_ask"}),
-        }
-        configs = [
-            {
-                "name": config["name"],
-                "enabled": config.get("enabled", default["enabled"]),
-                "permission_policy": dict(config.get("permission_policy") or default["permission_policy"]),
-            }
-            for config in data.get("configs") or []
-        ]
-        return {
-            "type": "mcp_toolset",
-            "mcp_server_name": data["mcp_server_name"],
-            "configs": configs,
-            "default_config": default,
-        }
-
-
-TOOL_TYPES = {TOOLSET_TYPE: AgentToolsetSerializer, "mcp_toolset": McpToolsetSerializer, "custom": CustomToolSerializer}
-
-
-class ToolsField(Array):
-    """The `tools` array: at most 256; one agent toolset; custom tool names unique."""
-
-    def __init__(self, **kwargs):
-        super().__init__(child=TypedUnion(choices=TOOL_TYPES), max_length=TOOLS_MAX, allow_null=True, **kwargs)
-
-    def to_internal_value(self, data):
-        tools = super().to_internal_value(data)
-        names = set()
-        for index, tool in enumerate(tools):
-            if tool["type"] == "custom":
-                if tool["name"] in names or tool["name"] in TOOLSET_TOOL_NAMES:
-                    raise serializers.ValidationError(
-                        {index: {"name": f"{tool['name']!r} is already used by another tool."}}
-                    )
-                names.add(tool["name"])
-        if sum(1 for tool in tools if tool["type"] == TOOLSET_TYPE) > 1:
-            raise serializers.ValidationError(f"{TOOLSET_TYPE} may appear once.")
-        return tools
-
-
-class _ToolsBody(InputSerializer):
-    tools = ToolsField(required=False)
-
-
-def parse_tools(value) -> list[dict]:
-    return validated(_ToolsBody, {"tools": value}).get("tools") or []
-
-
-# --- MCP servers, skills, identity -----------------------------------------------------------
-
-
-class McpServerSerializer(InputSerializer):
-    type = serializers.ChoiceField(choices=["url"])
-    name = Text(max_length=255)
-    url = Text(max_length=URL_MAX_CHARS)
-
-
-class McpServersField(Array):
-    def __init__(self, **kwargs):
-        super().__init__(child=McpServerSerializer(), max_length=MCP_SERVERS_MAX, allow_null=True, **kwargs)
-
-    def to_internal_value(self, data):
-        servers = super().to_internal_value(data)
-        names = set()
-        for index, server in enumerate(servers):
-            if server["name"] in names:
-                raise serializers.ValidationError({index: {"name": f"{server['name']!r} is not unique."}})
-            names.add(server["name"])
-        return [{"type": "url", "name": server["name"], "url": server["url"]} for server in servers]
+# --- skills, identity ------------------------------------------------------------------------
 
 
 class SkillSerializer(InputSerializer):
@@ -427,6 +243,4 @@ class AgentOutputSerializer(serializers.Serializer):
     archived_at = serializers.DateTimeField(allow_null=True)
 
 
-class AgentListOutputSerializer(serializers.Serializer):
-    data = AgentOutputSerializer(many=True)
-    next_page = serializers.CharField(allow_null=True)
+AgentListOutputSerializer = page_output("AgentListOutputSerializer", AgentOutputSerializer)

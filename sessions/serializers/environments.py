@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from core.api import rfc3339
 from core.errors import InvalidRequest
-from core.serializers import Array, Bool, InputSerializer, Text, TypedUnion, validated
+from core.serializers import Array, Bool, InputSerializer, Text, TypedUnion, deleted_output, page_output, validated
 from sessions.serializers.common import (
     ALLOWED_HOSTS_MAX,
     DESCRIPTION_MAX_CHARS,
@@ -182,11 +182,5 @@ class EnvironmentOutputSerializer(serializers.Serializer):
     archived_at = serializers.DateTimeField(allow_null=True)
 
 
-class EnvironmentListOutputSerializer(serializers.Serializer):
-    data = EnvironmentOutputSerializer(many=True)
-    next_page = serializers.CharField(allow_null=True)
-
-
-class EnvironmentDeletedOutputSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["environment_deleted"])
+EnvironmentListOutputSerializer = page_output("EnvironmentListOutputSerializer", EnvironmentOutputSerializer)
+EnvironmentDeletedOutputSerializer = deleted_output("EnvironmentDeletedOutputSerializer", type="environment_deleted")

@@ -4,7 +4,7 @@
 from rest_framework import serializers
 
 from core.api import rfc3339
-from core.serializers import Array, Bool, FreeJson, InputSerializer, Int, Text, TypedUnion, validated
+from core.serializers import Array, Bool, FreeJson, InputSerializer, Int, Text, TypedUnion, page_output, validated
 from sessions.events import CLIENT_EVENT_TYPES
 from sessions.serializers.common import (
     DESCRIPTION_MAX_CHARS,
@@ -208,9 +208,7 @@ class EventOutputSerializer(serializers.Serializer):
     processed_at = serializers.DateTimeField(allow_null=True)
 
 
-class EventListOutputSerializer(serializers.Serializer):
-    data = EventOutputSerializer(many=True)
-    next_page = serializers.CharField(allow_null=True)
+EventListOutputSerializer = page_output("EventListOutputSerializer", EventOutputSerializer)
 
 
 class EventsSentOutputSerializer(serializers.Serializer):

@@ -5,11 +5,22 @@ from rest_framework import serializers
 
 from core.api import rfc3339
 from core.errors import InvalidRequest
-from core.serializers import Array, InputSerializer, Int, Object, StringOrObject, Text, validated
+from core.serializers import (
+    Array,
+    InputSerializer,
+    Int,
+    Object,
+    StringOrObject,
+    Text,
+    deleted_output,
+    page_output,
+    validated,
+)
 from processors.resources import MAX_FILE_RESOURCES, MAX_MOUNT_PATH_LENGTH
-from sessions.serializers.agents import ModelField, ToolsField
+from sessions.serializers.agents import ModelField
 from sessions.serializers.common import ID_MAX_CHARS, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
 from sessions.serializers.events import InitialEventsField, initial_events
+from sessions.serializers.tools import ToolsField
 
 SESSION_STATUSES = ("idle", "running", "rescheduling", "terminated")
 
@@ -166,14 +177,8 @@ class ResourceOutputSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
 
-class ResourceListOutputSerializer(serializers.Serializer):
-    data = ResourceOutputSerializer(many=True)
-    next_page = serializers.CharField(allow_null=True)
-
-
-class ResourceDeletedOutputSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["session_resource_deleted"])
+ResourceListOutputSerializer = page_output("ResourceListOutputSerializer", ResourceOutputSerializer)
+ResourceDeletedOutputSerializer = deleted_output("ResourceDeletedOutputSerializer", type="session_resource_deleted")
 
 
 class SessionStatsOutputSerializer(serializers.Serializer):
@@ -201,12 +206,7 @@ class SessionOutputSerializer(serializers.Serializer):
     deployment_id = serializers.CharField(allow_null=True)
 
 
-class SessionListOutputSerializer(serializers.Serializer):
-    data = SessionOutputSerializer(many=True)
-    next_page = serializers.CharField(allow_null=True)
-    prev_page = serializers.CharField(allow_null=True)
+SessionListOutputSerializer = page_output("SessionListOutputSerializer", SessionOutputSerializer, prev_page=True)
 
 
-class SessionDeletedOutputSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    type = serializers.ChoiceField(choices=["session_deleted"])
+SessionDeletedOutputSerializer = deleted_output("SessionDeletedOutputSerializer", type="session_deleted")

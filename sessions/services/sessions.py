@@ -15,8 +15,9 @@ from sessions.dispatch import sandbox_remove_enqueue
 from sessions.events import EventType
 from sessions.models import Session
 from sessions.selectors import agent_get, agent_version_get, environment_get, session_get
-from sessions.serializers.agents import agent_config_to_wire, parse_model, parse_tools
+from sessions.serializers.agents import agent_config_to_wire, parse_model
 from sessions.serializers.common import apply_metadata_patch
+from sessions.serializers.tools import parse_tools
 from sessions.services.admission import events_admit
 from sessions.services.events import events_append_locked, user_events_append_locked
 from sessions.services.resources import resource_rows_create, resources_admit, resources_copy
