@@ -1,12 +1,14 @@
 """Small helpers shared by every API module: header parsing and query-parameter readers that
 understand the SDK's bracketed arrays (api-contract.md §0), and the API's one timestamp format."""
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
 from django.utils.dateparse import parse_datetime
 
 from core.errors import InvalidRequest
+from core.schema import list_parameters
 
 
 def beta_values(request) -> set[str]:
@@ -92,3 +94,20 @@ def query_time_range(request, prefix: str = "created_at") -> dict[str, datetime]
     lookups ({"gte": datetime, ...}); absent bounds are left out."""
     bounds = {op: query_datetime(request, f"{prefix}[{op}]") for op in TIME_RANGE_OPERATORS}
     return {op: value for op, value in bounds.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class Paging:
+    """A list route's `limit` and `page` query parameters: the bounds the view enforces and the
+    ones the OpenAPI document states come from one place. `default=None`: every row."""
+
+    maximum: int
+    default: int | None
+
+    def parameters(self) -> list:
+        return list_parameters(max_limit=self.maximum, default_limit=self.default)
+
+    def read(self, request) -> dict:
+        """`limit` and `page` as keyword arguments for a selector's keyset page."""
+        limit = query_int(request, "limit", default=self.default, minimum=1, maximum=self.maximum)
+        return {"limit": limit, "page": request.query_params.get("page")}

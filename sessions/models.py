@@ -6,10 +6,28 @@ sessions/selectors.py.
 
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from core.ids import new_id
 from core.models import Workspace
 from sessions.events import EventType
+
+
+class Archivable:
+    """A row archived once: the first archive sets `archived_at`; archiving again changes nothing."""
+
+    # Whether archiving counts as an update of the row; an agent's `updated_at` is its version's.
+    archive_touches_updated_at = True
+
+    def archive(self) -> None:
+        if self.archived_at is not None:
+            return
+        self.archived_at = timezone.now()
+        fields = ["archived_at"]
+        if self.archive_touches_updated_at:
+            self.updated_at = self.archived_at
+            fields.append("updated_at")
+        self.save(update_fields=fields)
 
 
 def _agent_id() -> str:
@@ -28,8 +46,10 @@ def _event_id() -> str:
     return new_id("sevt")
 
 
-class Agent(models.Model):
+class Agent(Archivable, models.Model):
     """An agent. Its configuration lives in immutable AgentVersion rows; `version` is the latest."""
+
+    archive_touches_updated_at = False
 
     id = models.CharField(primary_key=True, max_length=64, default=_agent_id, editable=False)
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="agents")
@@ -61,7 +81,7 @@ class AgentVersion(models.Model):
         return f"{self.agent_id} v{self.version}"
 
 
-class Environment(models.Model):
+class Environment(Archivable, models.Model):
     id = models.CharField(primary_key=True, max_length=64, default=_environment_id, editable=False)
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="environments")
     name = models.CharField(max_length=255)
@@ -81,7 +101,7 @@ class Environment(models.Model):
         return f"{self.name} ({self.id})"
 
 
-class Session(models.Model):
+class Session(Archivable, models.Model):
     class Status(models.TextChoices):
         IDLE = "idle"
         RUNNING = "running"

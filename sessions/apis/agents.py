@@ -3,8 +3,8 @@
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
-from core.api import query_bool, query_int, query_time_range
-from core.schema import list_parameters, time_range_parameters
+from core.api import Paging, query_bool, query_int, query_time_range
+from core.schema import time_range_parameters
 from sessions.apis.base import AgentsApi
 from sessions.selectors import agent_get, agent_list, agent_version_get, agent_version_list
 from sessions.serializers.agents import (
@@ -17,6 +17,8 @@ from sessions.serializers.agents import (
 )
 from sessions.services import agents as agent_services
 
+PAGES = Paging(maximum=100, default=20)
+
 
 class AgentListCreateApi(AgentsApi):
     @extend_schema(operation_id="agents_create", request=AgentCreateInputSerializer, responses=AgentOutputSerializer)
@@ -28,7 +30,7 @@ class AgentListCreateApi(AgentsApi):
     @extend_schema(
         operation_id="agents_list",
         parameters=[
-            *list_parameters(max_limit=100, default_limit=20),
+            *PAGES.parameters(),
             OpenApiParameter("include_archived", bool),
             *time_range_parameters(),
         ],
@@ -37,8 +39,7 @@ class AgentListCreateApi(AgentsApi):
     def get(self, request):
         rows, next_page = agent_list(
             workspace=request.user,
-            limit=query_int(request, "limit", default=20, minimum=1, maximum=100),
-            page=request.query_params.get("page"),
+            **PAGES.read(request),
             include_archived=query_bool(request, "include_archived"),
             created=query_time_range(request, "created_at"),
         )
@@ -75,14 +76,13 @@ class AgentArchiveApi(AgentsApi):
 class AgentVersionsApi(AgentsApi):
     @extend_schema(
         operation_id="agents_versions_list",
-        parameters=list_parameters(max_limit=100, default_limit=20),
+        parameters=PAGES.parameters(),
         responses=AgentListOutputSerializer,
     )
     def get(self, request, agent_id: str):
         agent = agent_get(workspace=request.user, agent_id=agent_id)
         rows, next_page = agent_version_list(
             agent=agent,
-            limit=query_int(request, "limit", default=20, minimum=1, maximum=100),
-            page=request.query_params.get("page"),
+            **PAGES.read(request),
         )
         return Response({"data": [agent_to_wire(agent, row) for row in rows], "next_page": next_page})

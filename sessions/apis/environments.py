@@ -3,8 +3,7 @@
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
-from core.api import query_bool, query_int
-from core.schema import list_parameters
+from core.api import Paging, query_bool
 from sessions.apis.base import AgentsApi
 from sessions.selectors import environment_get, environment_list
 from sessions.serializers.environments import (
@@ -18,6 +17,8 @@ from sessions.serializers.environments import (
     parse_environment_create,
 )
 from sessions.services import environments as environment_services
+
+PAGES = Paging(maximum=1000, default=20)
 
 
 class EnvironmentListCreateApi(AgentsApi):
@@ -34,14 +35,13 @@ class EnvironmentListCreateApi(AgentsApi):
 
     @extend_schema(
         operation_id="environments_list",
-        parameters=[*list_parameters(max_limit=1000, default_limit=20), OpenApiParameter("include_archived", bool)],
+        parameters=[*PAGES.parameters(), OpenApiParameter("include_archived", bool)],
         responses=EnvironmentListOutputSerializer,
     )
     def get(self, request):
         rows, next_page = environment_list(
             workspace=request.user,
-            limit=query_int(request, "limit", default=20, minimum=1, maximum=1000),
-            page=request.query_params.get("page"),
+            **PAGES.read(request),
             include_archived=query_bool(request, "include_archived"),
         )
         return Response({"data": [environment_to_wire(row) for row in rows], "next_page": next_page})

@@ -5,8 +5,8 @@ import logging
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
-from core.api import query_int, query_list, query_time_range
-from core.schema import list_parameters, time_range_parameters
+from core.api import Paging, query_list, query_time_range
+from core.schema import time_range_parameters
 from sessions.apis.base import AgentsApi, query_order
 from sessions.selectors import session_event_list, session_get
 from sessions.serializers.events import (
@@ -17,6 +17,8 @@ from sessions.serializers.events import (
     parse_events,
 )
 from sessions.services.events import session_events_send
+
+PAGES = Paging(maximum=1000, default=1000)
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ class SessionEventsApi(AgentsApi):
     @extend_schema(
         operation_id="sessions_events_list",
         parameters=[
-            *list_parameters(max_limit=1000, default_limit=1000),
+            *PAGES.parameters(),
             OpenApiParameter("order", str, enum=["asc", "desc"], description="By sequence; default asc."),
             OpenApiParameter("types[]", str, many=True),
             *time_range_parameters(),
@@ -44,8 +46,7 @@ class SessionEventsApi(AgentsApi):
         session = session_get(workspace=request.user, session_id=session_id)
         rows, next_page = session_event_list(
             session=session,
-            limit=query_int(request, "limit", default=1000, minimum=1, maximum=1000),
-            page=request.query_params.get("page"),
+            **PAGES.read(request),
             order=query_order(request, "asc"),
             types=query_list(request, "types"),
             processed=query_time_range(request, "created_at"),

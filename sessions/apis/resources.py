@@ -4,9 +4,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
-from core.api import query_int
+from core.api import Paging
 from core.errors import InvalidRequest
-from core.schema import list_parameters
 from core.serializers import validated
 from sessions.apis.base import AgentsApi
 from sessions.selectors import session_get, session_resource_page
@@ -18,6 +17,8 @@ from sessions.serializers.sessions import (
     resource_to_wire,
 )
 from sessions.services import resources as resource_services
+
+PAGES = Paging(maximum=1000, default=None)
 
 
 class SessionResourcesApi(AgentsApi):
@@ -31,7 +32,7 @@ class SessionResourcesApi(AgentsApi):
 
     @extend_schema(
         operation_id="sessions_resources_list",
-        parameters=list_parameters(max_limit=1000, default_limit=None),
+        parameters=PAGES.parameters(),
         responses=ResourceListOutputSerializer,
     )
     def get(self, request, session_id: str):
@@ -39,8 +40,7 @@ class SessionResourcesApi(AgentsApi):
         # No limit: every resource (api-contract.md §5).
         rows, next_page = session_resource_page(
             session=session,
-            limit=query_int(request, "limit", minimum=1, maximum=1000),
-            page=request.query_params.get("page"),
+            **PAGES.read(request),
         )
         return Response({"data": [resource_to_wire(row) for row in rows], "next_page": next_page})
 

@@ -3,9 +3,9 @@
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
-from core.api import query_bool, query_int, query_list, query_time_range
+from core.api import Paging, query_bool, query_int, query_list, query_time_range
 from core.errors import InvalidRequest
-from core.schema import list_parameters, time_range_parameters
+from core.schema import time_range_parameters
 from sessions.apis.base import AgentsApi, query_order
 from sessions.selectors import session_get, session_list, session_outcome_evaluations, session_resources_by_session
 from sessions.serializers.sessions import (
@@ -21,6 +21,8 @@ from sessions.serializers.sessions import (
     session_to_wire,
 )
 from sessions.services import sessions as session_services
+
+PAGES = Paging(maximum=1000, default=20)
 
 
 def sessions_wire(sessions: list) -> list[dict]:
@@ -54,7 +56,7 @@ class SessionListCreateApi(AgentsApi):
     @extend_schema(
         operation_id="sessions_list",
         parameters=[
-            *list_parameters(max_limit=1000, default_limit=20),
+            *PAGES.parameters(),
             OpenApiParameter("order", str, enum=["asc", "desc"], description="By creation; default desc."),
             OpenApiParameter("include_archived", bool),
             OpenApiParameter("statuses[]", str, many=True, enum=list(SESSION_STATUSES)),
@@ -71,8 +73,7 @@ class SessionListCreateApi(AgentsApi):
                 raise InvalidRequest(f"statuses: {status[:40]!r} is not one of {', '.join(SESSION_STATUSES)}.")
         rows, next_page, prev_page = session_list(
             workspace=request.user,
-            limit=query_int(request, "limit", default=20, minimum=1, maximum=1000),
-            page=request.query_params.get("page"),
+            **PAGES.read(request),
             order=query_order(request, "desc"),
             include_archived=query_bool(request, "include_archived"),
             statuses=statuses,

@@ -43,7 +43,5 @@ def agent_update(*, workspace, agent_id: str, fields: dict, expected_version: in
 @transaction.atomic
 def agent_archive(*, workspace, agent_id: str) -> tuple[Agent, AgentVersion]:
     agent = agent_get(workspace=workspace, agent_id=agent_id, for_update=True)
-    if agent.archived_at is None:
-        agent.archived_at = timezone.now()
-        agent.save(update_fields=["archived_at"])
+    agent.archive()
     return agent, agent_version_get(agent=agent)

@@ -45,9 +45,7 @@ def environment_update(*, workspace, environment_id: str, changes: dict) -> Envi
 @transaction.atomic
 def environment_archive(*, workspace, environment_id: str) -> Environment:
     environment = environment_get(workspace=workspace, environment_id=environment_id, for_update=True)
-    if environment.archived_at is None:
-        environment.archived_at = environment.updated_at = timezone.now()
-        environment.save(update_fields=["archived_at", "updated_at"])
+    environment.archive()
     return environment
 
 

@@ -148,9 +148,7 @@ def session_update(*, workspace, session_id: str, changes: dict) -> Session:
 @transaction.atomic
 def session_archive(*, workspace, session_id: str) -> Session:
     session = session_get(workspace=workspace, session_id=session_id, for_update=True)
-    if session.archived_at is None:
-        session.archived_at = session.updated_at = timezone.now()
-        session.save(update_fields=["archived_at", "updated_at"])
+    session.archive()
     return session
 
 
