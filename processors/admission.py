@@ -155,6 +155,17 @@ def read_verified_text(
     """
     if ref is None:
         raise not_found_error(file_id, location=location)
+    kind = _admissible(
+        ref, max_chars=max_chars, max_bytes=max_bytes, require_text_media=require_text_media, location=location
+    )
+    data = _read_verified(ref, read_bytes=read_bytes, location=location)
+    return _decoded(ref, data, kind=kind, max_chars=max_chars, location=location)
+
+
+def _admissible(
+    ref: FileRef, *, max_chars: int, max_bytes: int | None, require_text_media: bool, location
+) -> str | None:
+    """The metadata checks, before a byte is read; returns the media kind (or None unchecked)."""
     if ref.state == STATE_DELETING:
         raise _fail(ref, DELETING, "is being deleted.", location)
     if ref.state != STATE_READY:
@@ -188,7 +199,11 @@ def read_verified_text(
             "(text/*, JSON, XML, common textual application formats, or UTF-8 application/octet-stream).",
             location,
         )
+    return kind
 
+
+def _read_verified(ref: FileRef, *, read_bytes: ReadBytes, location: str | None) -> bytes:
+    """At most size+1 bytes, checked against the stored byte count and SHA-256."""
     try:
         data = read_bytes(ref, ref.size_bytes + 1)
     except FileNotFoundError:
@@ -203,7 +218,11 @@ def read_verified_text(
         )
     if hashlib.sha256(data).hexdigest() != (ref.sha256 or "").strip().lower():
         raise _fail(ref, CORRUPT, "is corrupt: the stored object does not match its recorded SHA-256.", location)
+    return data
 
+
+def _decoded(ref: FileRef, data: bytes, *, kind: str | None, max_chars: int, location: str | None) -> str:
+    """Strict UTF-8, no NUL in application/octet-stream, at most `max_chars` characters."""
     try:
         text = data.decode("utf-8", errors="strict")
     except UnicodeDecodeError as exc:
