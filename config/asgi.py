@@ -8,6 +8,9 @@ workers, one public port).
   adapter (a2wsgi) hands the body to the view as it arrives, in bounded reads: uploads keep
   streaming into the object store with bounded memory and no temp file (Django's own ASGI
   handler would spool the whole body to a temp file first).
+- `GET /v1/files/{id}/content` → the same Django in a thread of that pool (MANGO_API_THREADS),
+  its object-store stream then sent by core.wsgi_files: chunks queued to the loop without a
+  round trip each, the store read stopped as soon as the client goes away.
 - everything else → the same Django through another pool (MANGO_API_THREADS).
 
 Every request body that stops arriving for MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS ends with a 408.
@@ -15,6 +18,7 @@ Every request body that stops arriving for MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS end
 
 import logging
 import os
+import re
 import time
 
 from django.core.wsgi import get_wsgi_application
@@ -26,7 +30,7 @@ django_wsgi = get_wsgi_application()
 from a2wsgi import WSGIMiddleware  # noqa: E402 — after Django is set up
 from django.conf import settings  # noqa: E402
 
-from core import caps  # noqa: E402
+from core import caps, wsgi_files  # noqa: E402
 from core.auth import api_key_authenticate_meta  # noqa: E402
 from core.errors import ApiError, AuthenticationFailed  # noqa: E402
 from core.serving import ReleaseDatabaseWhileWaiting, db_call, idle_limited  # noqa: E402
@@ -35,6 +39,7 @@ from sessions.streams import is_stream_request, meta_from_scope, send_error, str
 logger = logging.getLogger(__name__)
 
 UPLOAD_PATH = "/v1/files"
+DOWNLOAD_PATH = re.compile(r"^/v1/files/[^/]+/content$")
 # Response messages queued between a view's thread and the event loop, per request: with 2 MiB
 # download chunks this bounds what a slow reader can pin in memory.
 SEND_QUEUE_MESSAGES = 2
@@ -125,6 +130,10 @@ async def _access_logged(app, scope, receive, send) -> None:
 async def _route(scope, receive, send) -> None:
     if is_stream_request(scope):
         await stream_endpoint(scope, receive, send)
+        return
+    if scope["method"] == "GET" and DOWNLOAD_PATH.match(scope["path"]):
+        # The client's next message is its disconnect, however long the download takes.
+        await wsgi_files.serve(_django, api_app.executor, scope, receive, send, depth=SEND_QUEUE_MESSAGES)
         return
     receive = idle_limited(receive, seconds=settings.MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS)
     if scope["method"] == "POST" and scope["path"] == UPLOAD_PATH:

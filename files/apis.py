@@ -244,6 +244,19 @@ def _content_disposition(filename: str) -> str:
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
+def _object_response(file, *, status: int, first: int | None = None, last: int | None = None) -> StreamingHttpResponse:
+    """The object's bytes as a streaming response. The open stream is also the response's
+    `file_to_stream`: a server that offers wsgi.file_wrapper (config.asgi's download path,
+    gunicorn) reads it in DOWNLOAD_CHUNK_BYTES pieces itself; Django closes it either way."""
+    stream = storage.ObjectStream(
+        storage.open_object(key=file.object_key, first=first, last=last), chunk_size=DOWNLOAD_CHUNK_BYTES
+    )
+    response = StreamingHttpResponse(stream, content_type=file.mime_type, status=status)
+    response.file_to_stream = stream
+    response.block_size = DOWNLOAD_CHUNK_BYTES
+    return response
+
+
 class FileContentApi(FilesApiView):
     @extend_schema(
         operation_id="files_download",
@@ -280,17 +293,11 @@ class FileContentApi(FilesApiView):
         if file.size_bytes == 0:
             response = HttpResponse(b"", content_type=file.mime_type)
         elif byte_range is None:
-            body = storage.open_object(key=file.object_key)
-            response = StreamingHttpResponse(
-                storage.iter_object(body, chunk_size=DOWNLOAD_CHUNK_BYTES), content_type=file.mime_type
-            )
+            response = _object_response(file, status=200)
             response["Content-Length"] = str(file.size_bytes)
         else:
             first, last = byte_range
-            body = storage.open_object(key=file.object_key, first=first, last=last)
-            response = StreamingHttpResponse(
-                storage.iter_object(body, chunk_size=DOWNLOAD_CHUNK_BYTES), content_type=file.mime_type, status=206
-            )
+            response = _object_response(file, status=206, first=first, last=last)
             response["Content-Length"] = str(last - first + 1)
             response["Content-Range"] = f"bytes {first}-{last}/{file.size_bytes}"
         for name, value in headers.items():

@@ -8,6 +8,7 @@ a missing object is StorageObjectMissing.
 import contextlib
 import http.client
 import secrets
+import socket
 from collections.abc import Iterator
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -174,34 +175,61 @@ def open_object(*, key: str, first: int | None = None, last: int | None = None):
 
 
 def iter_object(body, *, chunk_size: int = 1024 * 1024) -> Iterator[bytes]:
-    """Yield bounded chunks from an open_object() body and close it, however iteration ends.
+    """Yield bounded chunks from an open_object() body and close it, however iteration ends."""
+    stream = ObjectStream(body, chunk_size=chunk_size)
+    try:
+        yield from stream
+    finally:
+        stream.close()
+
+
+class ObjectStream:
+    """An open_object() body read in bounded chunks: iterable, and a file-like `read(size)` for
+    servers that stream a response's file themselves (WSGI's wsgi.file_wrapper: config.asgi's
+    download path, gunicorn's). The caller closes it.
 
     Each chunk is one read of the store's HTTP response (http.client's, under urllib3 and
     botocore's StreamingBody, which would each add a step and a copy): the bytes arrive in a
     fresh bytes object with the kernel's one copy and go to the client socket as they are.
-    A response that ends short of its Content-Length raises StorageUnavailable."""
-    try:
-        raw = _http_response(body)
-        if raw is None:
+    A response that ends short of its Content-Length raises StorageUnavailable. `abort()`, from
+    any thread, shuts the store connection down: a read blocked on it returns at once (a
+    download whose client went away stops reading the store)."""
+
+    def __init__(self, body, *, chunk_size: int):
+        self.chunk_size = chunk_size
+        self._body = body
+        self._raw = _http_response(body)
+        self._expected = self._raw.length if self._raw is not None else None
+        self._received = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            size = self.chunk_size
+        if self._raw is None:
             with _translate_errors():
-                yield from body.iter_chunks(chunk_size)
-            return
-        expected = raw.length
-        received = 0
-        read = raw.read
-        while True:
-            try:
-                chunk = read(chunk_size)
-            except (OSError, http.client.HTTPException) as exc:
-                raise StorageUnavailable(details={"store_error": type(exc).__name__}) from exc
-            if not chunk:
-                break
-            received += len(chunk)
-            yield chunk
-        if expected is not None and received != expected:
+                return self._body.read(size)
+        try:
+            chunk = self._raw.read(size)
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            raise StorageUnavailable(details={"store_error": type(exc).__name__}) from exc
+        if chunk:
+            self._received += len(chunk)
+        elif self._expected is not None and self._received != self._expected:
             raise StorageUnavailable(details={"store_error": "IncompleteRead"})
-    finally:
-        body.close()
+        return chunk
+
+    def __iter__(self) -> Iterator[bytes]:
+        while chunk := self.read(self.chunk_size):
+            yield chunk
+
+    def abort(self) -> None:
+        sock = getattr(getattr(getattr(self._raw, "fp", None), "raw", None), "_sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._body.close()
 
 
 def _http_response(body) -> http.client.HTTPResponse | None:
