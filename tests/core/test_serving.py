@@ -20,6 +20,7 @@ from django.db import connection
 from core import caps
 from files import storage
 from files.models import File, StorageIntent
+from sessions import notify
 from tests.files.conftest import bucket_keys, multipart_uploads
 from tests.files.server import AsgiServer
 
@@ -157,6 +158,42 @@ def test_stream_cap_refuses_only_the_tenant_at_its_cap(server, api_key, other_ap
     again.close()
     for response in held:
         response.close()
+
+
+def _subscribers(session_id: str) -> int:
+    """Subscribers of the session's wake-up channel: one per API process with a feed for it."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        return dict(client.pubsub_numsub(notify.events_channel(session_id)))[notify.events_channel(session_id).encode()]
+    finally:
+        client.close()
+
+
+def _wait_for_subscribers(session_id: str, count: int, timeout: float) -> float:
+    started = time.monotonic()
+    while _subscribers(session_id) != count:
+        assert time.monotonic() - started < timeout, f"{_subscribers(session_id)} subscribers, not {count}"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def test_a_feed_stops_when_its_last_stream_leaves(server, api_key):
+    """One feed per session per process: a second stream shares it, and only when the last stream
+    of the session closes does the process stop following it (no reads, channel unsubscribed)."""
+    client = _client(server, api_key)
+    session_id = _session(client)
+    first, second = _open_stream(server, api_key, session_id), _open_stream(server, api_key, session_id)
+    assert [_first_line(first), _first_line(second)] == [": connected", ": connected"]
+    assert 1 <= _subscribers(session_id) <= 2  # one per worker process serving these streams
+    first.close()
+    # The stream left behind is still served.
+    client.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
+    assert next(line for line in second.lines if line.startswith("event: ") and line != "event: ping") == (
+        "event: user.interrupt"
+    )
+    assert _subscribers(session_id) >= 1
+    second.close()
+    _wait_for_subscribers(session_id, 0, timeout=10)
 
 
 class SlowUpload:
@@ -331,3 +368,20 @@ def test_event_stream_on_a_wsgi_server_accepts_text_event_stream(live_server, sd
         assert next(lines) == ": connected"
         sdk.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
         assert next(line for line in lines if line.startswith("event: ")) == "event: user.interrupt"
+
+
+def test_a_wsgi_stream_ends_when_its_client_leaves(live_server, sdk, api_key):
+    """A WSGI server learns that a client left only when a write fails (the next heartbeat, 15 s
+    here); the private loop watches the client's socket, so the stream and its feed stop at once."""
+    assert settings.MANGO_SSE_HEARTBEAT_SECONDS >= 10
+    session_id = _session(sdk)
+    response = requests.get(
+        f"{live_server.url}/v1/sessions/{session_id}/events/stream",
+        headers={"authorization": f"Bearer {api_key}"},
+        stream=True,
+        timeout=10,
+    )
+    assert _first_line(response) == ": connected"
+    _wait_for_subscribers(session_id, 1, timeout=5)
+    response.close()
+    assert _wait_for_subscribers(session_id, 0, timeout=5) < 5

@@ -1,0 +1,169 @@
+"""The ASGI view of `GET /v1/sessions/{id}/events/stream` (config/asgi.py routes the path here),
+and the small ASGI helpers the upload gate shares (`meta_from_scope`, `send_error`)."""
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from urllib.parse import parse_qs
+
+from django.conf import settings
+
+from core import caps
+from core.api import beta_values
+from core.auth import api_key_authenticate_meta
+from core.errors import ApiError, AuthenticationFailed, InvalidRequest, error_body, to_api_error
+from core.serving import db_call
+from sessions.selectors import session_get
+from sessions.streams.hub import event_frames
+
+logger = logging.getLogger(__name__)
+
+STREAM_PATH_PREFIX = "/v1/sessions/"
+STREAM_PATH_SUFFIX = "/events/stream"
+DELTA_KINDS = ("agent.message", "agent.thinking")
+
+_SECURITY_HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
+]
+
+
+def is_stream_request(scope) -> bool:
+    path = scope.get("path", "")
+    return (
+        scope.get("type") == "http"
+        and scope.get("method") == "GET"
+        and path.startswith(STREAM_PATH_PREFIX)
+        and path.endswith(STREAM_PATH_SUFFIX)
+        and "/" not in path[len(STREAM_PATH_PREFIX) : -len(STREAM_PATH_SUFFIX)]
+        and len(path) > len(STREAM_PATH_PREFIX) + len(STREAM_PATH_SUFFIX)
+    )
+
+
+def meta_from_scope(scope) -> dict:
+    """The request headers as WSGI-style META keys (what core.auth reads)."""
+    meta = {}
+    for raw_name, raw_value in scope.get("headers", []):
+        name = "HTTP_" + raw_name.decode("latin-1").upper().replace("-", "_")
+        value = raw_value.decode("latin-1")
+        meta[name] = f"{meta[name]},{value}" if name in meta else value
+    return meta
+
+
+async def send_error(send, error: ApiError, request_id: str | None) -> None:
+    """An error envelope straight from the event loop."""
+    request_id = request_id or f"req_{uuid.uuid4().hex}"
+    body = json.dumps(
+        error_body(
+            status=error.status, type=error.type, message=error.message, details=error.details, request_id=request_id
+        )
+    ).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"request-id", request_id.encode()),
+        *_SECURITY_HEADERS,
+        *((name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in error.headers.items()),
+    ]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Meta:
+    """Just enough of a request for core.api.beta_values."""
+
+    def __init__(self, meta: dict):
+        self.META = meta
+
+
+def _authenticate(*, meta: dict) -> str:
+    return api_key_authenticate_meta(meta).workspace_id
+
+
+def _session_check(*, workspace_id: str, session_id: str) -> str:
+    return session_get(workspace=workspace_id, session_id=session_id).id
+
+
+async def _admit(scope) -> tuple[str, list[str], caps.Slot | None]:
+    """Headers and query (no I/O), the key (one short read), the workspace's stream cap (Redis),
+    the session (one short read). Returns the session id, the delta kinds and the cap slot."""
+    meta = meta_from_scope(scope)
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    event_deltas = query.get("event_deltas[]", []) + query.get("event_deltas", [])
+    if any(kind not in DELTA_KINDS for kind in event_deltas):
+        raise InvalidRequest("event_deltas: only agent.message and agent.thinking.")
+    workspace_id = await db_call(_authenticate, meta=meta)
+    if settings.MANGO_STRICT and settings.MANGO_AGENTS_BETA not in beta_values(_Meta(meta)):
+        raise InvalidRequest(
+            f"Missing required header: anthropic-beta must include {settings.MANGO_AGENTS_BETA!r} (strict mode is on)."
+        )
+    slot = await caps.gate().take(kind="streams", workspace_id=workspace_id, limit=settings.MANGO_WORKSPACE_MAX_STREAMS)
+    try:
+        session_id = scope["path"][len(STREAM_PATH_PREFIX) : -len(STREAM_PATH_SUFFIX)]
+        session_id = await db_call(_session_check, workspace_id=workspace_id, session_id=session_id)
+    except BaseException:
+        await caps.gate().release(slot)
+        raise
+    return session_id, event_deltas, slot
+
+
+async def _pump(send, *, request_id: str, session_id: str, deltas: bool) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"text/event-stream"),
+                (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no"),
+                (b"request-id", request_id.encode()),
+                *_SECURITY_HEADERS,
+            ],
+        }
+    )
+    frames = event_frames(session_id=session_id, deltas=deltas, heartbeat_seconds=settings.MANGO_SSE_HEARTBEAT_SECONDS)
+    try:
+        async for frame in frames:
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+    finally:
+        await frames.aclose()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _until_disconnect(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def stream_endpoint(scope, receive, send) -> None:
+    """The ASGI view: admitted (or an error envelope), then the stream until it ends or the
+    client leaves; the cap slot is given back either way."""
+    request_id = scope.get("mango.request_id") or f"req_{uuid.uuid4().hex}"
+    try:
+        session_id, event_deltas, slot = await _admit(scope)
+    except Exception as exc:
+        error = to_api_error(exc)
+        if error is None:
+            logger.exception("unhandled error", extra={"request_id": request_id})
+            error = ApiError()
+        if isinstance(error, AuthenticationFailed):
+            error.headers = {**error.headers, "WWW-Authenticate": "Bearer"}
+        await send_error(send, error, request_id)
+        return
+    streamer = asyncio.ensure_future(
+        _pump(send, request_id=request_id, session_id=session_id, deltas="agent.message" in event_deltas)
+    )
+    watcher = asyncio.ensure_future(_until_disconnect(receive))
+    try:
+        await asyncio.wait({streamer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (streamer, watcher):
+            task.cancel()
+        for task in (streamer, watcher):
+            with contextlib.suppress(BaseException):
+                await task
+        await caps.gate().release(slot)

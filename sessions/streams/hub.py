@@ -1,0 +1,285 @@
+"""This event loop's share of the live event streams: one Redis pub/sub connection for every
+followed session, one feed per session that reads each batch of new events once and fans the
+encoded frames out to its followers, and `event_frames`, the bytes of one stream.
+
+A feed lives exactly as long as it has followers: the last one to leave cancels it (no more reads,
+its channels unsubscribed), and a feed that ends (session.deleted, an error) ends its streams."""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
+
+from core import metrics
+from core.serving import db_call
+from sessions import notify
+from sessions.models import Session
+from sessions.selectors import session_events_after
+from sessions.serializers.events import event_to_wire
+from sessions.streams.framing import CONNECTED, PING, delta_frame, sse
+
+logger = logging.getLogger(__name__)
+
+# How often a feed re-reads the log without a Redis wake-up (lost publish, Redis down).
+STREAM_POLL_SECONDS = 2.0
+# Frames a stream may fall behind (a client that stopped reading) before it is ended.
+MAX_QUEUED_FRAMES = 5000
+EVENT_BATCH = 500
+
+_END = None
+
+
+# --- database reads (each through core.serving.db_call) ----------------------------------------
+
+
+def _last_seq(*, session_id: str) -> int:
+    return Session.objects.filter(id=session_id).values_list("last_seq", flat=True).first() or 0
+
+
+def _frames_after(*, session_id: str, after_seq: int) -> list[tuple[int, str, bytes]]:
+    return [
+        (event.seq, event.type, sse(event.type, event_to_wire(event)))
+        for event in session_events_after(session_id=session_id, after_seq=after_seq, limit=EVENT_BATCH)
+    ]
+
+
+# --- fan-out -----------------------------------------------------------------------------------
+
+
+class Follower:
+    """One open stream: frames queued for it, and where it starts (events up to `after_seq`
+    existed before it opened and are not sent)."""
+
+    def __init__(self, *, deltas: bool):
+        self.deltas = deltas
+        self.after_seq = 0
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    def offer(self, item) -> None:
+        if self.queue.qsize() >= MAX_QUEUED_FRAMES:
+            # The client stopped reading: end its stream rather than buffer without bound.
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.queue.put_nowait(_END)
+            return
+        self.queue.put_nowait(item)
+
+
+class Feed:
+    """One session's events for every stream following it in this process. Its task subscribes
+    to the session's channels, then reads where the log ends (`ready`), then serves wake-ups and
+    polls; a follower reads its own start only after `ready`, so it misses nothing."""
+
+    def __init__(self, hub: "Hub", session_id: str):
+        self.hub = hub
+        self.session_id = session_id
+        self.followers: set[Follower] = set()
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.ready = asyncio.Event()
+        self.last_seq = 0
+        self.ended = False
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await self.hub.subscribe(self.session_id)
+            self.last_seq = await db_call(_last_seq, session_id=self.session_id)
+            self.ready.set()
+            last_read = loop.time()
+            pending = None
+            while not self.ended:
+                if pending is not None:
+                    (kind, data), pending = pending, None
+                else:
+                    wait = max(0.0, last_read + STREAM_POLL_SECONDS - loop.time())
+                    try:
+                        kind, data = await asyncio.wait_for(self.inbox.get(), wait)
+                    except TimeoutError:
+                        kind, data = "events", None
+                if kind == "delta":
+                    self._fan_out_delta(data)
+                    continue
+                # Wake-ups queued meanwhile are served by this one read (order kept for deltas).
+                while not self.inbox.empty():
+                    pending = self.inbox.get_nowait()
+                    if pending[0] != "events":
+                        break
+                    pending = None
+                last_read = loop.time()
+                await self._read()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.warning("event feed ended by an error", extra={"session_id": self.session_id}, exc_info=True)
+            self.end()
+
+    def _fan_out_delta(self, data) -> None:
+        frame = delta_frame(data)
+        if frame:
+            for follower in list(self.followers):
+                if follower.deltas:
+                    follower.offer((None, frame))
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                batch = await db_call(_frames_after, session_id=self.session_id, after_seq=self.last_seq)
+            except Exception:
+                logger.warning("event feed read failed", extra={"session_id": self.session_id}, exc_info=True)
+                return
+            for seq, event_type, frame in batch:
+                self.last_seq = seq
+                for follower in list(self.followers):
+                    follower.offer((seq, frame))
+                if event_type == "session.deleted":
+                    self.end()
+                    return
+            if len(batch) < EVENT_BATCH:
+                return
+
+    def end(self) -> None:
+        """End every stream of this feed (their clients see the end of the response)."""
+        self.ended = True
+        self.ready.set()
+        for follower in list(self.followers):
+            follower.offer(_END)
+        self.hub.drop(self)
+
+
+class Hub:
+    """This event loop's Redis subscription and feeds."""
+
+    def __init__(self):
+        self.redis = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=None)
+        self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        self.feeds: dict[str, Feed] = {}
+        self.lock = asyncio.Lock()
+        self.reader: asyncio.Task | None = None
+        self.events_prefix = notify.events_channel("")
+        self.deltas_prefix = notify.deltas_channel("")
+
+    def follow(self, session_id: str, follower: Follower) -> Feed:
+        feed = self.feeds.get(session_id)
+        if feed is None:
+            feed = self.feeds[session_id] = Feed(self, session_id)
+        feed.followers.add(follower)
+        return feed
+
+    def unfollow(self, feed: Feed, follower: Follower) -> None:
+        """The last follower to leave stops the feed: no more reads, its channels unsubscribed."""
+        feed.followers.discard(follower)
+        if not feed.followers:
+            feed.task.cancel()
+            self.drop(feed)
+
+    def drop(self, feed: Feed) -> None:
+        if self.feeds.get(feed.session_id) is feed:
+            del self.feeds[feed.session_id]
+            asyncio.get_running_loop().create_task(self._unsubscribe(feed.session_id))
+
+    async def subscribe(self, session_id: str) -> None:
+        channels = [notify.events_channel(session_id), notify.deltas_channel(session_id)]
+        async with self.lock:
+            try:
+                await self.pubsub.subscribe(*channels)
+            except (redis.RedisError, OSError):
+                logger.warning("SSE wake-ups unavailable (Redis); polling", extra={"session_id": session_id})
+                return
+            if self.reader is None or self.reader.done():
+                self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _unsubscribe(self, session_id: str) -> None:
+        async with self.lock:
+            if session_id in self.feeds:  # followed again meanwhile
+                return
+            with contextlib.suppress(redis.RedisError, OSError):
+                await self.pubsub.unsubscribe(notify.events_channel(session_id), notify.deltas_channel(session_id))
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 — Redis trouble: feeds still poll; reconnect later
+                await asyncio.sleep(1.0)
+                continue
+            if message is None:
+                continue
+            channel = message["channel"]
+            channel = channel.decode() if isinstance(channel, bytes) else channel
+            if channel.startswith(self.deltas_prefix):
+                feed, kind = self.feeds.get(channel[len(self.deltas_prefix) :]), "delta"
+            else:
+                feed, kind = self.feeds.get(channel[len(self.events_prefix) :]), "events"
+            if feed is not None:
+                feed.inbox.put_nowait((kind, message["data"]))
+
+    async def aclose(self) -> None:
+        for feed in list(self.feeds.values()):
+            feed.task.cancel()
+        if self.reader is not None:
+            self.reader.cancel()
+        with contextlib.suppress(Exception):
+            await self.pubsub.aclose()
+        with contextlib.suppress(Exception):
+            await self.redis.aclose()
+
+
+_hubs: dict[int, Hub] = {}
+
+
+def hub() -> Hub:
+    """The running event loop's hub (one per loop: redis.asyncio clients are loop-bound)."""
+    loop = asyncio.get_running_loop()
+    current = _hubs.get(id(loop))
+    if current is None:
+        current = _hubs[id(loop)] = Hub()
+    return current
+
+
+async def close_hub() -> None:
+    """Close the running loop's hub (a private loop that is about to close)."""
+    current = _hubs.pop(id(asyncio.get_running_loop()), None)
+    if current is not None:
+        await current.aclose()
+
+
+async def event_frames(*, session_id: str, deltas: bool, heartbeat_seconds: float) -> AsyncIterator[bytes]:
+    """The SSE bytes of one stream: reads where the log ends only once its feed is subscribed and
+    has read its own start, so nothing appended in between is missed; ends after session.deleted."""
+    current = hub()
+    follower = Follower(deltas=deltas)
+    feed = current.follow(session_id, follower)
+    metrics.EVENT_STREAMS_OPEN.inc()
+    try:
+        await feed.ready.wait()
+        follower.after_seq = await db_call(_last_seq, session_id=session_id)
+        yield CONNECTED
+        loop = asyncio.get_running_loop()
+        last_sent = loop.time()
+        while True:
+            wait = last_sent + heartbeat_seconds - loop.time()
+            if wait <= 0:
+                last_sent = loop.time()
+                yield PING
+                continue
+            try:
+                item = await asyncio.wait_for(follower.queue.get(), wait)
+            except TimeoutError:
+                continue
+            if item is _END:
+                return
+            seq, frame = item
+            if seq is not None and seq <= follower.after_seq:
+                continue
+            last_sent = loop.time()
+            yield frame
+    finally:
+        metrics.EVENT_STREAMS_OPEN.dec()
+        current.unfollow(feed, follower)
