@@ -135,6 +135,16 @@ def test_metrics_move_after_an_upload_a_download_and_turns(stack, api_key, model
     assert value(after, "mango_sessions", status="idle") - value(before, "mango_sessions", status="idle") == 1
     assert value(after, "mango_turns_running") == 0
 
+    # An open event stream is counted while it is open (summed over the live workers), then not.
+    assert value(after, "mango_event_streams_open") == 0
+    stream_url = f"{stack}/v1/sessions/{session.id}/events/stream"
+    with httpx.stream("GET", stream_url, headers={"x-api-key": str(api_key)}, timeout=30) as stream:
+        assert stream.status_code == 200
+        chunks = stream.iter_raw()  # held: a dropped iterator would close the stream
+        assert next(chunks).startswith(b": connected")
+        assert value(scrape(stack), "mango_event_streams_open") == 1
+    wait_for(lambda: value(scrape(stack), "mango_event_streams_open") == 0, timeout=30, interval=0.2)
+
 
 def test_metrics_token(client, settings):
     settings.MANGO_METRICS_TOKEN = "s3cret"
