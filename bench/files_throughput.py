@@ -166,8 +166,12 @@ class Measure:
         }
 
 
+RESULTS: dict[str, dict] = {}
+
+
 def summarize(name: str, api: list[dict], direct: list[dict], nbytes: int, how: str) -> list[str]:
-    """One row: best API and direct rates, ratio of the bests and the range over rounds, CPU s/GB."""
+    """One row: best API and direct rates, ratio of the bests and the range over rounds, CPU s/GB.
+    The first row of a name is also kept in RESULTS (for the targets)."""
     gb = nbytes / 1e9
     api_rates = [nbytes / MB / m["seconds"] for m in api]
     direct_rates = [nbytes / MB / m["seconds"] for m in direct]
@@ -176,6 +180,7 @@ def summarize(name: str, api: list[dict], direct: list[dict], nbytes: int, how: 
     server_cpu = min(m["server_cpu"] for m in api) / gb
     boto_cpu = min(m["self_cpu"] for m in direct) / gb
     rss = max(m["rss_growth_mib"] for m in api)
+    RESULTS.setdefault(name, {"ratio": best_ratio, "rss": rss})
     return [
         f"{name:<22} {max(api_rates):>8.0f} {max(direct_rates):>9.0f} {best_ratio:>6.2f} "
         f"{min(ratios):>5.2f}-{max(ratios):<5.2f} {server_cpu:>10.2f} {boto_cpu:>9.2f} {rss:>8.1f}   {how}"
@@ -186,6 +191,35 @@ HEADER = (
     f"{'transfer':<22} {'API MB/s':>8} {'direct':>9} {'ratio':>6} {'range':<11} "
     f"{'srv CPU/GB':>10} {'boto3/GB':>9} {'RSS+MiB':>8}   direct ="
 )
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+TARGETS = [
+    # (row name pattern, ratio at least, RSS growth at most in MiB or None)
+    ("100MB upload", 0.95, None),
+    ("500MB upload", 0.95, 32),
+    ("100MB download", 0.90, None),
+    ("500MB download", 0.90, None),
+    ("{n}x{mib}MiB upload", 0.85, 64),
+    ("{n}x{mib}MiB download", 0.85, 64),
+]
+
+
+def print_targets(n: int, mib: int) -> None:
+    """Each issue #15 target next to the measured figure (ratio of the bests; RSS growth over
+    the worker's RSS just before the run, worst round)."""
+    print("targets (issue #15):")
+    for pattern, ratio, rss in TARGETS:
+        name = pattern.format(n=n, mib=mib)
+        result = RESULTS.get(name)
+        if result is None:
+            continue
+        verdict = "met" if result["ratio"] >= ratio and (rss is None or result["rss"] <= rss) else "NOT met"
+        rss_text = f", RSS +{result['rss']:.1f} MiB (<= {rss})" if rss is not None else ""
+        print(f"  {name:<22} ratio {result['ratio']:.2f} (>= {ratio:.2f}){rss_text}: {verdict}")
 
 
 def main() -> None:
@@ -226,6 +260,7 @@ def main() -> None:
 
         endpoint = storage.client().meta.endpoint_url
         print(f"server: {server.describe()}, pid {server.worker_pid()}; store {endpoint}; best of {args.rounds}")
+        print(f"start: {load()}")
         print(f"worker RSS after warm-up: {idle_rss:.1f} MiB")
         print(HEADER)
         peaks = {}
@@ -286,6 +321,8 @@ def main() -> None:
             "worker peak RSS over its RSS after warm-up (MiB): "
             + ", ".join(f"{name} {peak - idle_rss:+.1f}" for name, peak in peaks.items())
         )
+        print_targets(args.concurrency, args.concurrent_mib)
+        print(f"end: {load()}")
     finally:
         for file_id in created:
             conn = http.client.HTTPConnection("127.0.0.1", server.port)
