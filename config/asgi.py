@@ -110,6 +110,7 @@ async def _access_logged(app, scope, receive, send) -> None:
     try:
         await app(scope, receive, logged_send)
     finally:
+        response["bytes"] += scope.get("mango.spliced_bytes", 0)  # a download's body sent by splice(2)
         if access_logger.isEnabledFor(logging.INFO):
             query = scope.get("query_string", b"").decode("latin-1")
             client = scope.get("client") or ("-", 0)
@@ -133,7 +134,15 @@ async def _route(scope, receive, send) -> None:
         return
     if scope["method"] == "GET" and DOWNLOAD_PATH.match(scope["path"]):
         # The client's next message is its disconnect, however long the download takes.
-        await wsgi_files.serve(_django, api_app.executor, scope, receive, send, depth=SEND_QUEUE_MESSAGES)
+        await wsgi_files.serve(
+            _django,
+            api_app.executor,
+            scope,
+            receive,
+            send,
+            depth=SEND_QUEUE_MESSAGES,
+            splice=settings.MANGO_FILE_DOWNLOAD_SPLICE,
+        )
         return
     receive = idle_limited(receive, seconds=settings.MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS)
     if scope["method"] == "POST" and scope["path"] == UPLOAD_PATH:

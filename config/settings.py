@@ -136,6 +136,9 @@ MANGO_FILE_S3_SECRET_ACCESS_KEY = env.str("MANGO_FILE_S3_SECRET_ACCESS_KEY", def
 # the CRC32 checksum header the store verifies (botocore's default over https, extended to
 # plain http), which spares a second SHA-256 pass over every uploaded byte.
 MANGO_FILE_S3_SIGN_PAYLOAD = env.bool("MANGO_FILE_S3_SIGN_PAYLOAD", default=False)
+# Downloads under config.asgi move the body from the store's socket to the client's with
+# splice(2) (core/wsgi_files.py) when the store is reached over plain http; off: read in chunks.
+MANGO_FILE_DOWNLOAD_SPLICE = env.bool("MANGO_FILE_DOWNLOAD_SPLICE", default=True)
 MANGO_FILE_MAX_BYTES = env.int("MANGO_FILE_MAX_BYTES", default=500_000_000)
 # Per-workspace Files quota (files/quotas.py): bytes and count of ready Files, all origins.
 MANGO_WORKSPACE_FILES_MAX_BYTES = env.int("MANGO_WORKSPACE_FILES_MAX_BYTES", default=100 * 1000**3)

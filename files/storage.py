@@ -222,6 +222,35 @@ class ObjectStream:
         while chunk := self.read(self.chunk_size):
             yield chunk
 
+    @property
+    def spliceable(self) -> bool:
+        """Whether splice_source() can hand the body over (checked without I/O)."""
+        raw = self._raw
+        if raw is None or self._received or raw.chunked or not raw.length:
+            return False
+        sock = getattr(getattr(raw.fp, "raw", None), "_sock", None)
+        return type(sock) is socket.socket  # an ssl.SSLSocket's bytes are ciphertext
+
+    def splice_source(self) -> tuple[int, bytes, int] | None:
+        """For a server that moves the rest of the body to its client with splice(2), socket to
+        socket without passing through this process's memory: (the store socket's descriptor,
+        the bytes already buffered off it, how many more follow), or None when the body cannot
+        be moved that way (TLS, chunked framing, content decoding, already read from). After
+        this the stream is only closed (the store connection is not reused)."""
+        if not self.spliceable:
+            return None
+        raw = self._raw
+        sock = raw.fp.raw._sock
+        length = raw.length
+        try:
+            head = raw.fp.read1(min(len(raw.fp.peek(1)), length))
+        except (OSError, ValueError) as exc:
+            raise StorageUnavailable(details={"store_error": type(exc).__name__}) from exc
+        if not head:
+            raise StorageUnavailable(details={"store_error": "IncompleteRead"})
+        self._received = len(head)
+        return sock.fileno(), head, length - len(head)
+
     def abort(self) -> None:
         sock = getattr(getattr(getattr(self._raw, "fp", None), "raw", None), "_sock", None)
         if sock is not None:

@@ -1,9 +1,11 @@
 """Downloads on the real serving layout (config.asgi under gunicorn + uvicorn, as `make run`):
 the File's bytes, headers, ranges and errors as the Django view defines them, sent by
-core.wsgi_files; a download whose client goes away stops reading the store."""
+core.wsgi_files both ways (spliced from the store's socket, and read in chunks); a download
+whose client goes away stops reading the store. The access log counts the bytes sent."""
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import socket
@@ -23,9 +25,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 STORE_PORT = 8333
 
 
-@pytest.fixture
-def server(tmp_path, s3_bucket):
-    server = AsgiServer(log_path=tmp_path / "asgi.log").start()
+@pytest.fixture(params=["splice", "chunks"])
+def server(request, tmp_path, s3_bucket):
+    splice = "true" if request.param == "splice" else "false"
+    server = AsgiServer(log_path=tmp_path / "asgi.log", env={"MANGO_FILE_DOWNLOAD_SPLICE": splice}).start()
     yield server
     server.stop()
 
@@ -55,6 +58,7 @@ def test_download_bytes_headers_and_ranges(server, api_key, workspace):
     assert response.headers["content-disposition"].startswith('attachment; filename="r_sum_.bin"')
     assert response.headers["x-content-type-options"] == "nosniff"
     assert re.fullmatch(r"req_[0-9a-f]{32}", response.headers["request-id"])
+    _assert_logged_bytes(server, response.headers["request-id"], len(data))
 
     ranged = _get(server, api_key, path, range="bytes=1000-2999999")
     assert ranged.status_code == 206
@@ -83,6 +87,17 @@ def test_download_bytes_headers_and_ranges(server, api_key, workspace):
     metrics = requests.get(f"{server.url}/metrics", timeout=10).text
     counted = re.search(r"^mango_file_download_bytes_total (\S+)$", metrics, re.M)
     assert counted and float(counted.group(1)) >= len(data) + 2_999_000 + 10
+
+
+def _assert_logged_bytes(server, request_id: str, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for line in server.log_text().splitlines():
+            if request_id in line and '"gunicorn.access"' in line:
+                assert json.loads(line)["response_bytes"] == str(count)
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"no access line for {request_id}")
 
 
 def test_large_download_is_whole(server, api_key, big):
@@ -147,10 +162,11 @@ class StoreTap:
         self.listener.close()
 
 
-@pytest.fixture
-def tapped_server(tmp_path, s3_bucket):
+@pytest.fixture(params=["splice", "chunks"])
+def tapped_server(request, tmp_path, s3_bucket):
     tap = StoreTap()
-    server = AsgiServer(log_path=tmp_path / "asgi.log", env={"MANGO_FILE_S3_ENDPOINT_URL": tap.url}).start()
+    env = {"MANGO_FILE_S3_ENDPOINT_URL": tap.url, "MANGO_FILE_DOWNLOAD_SPLICE": str(request.param == "splice").lower()}
+    server = AsgiServer(log_path=tmp_path / "asgi.log", env=env).start()
     server.tap = tap
     yield server
     server.stop()
