@@ -20,8 +20,11 @@ access_log_format = '%(h)s "%(r)s" %(s)s %(B)s %(D)sus %({request-id}o)s'
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "120"))
 graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "30"))
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))
-# Recycle workers now and then (bounded memory growth); jitter keeps them from restarting together.
-max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "2000"))
+# Worker recycling after this many requests is off by default: an event-loop worker holds its event
+# streams for hours, and recycling ends every one of them (cleanly: config/uvicorn.py ends them as
+# complete responses, and clients resume from the events list, but each recycle still makes all of
+# them reconnect). Set it to bound a slow memory growth; jitter keeps workers from restarting together.
+max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "0"))
 max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "200"))
 # Worker heartbeat files in memory, not on a container's overlay filesystem.
 if os.path.isdir("/dev/shm"):

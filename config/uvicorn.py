@@ -1,5 +1,6 @@
 """The uvicorn worker class `make run` serves with (config/gunicorn.conf.py): uvicorn's, except
 
+- its event streams end cleanly when it shuts down (StreamEndingServer);
 - every request's scope offers the `mango.splice` extension (SpliceSink): core.wsgi_files moves
   a File download's body from the object store's socket to the client's with splice(2);
 - a request its HTTP parser rejects — e.g. a chunked upload with an invalid chunk size — is
@@ -10,9 +11,12 @@ breaks off is discarded)."""
 import asyncio
 import json
 import os
+import sys
 import uuid
 
+from gunicorn.arbiter import Arbiter
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
 
 
@@ -77,5 +81,31 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
+class StreamEndingServer(Server):
+    """uvicorn's server, except that on shutdown (SIGTERM, a deploy, GUNICORN_MAX_REQUESTS) it
+    stops accepting first and then ends this process's event streams as complete responses, so
+    their clients reconnect to another worker and resume from the events list at once, instead of
+    being cut off when GUNICORN_GRACEFUL_TIMEOUT runs out (an open stream never finishes)."""
+
+    async def shutdown(self, sockets=None) -> None:
+        from sessions.streams.hub import end_streams  # Django is set up once the app is loaded
+
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        end_streams()
+        await super().shutdown(sockets)
+
+
 class MangoUvicornWorker(UvicornWorker):
     CONFIG_KWARGS = {"loop": "auto", "http": "config.uvicorn:EnvelopeHttpToolsProtocol"}
+
+    async def _serve(self) -> None:
+        # UvicornWorker._serve with the server above.
+        self.config.app = self.wsgi
+        server = StreamEndingServer(config=self.config)
+        self._install_sigquit_handler()
+        await server.serve(sockets=self.sockets)
+        if not server.started:
+            sys.exit(Arbiter.WORKER_BOOT_ERROR)

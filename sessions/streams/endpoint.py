@@ -13,10 +13,10 @@ from django.conf import settings
 from core import caps
 from core.api import beta_values
 from core.auth import api_key_authenticate_meta
-from core.errors import ApiError, AuthenticationFailed, InvalidRequest, error_body, to_api_error
+from core.errors import ApiError, AuthenticationFailed, InvalidRequest, ServiceUnavailable, error_body, to_api_error
 from core.serving import db_call
 from sessions.selectors import session_get
-from sessions.streams.hub import event_frames
+from sessions.streams.hub import draining, event_frames
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +91,8 @@ def _session_check(*, workspace_id: str, session_id: str) -> str:
 async def _admit(scope) -> tuple[str, list[str], caps.Slot | None]:
     """Headers and query (no I/O), the key (one short read), the workspace's stream cap (Redis),
     the session (one short read). Returns the session id, the delta kinds and the cap slot."""
+    if draining():
+        raise ServiceUnavailable("This server process is shutting down; retry.", headers={"retry-after": "1"})
     meta = meta_from_scope(scope)
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     event_deltas = query.get("event_deltas[]", []) + query.get("event_deltas", [])

@@ -162,6 +162,15 @@ class Hub:
         self.reader: asyncio.Task | None = None
         self.events_prefix = notify.events_channel("")
         self.deltas_prefix = notify.deltas_channel("")
+        self.draining = False
+
+    def end_all(self) -> None:
+        """This process stops serving (a worker recycled or shut down): end every stream now, as
+        complete responses, so clients reconnect (to another worker) and resume from the events
+        list instead of being cut off when the worker's graceful timeout runs out."""
+        self.draining = True
+        for feed in list(self.feeds.values()):
+            feed.end()
 
     def follow(self, session_id: str, follower: Follower) -> Feed:
         feed = self.feeds.get(session_id)
@@ -243,6 +252,17 @@ def hub() -> Hub:
     return current
 
 
+def draining() -> bool:
+    """Whether the running loop's process is shutting down (no new streams)."""
+    current = _hubs.get(id(asyncio.get_running_loop()))
+    return current is not None and current.draining
+
+
+def end_streams() -> None:
+    """End every stream of the running loop (see Hub.end_all)."""
+    hub().end_all()
+
+
 async def close_hub() -> None:
     """Close the running loop's hub (a private loop that is about to close)."""
     current = _hubs.pop(id(asyncio.get_running_loop()), None)
@@ -250,9 +270,25 @@ async def close_hub() -> None:
         await current.aclose()
 
 
+def _take_ready(follower: Follower, first) -> tuple[bytes, bool]:
+    """`first` and every frame already queued behind it, as one chunk (one write to the client
+    however many events a batch brought); and whether the stream ends after it."""
+    frames, item = [], first
+    while True:
+        if item is _END:
+            return b"".join(frames), True
+        seq, frame = item
+        if seq is None or seq > follower.after_seq:
+            frames.append(frame)
+        if follower.queue.empty():
+            return b"".join(frames), False
+        item = follower.queue.get_nowait()
+
+
 async def event_frames(*, session_id: str, deltas: bool, heartbeat_seconds: float) -> AsyncIterator[bytes]:
     """The SSE bytes of one stream: reads where the log ends only once its feed is subscribed and
-    has read its own start, so nothing appended in between is missed; ends after session.deleted."""
+    has read its own start, so nothing appended in between is missed; ends after session.deleted
+    and when this process stops serving (`Hub.end_all`)."""
     current = hub()
     follower = Follower(deltas=deltas)
     feed = current.follow(session_id, follower)
@@ -270,16 +306,17 @@ async def event_frames(*, session_id: str, deltas: bool, heartbeat_seconds: floa
                 yield PING
                 continue
             try:
-                item = await asyncio.wait_for(follower.queue.get(), wait)
+                # asyncio.timeout, not wait_for: no task per wait (Python 3.11).
+                async with asyncio.timeout(wait):
+                    item = await follower.queue.get()
             except TimeoutError:
                 continue
-            if item is _END:
+            chunk, ended = _take_ready(follower, item)
+            if chunk:
+                last_sent = loop.time()
+                yield chunk
+            if ended:
                 return
-            seq, frame = item
-            if seq is not None and seq <= follower.after_seq:
-                continue
-            last_sent = loop.time()
-            yield frame
     finally:
         metrics.EVENT_STREAMS_OPEN.dec()
         current.unfollow(feed, follower)

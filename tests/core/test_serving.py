@@ -3,7 +3,10 @@ config.asgi, against the test database, the real store and Redis. Per-workspace 
 stalled uploads (408), event streams on the event loop, and the database pool."""
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -22,7 +25,7 @@ from files import storage
 from files.models import File, StorageIntent
 from sessions import notify
 from tests.files.conftest import bucket_keys, multipart_uploads
-from tests.files.server import AsgiServer
+from tests.files.server import ROOT, AsgiServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
@@ -385,3 +388,48 @@ def test_a_wsgi_stream_ends_when_its_client_leaves(live_server, sdk, api_key):
     _wait_for_subscribers(session_id, 1, timeout=5)
     response.close()
     assert _wait_for_subscribers(session_id, 0, timeout=5) < 5
+
+
+def test_worker_recycling_is_off_by_default():
+    """config/gunicorn.conf.py: no GUNICORN_MAX_REQUESTS, no recycling (it would end every stream)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GUNICORN_")}
+    code = "import runpy; print(runpy.run_path('config/gunicorn.conf.py')['max_requests'])"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "0", result.stderr
+
+
+def test_a_recycled_worker_ends_its_streams_cleanly_and_clients_resume(tmp_path, s3_bucket, api_key):
+    """GUNICORN_MAX_REQUESTS set: when the worker recycles, its open stream ends as a complete
+    response at once (not cut off after GUNICORN_GRACEFUL_TIMEOUT); the client reconnects to the
+    new worker and finds what it missed in the events list."""
+    server = AsgiServer(
+        log_path=tmp_path / "asgi.log",
+        env={"GUNICORN_MAX_REQUESTS": "8", "GUNICORN_MAX_REQUESTS_JITTER": "0", "GUNICORN_GRACEFUL_TIMEOUT": "60"},
+    ).start()
+    try:
+        client = _client(server, api_key)
+        session_id = _session(client)  # 3 requests
+        old_worker = server.worker_pid()
+        response = _open_stream(server, api_key, session_id)  # 4
+        assert _first_line(response) == ": connected"
+        sent = client.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])  # 5
+        seen = []
+        started = time.monotonic()
+        while len(client.beta.files.list().data) == 0 and time.monotonic() - started < 2:  # 6, 7, 8: recycle
+            time.sleep(0.1)
+        for line in response.lines:  # ends without an error: the chunked response was completed
+            if line.startswith("data: ") and json.loads(line.removeprefix("data: "))["type"] != "ping":
+                seen.append(json.loads(line.removeprefix("data: "))["id"])
+        ended_after = time.monotonic() - started
+        assert seen == [sent.data[0].id]
+        assert ended_after < 30, ended_after
+        new_worker = server.wait_for_new_worker(old_worker, timeout=60)
+        assert new_worker != old_worker
+        # Resume: what was sent meanwhile is in the list; a new stream is served by the new worker.
+        missed = client.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
+        listed = [event.id for event in client.beta.sessions.events.list(session_id)]
+        assert listed[-2:] == [sent.data[0].id, missed.data[0].id]
+        with _open_stream(server, api_key, session_id) as again:
+            assert _first_line(again) == ": connected"
+    finally:
+        server.stop()
