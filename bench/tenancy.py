@@ -5,31 +5,44 @@ with the pool settings `make run` uses.
     .venv/bin/python bench/tenancy.py [--streams 1000] [--workspaces 10] [--slow-uploads 200]
                                       [--rounds 5] [--no-throughput]
 
+0. Baseline, before any stream is open: the same POSTs of events as in 1, timed alone.
 1. `--streams` event streams over `--workspaces` workspaces (one session each; the per-workspace
-   stream cap raised for the bench): all open? Then `--rounds` times a `user.interrupt` is sent to
-   every session at once; latency = send → seen on each stream (p50, p99, max). Server RSS.
-2. Meanwhile another workspace's `GET /v1/files`: p50 / p99 / errors.
+   stream cap raised for the bench), held by a child process of their own: all open? Then
+   `--rounds` rounds of one `user.interrupt` per session sent one at a time (150 ms apart: each
+   event's fan-out to its streams measured alone), and `--rounds` rounds of the 10 POSTs at once
+   (a burst: the POSTs themselves then share the server's 2 cores). Latency = POST sent -> seen on
+   each stream following the session, matched by event id (p50, p99, max), and POST answered ->
+   seen (the fan-out alone). Server RSS before and with the streams.
+2. Meanwhile another workspace's `GET /v1/files`, from a process of its own: p50 / p99 / errors.
 3. `--slow-uploads` uploads trickling a byte a second (25 workspaces at their upload cap, 8 each),
-   and one more upload from a capped workspace (429 expected): another workspace's
-   `GET /v1/files` p50 / p99 / errors meanwhile.
+   then finished: every one must get 200 (no 503 from a database-pool wait, no 408); one more
+   upload from a capped workspace (429 expected); another workspace's `GET /v1/files` meanwhile.
 4. Peak PostgreSQL connections of the whole deployment (API + worker + beat), sampled every
    100 ms from pg_stat_activity (each process names its connections through PGAPPNAME).
 5. bench/files_throughput.py on the same layout (ratios vs boto3, server peak RSS growth).
 
-Targets (issue 9): all streams open; delivery p50 <= 50 ms, p99 <= 250 ms; GET /v1/files p99
-<= 100 ms with 0 errors in 2 and 3; peak connections <= 40; throughput not worse than before.
+The streams and the lister run in child processes so that neither the client's reading of 1,000
+streams nor this process's POSTs delay the other's measurements (a single client process on a
+2-core machine inflated both); timestamps are time.monotonic(), one clock for every process.
+
+Targets (issue 9): all streams open; delivery p50 <= 50 ms, p99 <= 250 ms (checked for events one
+at a time, and reported for the burst); GET /v1/files p99 <= 100 ms with 0 errors in 2 and 3;
+every slow upload 200; peak connections <= 40; throughput not worse than before.
 """
 
 import argparse
 import asyncio
+import collections
 import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import _common
@@ -198,11 +211,15 @@ class ConnectionSampler(threading.Thread):
                 time.sleep(0.1)
 
 
-# --- the client side, on one event loop ------------------------------------------------------
+# --- child processes: the streams, and another tenant's lister ---------------------------------
+# Each runs alone, so that neither the 1,000 streams' reads nor the POSTs of this process delay
+# the other's clock. Timestamps are time.monotonic(): CLOCK_MONOTONIC, one clock for every process.
+
+INTERRUPT_FRAME = re.compile(rb'^event: user\.interrupt\ndata: .*?"id":"(sevt_[A-Za-z0-9]+)"', re.S)
 
 
 async def open_stream(port: int, key: str, session_id: str, record: dict) -> None:
-    """A raw SSE stream; records when it opened and when each `user.interrupt` arrived."""
+    """A raw SSE stream; records when it opened and (time, event id) of each user.interrupt."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(
         (
@@ -211,8 +228,8 @@ async def open_stream(port: int, key: str, session_id: str, record: dict) -> Non
         ).encode()
     )
     await writer.drain()
+    record["writer"], record["seen"] = writer, []
     buffer = b""
-    record["writer"] = writer
     try:
         while True:
             data = await reader.read(65536)
@@ -221,56 +238,59 @@ async def open_stream(port: int, key: str, session_id: str, record: dict) -> Non
                 return
             now = time.monotonic()
             buffer += data
-            if "status" not in record and b"\r\n\r\n" in buffer:
-                record["status"] = int(buffer.split(b" ", 2)[1])
+            if "status" not in record:
+                if b"\r\n\r\n" not in buffer:
+                    continue
+                head, buffer = buffer.split(b"\r\n\r\n", 1)
+                record["status"] = int(head.split(b" ", 2)[1])
                 if record["status"] != 200:
-                    record["error"] = buffer[:300].decode(errors="replace")
+                    record["error"] = (head + buffer)[:300].decode(errors="replace")
                     return
-            if "opened" not in record and b": connected" in buffer:
-                record["opened"] = now
-            while b"event: user.interrupt" in buffer:
-                record.setdefault("seen", []).append(now)
-                buffer = buffer.split(b"event: user.interrupt", 1)[1]
-            buffer = buffer[-64:]
+            # Chunked framing: chunk-size lines sit between SSE frames; frames end with a blank line.
+            *frames, buffer = buffer.split(b"\n\n")
+            for frame in frames:
+                frame = frame.split(b"\r\n")[-1] if b"\r\n" in frame else frame
+                if frame.startswith(b": connected"):
+                    record.setdefault("opened", now)
+                match = INTERRUPT_FRAME.match(frame)
+                if match:
+                    record["seen"].append((now, match.group(1).decode()))
     except (ConnectionError, asyncio.CancelledError):
         return
 
 
-async def slow_upload(port: int, key: str, stop: asyncio.Event, record: dict) -> None:
-    boundary = "bench-slow"
-    head = (
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="slow.bin"\r\n'
-        "Content-Type: application/octet-stream\r\n\r\n"
-    ).encode()
-    size = 1_000_000
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(
-        (
-            f"POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
-            f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
-            f"Content-Length: {len(head) + size + len(boundary) + 8}\r\n\r\n"
-        ).encode()
-        + head
-    )
-    await writer.drain()
-    try:
-        while not stop.is_set():
-            try:
-                data = await asyncio.wait_for(reader.read(4096), 1.0)
-                if data:  # answered early (e.g. 429)
-                    record["status"] = int(data.split(b" ", 2)[1])
-                    return
-                return
-            except TimeoutError:
-                writer.write(b"x")
-                await writer.drain()
-        record["status"] = "held"
-    finally:
-        writer.close()
+async def stream_child(port: int) -> None:
+    """--stream-child: reads [[key, session_id], ...] (one per stream) from stdin, opens them all,
+    prints {"opened", "seconds", "errors"}; then on "report" prints every stream's sightings
+    [[time, event_id], ...] and on "close" (or end of input) closes them."""
+    loop = asyncio.get_running_loop()
+    assignments = json.loads(await loop.run_in_executor(None, sys.stdin.readline))
+    records = [{} for _ in assignments]
+    started = time.monotonic()
+    tasks = []
+    for index, (key, session_id) in enumerate(assignments):
+        tasks.append(asyncio.ensure_future(open_stream(port, key, session_id, records[index])))
+        if index % 50 == 49:
+            await asyncio.sleep(0.05)
+    while time.monotonic() - started < 120 and not all("opened" in r or "error" in r for r in records):
+        await asyncio.sleep(0.1)
+    errors = sorted({str(r.get("error"))[:120] for r in records if "error" in r})[:3]
+    opened = sum("opened" in r for r in records)
+    print(json.dumps({"opened": opened, "seconds": time.monotonic() - started, "errors": errors}), flush=True)
+    while (await loop.run_in_executor(None, sys.stdin.readline)).strip() == "report":
+        print(json.dumps([r.get("seen", []) if "opened" in r else None for r in records]), flush=True)
+    for record in records:
+        if "writer" in record:
+            record["writer"].close()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def files_list_latencies(port: int, key: str, seconds: float, out: list, errors: list) -> None:
-    """Another workspace's GET /v1/files, back to back, for `seconds`."""
+def list_child(port: int, key: str, seconds: float) -> None:
+    """--list-child: another workspace's GET /v1/files, back to back for `seconds`; prints
+    {"latencies", "errors"}."""
+    latencies, errors = [], []
     deadline = time.monotonic() + seconds
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     while time.monotonic() < deadline:
@@ -285,12 +305,45 @@ def files_list_latencies(port: int, key: str, seconds: float, out: list, errors:
             errors.append(repr(exc))
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
             continue
-        out.append(time.monotonic() - started)
+        latencies.append(time.monotonic() - started)
         time.sleep(0.05)
+    print(json.dumps({"latencies": latencies, "errors": errors}), flush=True)
 
 
-def send_interrupt(port: int, key: str, session_id: str) -> None:
+def child(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, __file__, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=_common.ROOT
+    )
+
+
+class Lister:
+    """Another workspace's GET /v1/files in a process of its own, for `seconds`."""
+
+    def __init__(self, port: int, key: str, seconds: float):
+        self.process = child("--list-child", str(port), key, str(seconds))
+
+    def result(self) -> tuple[list[float], list]:
+        out, _ = self.process.communicate(timeout=600)
+        data = json.loads(out.strip().splitlines()[-1])
+        return data["latencies"], data["errors"]
+
+
+def latency_line(latencies: list[float], errors: list) -> str:
+    if not latencies:
+        return f"0 requests, errors {len(errors)} {errors[:3]}"
+    return (
+        f"{len(latencies)} requests: p50 {ms(pct(latencies, 50))}, p99 {ms(pct(latencies, 99))}, "
+        f"errors {len(errors)} {errors[:3]}"
+    )
+
+
+# --- this process: events sent, uploads, the figures -----------------------------------------
+
+
+def send_interrupt(port: int, key: str, session_id: str) -> tuple[str, float, float]:
+    """POST one user.interrupt; (its event id, sent, answered)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    sent = time.monotonic()
     conn.request(
         "POST",
         f"/v1/sessions/{session_id}/events",
@@ -298,142 +351,249 @@ def send_interrupt(port: int, key: str, session_id: str) -> None:
         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
     )
     response = conn.getresponse()
-    assert response.status == 200, response.read()
-    response.read()
+    body = response.read()
+    answered = time.monotonic()
     conn.close()
+    assert response.status == 200, body
+    return json.loads(body)["data"][0]["id"], sent, answered
 
 
-async def run(args, deployment: Deployment, sampler: ConnectionSampler) -> dict:
+def send_round(port: int, tenants: list, *, burst: bool) -> list[tuple[str, float, float]]:
+    """One event to every session: all at once (`burst`), or one at a time, 150 ms apart, so
+    each event's fan-out is measured alone."""
+    if burst:
+        with ThreadPoolExecutor(max_workers=len(tenants)) as pool:
+            return list(pool.map(lambda tenant: send_interrupt(port, *tenant), tenants))
+    sent = []
+    for tenant in tenants:
+        sent.append(send_interrupt(port, *tenant))
+        time.sleep(0.15)
+    return sent
+
+
+def deliveries(sightings: list, posts: dict[str, tuple[float, float]]) -> tuple[list, list, int]:
+    """Per (stream, event sent): POST sent -> seen, POST answered -> seen; and how many of the
+    events a stream should have seen it did not."""
+    from_sent, from_answer, seen_ids = [], [], set()
+    for record in sightings:
+        if record is None:
+            continue
+        for seen_at, event_id in record:
+            if event_id in posts and (id(record), event_id) not in seen_ids:
+                seen_ids.add((id(record), event_id))
+                from_sent.append(seen_at - posts[event_id][0])
+                from_answer.append(seen_at - posts[event_id][1])
+    return from_sent, from_answer, len(seen_ids)
+
+
+def delivery_line(from_sent: list, from_answer: list, posts: dict, expected: int, count: int) -> str:
+    post_times = [answered - sent for sent, answered in posts.values()]
+    return (
+        f"{count}/{expected} deliveries; POST sent -> seen: p50 {ms(pct(from_sent, 50))}, "
+        f"p99 {ms(pct(from_sent, 99))}, max {ms(max(from_sent))}; POST answered -> seen: "
+        f"p50 {ms(pct(from_answer, 50))}, p99 {ms(pct(from_answer, 99))}; the POSTs: "
+        f"p50 {ms(pct(post_times, 50))}, p99 {ms(pct(post_times, 99))}"
+    )
+
+
+async def slow_upload(port: int, key: str, stop: asyncio.Event, record: dict, *, size: int = 64) -> None:
+    """A `size`-byte upload that sends its body a byte a second until `stop`, then the rest; records
+    the status it got (early if the server answered before `stop`)."""
+    boundary = "bench-slow"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="slow.bin"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        (
+            f"POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+            f"Content-Length: {len(head) + size + len(tail)}\r\n\r\n"
+        ).encode()
+        + head
+    )
+    await writer.drain()
+    sent = 0
+    try:
+        while not stop.is_set() and sent < size - 1:
+            try:
+                data = await asyncio.wait_for(reader.read(4096), 1.0)
+                record["early"] = True
+                record["status"] = int(data.split(b" ", 2)[1]) if data else "closed"
+                return
+            except TimeoutError:
+                writer.write(b"x")
+                sent += 1
+                await writer.drain()
+        writer.write(b"x" * (size - sent) + tail)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(4096), 120)
+        record["status"] = int(data.split(b" ", 2)[1]) if data else "closed"
+    except (OSError, TimeoutError) as exc:
+        record["status"] = repr(exc)
+    finally:
+        writer.close()
+
+
+async def tenants_setup(url: str, count: int, label: str) -> list[tuple[str, str]]:
     import anthropic
 
     loop = asyncio.get_running_loop()
-    port = deployment.port
     tenants = []
-    for index in range(args.workspaces):
-        raw_key, _ = await loop.run_in_executor(None, _common.api_key, f"bench-tenancy-{os.getpid()}-{index}")
-        client = anthropic.Anthropic(base_url=deployment.url, api_key=raw_key, max_retries=0)
+    for index in range(count):
+        raw_key, _ = await loop.run_in_executor(None, _common.api_key, f"bench-tenancy-{os.getpid()}-{label}{index}")
+        client = anthropic.Anthropic(base_url=url, api_key=raw_key, max_retries=0)
         agent = client.beta.agents.create(name="bench", model="claude-sonnet-4-5")
         env = client.beta.environments.create(name="bench")
         session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
         tenants.append((raw_key, session.id))
-    other_key, _ = await loop.run_in_executor(None, _common.api_key, f"bench-tenancy-{os.getpid()}-other")
-    results: dict = {}
+    return tenants
 
-    # 1. streams
-    records = [{} for _ in range(args.streams)]
-    started = time.monotonic()
-    tasks = []
-    for index, record in enumerate(records):
-        key, session_id = tenants[index % len(tenants)]
-        tasks.append(asyncio.ensure_future(open_stream(port, key, session_id, record)))
-        if index % 50 == 49:
-            await asyncio.sleep(0.05)
-    while time.monotonic() - started < 120:
-        if all("opened" in r or "error" in r for r in records):
-            break
-        await asyncio.sleep(0.1)
-    opened = sum("opened" in r for r in records)
-    results["streams_open"] = f"{opened}/{args.streams} in {time.monotonic() - started:.1f} s"
-    results["stream_errors"] = sorted({str(r.get("error"))[:120] for r in records if "error" in r})[:3]
-    rss_idle = deployment.api_rss_mib()
 
-    # 2. another tenant's GET /v1/files while every stream is open, and deliveries
-    latencies, errors = [], []
-    lister = threading.Thread(
-        target=files_list_latencies, args=(port, other_key, 10.0 + args.rounds * 1.5, latencies, errors)
-    )
-    lister.start()
-    delivery, after_answer, posts = [], [], []
-    for round_number in range(args.rounds + 1):  # round 0 warms the POST path up
-        await asyncio.sleep(1.0)
-        for record in records:
-            record["seen"] = []
-        sent, answered = {}, {}
+async def measure_posts(port: int, tenants: list, rounds: int) -> dict[str, dict]:
+    """`rounds` rounds one event at a time, then `rounds` bursts; {mode: {event_id: (sent, answered)}}."""
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, lambda: send_round(port, tenants, burst=True))  # warm-up
+    posts = {"one at a time": {}, "burst of 10 at once": {}}
+    for mode, burst in (("one at a time", False), ("burst of 10 at once", True)):
+        for _ in range(rounds):
+            await asyncio.sleep(1.0)
+            for event_id, sent, answered in await loop.run_in_executor(
+                None, lambda burst=burst: send_round(port, tenants, burst=burst)
+            ):
+                posts[mode][event_id] = (sent, answered)
+    await asyncio.sleep(2.0)  # late sightings
+    return posts
 
-        def send(key, session_id, sent=sent, answered=answered):
-            sent[session_id] = time.monotonic()
-            send_interrupt(port, key, session_id)
-            answered[session_id] = time.monotonic()
 
-        await asyncio.gather(*(loop.run_in_executor(None, send, k, s) for k, s in tenants))
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not all(r.get("seen") for r in records if "opened" in r):
-            await asyncio.sleep(0.01)
-        missing = sum(1 for r in records if "opened" in r and not r.get("seen"))
-        if round_number == 0:
-            continue
-        results[f"round_{round_number}_missing"] = missing
-        posts += [answered[s] - sent[s] for _, s in tenants]
-        for index, record in enumerate(records):
-            if "opened" in record and record.get("seen"):
-                session_id = tenants[index % len(tenants)][1]
-                delivery.append(record["seen"][0] - sent[session_id])
-                after_answer.append(record["seen"][0] - answered[session_id])
-    await loop.run_in_executor(None, lister.join)
-    results["delivery"] = (
-        f"{len(delivery)} deliveries, POST sent -> seen on the stream: p50 {ms(pct(delivery, 50))}, "
-        f"p99 {ms(pct(delivery, 99))}, max {ms(max(delivery))}"
-    )
-    results["delivery_after_post_answered"] = (
-        f"POST answered -> seen (negative: seen before the answer): p50 {ms(pct(after_answer, 50))}, "
-        f"p99 {ms(pct(after_answer, 99))}; the POSTs themselves: p50 {ms(pct(posts, 50))}, "
-        f"p99 {ms(pct(posts, 99))}"
-    )
-    rss_streams = deployment.api_rss_mib()
+async def run_streams(args, deployment: "Deployment", tenants: list, other_key: str, results: dict) -> subprocess.Popen:
+    """Phases 1 and 2: POSTs with no stream open (baseline), the streams, the deliveries and
+    another workspace's lister meanwhile. Returns the stream child (still holding the streams)."""
+    port = deployment.port
+    baseline = await measure_posts(port, tenants, 2)
+    for mode, posts in baseline.items():
+        times = [answered - sent for sent, answered in posts.values()]
+        results[f"POSTs with no stream open, {mode}"] = f"p50 {ms(pct(times, 50))}, p99 {ms(pct(times, 99))}"
+    rss_before = deployment.api_rss_mib()
+    streams = child("--stream-child", str(port))
+    assignments = [tenants[i % len(tenants)] for i in range(args.streams)]
+    streams.stdin.write(json.dumps(assignments) + "\n")
+    streams.stdin.flush()
+    opened = json.loads(streams.stdout.readline())
+    results["streams_open"] = f"{opened['opened']}/{args.streams} in {opened['seconds']:.1f} s"
+    results["stream_errors"] = opened["errors"]
+    lister = Lister(port, other_key, 8.0 + args.rounds * 5.0)
+    posts = await measure_posts(port, tenants, args.rounds)
+    streams.stdin.write("report\n")
+    streams.stdin.flush()
+    sightings = json.loads(streams.stdout.readline())
+    for mode, sent in posts.items():
+        from_sent, from_answer, count = deliveries(sightings, sent)
+        expected = len(sent) * opened["opened"] // len(tenants)
+        results[f"_delivery {mode}"] = from_sent
+        results[f"delivery, {mode}"] = delivery_line(from_sent, from_answer, sent, expected, count)
+    rss = deployment.api_rss_mib()
     results["api_rss_mib"] = (
-        f"before streams n/a; with {opened} streams open: "
-        + ", ".join(f"{value:.0f}" for value in rss_streams)
-        + f" (workers; idle after open {', '.join(f'{v:.0f}' for v in rss_idle)})"
+        f"{', '.join(f'{v:.0f}' for v in rss_before)} before the streams; "
+        f"{', '.join(f'{v:.0f}' for v in rss)} with {opened['opened']} open (per worker)"
     )
-    results["_list_streams"] = (latencies, errors)
-    results["files_list_during_streams"] = (
-        f"{len(latencies)} requests: p50 {ms(pct(latencies, 50))}, p99 {ms(pct(latencies, 99))}, "
-        f"errors {len(errors)} {errors[:3]}"
-    )
+    results["_list_streams"] = lister.result()
+    results["files_list_during_streams"] = latency_line(*results["_list_streams"])
+    return streams
 
-    # 3. slow uploads (streams still open)
+
+async def run_uploads(args, port: int, other_key: str, results: dict) -> None:
+    """Phase 3: slow uploads (streams still open), one more from a capped workspace, the lister."""
+    loop = asyncio.get_running_loop()
     upload_keys = []
     for index in range((args.slow_uploads + UPLOADS_PER_WORKSPACE - 1) // UPLOADS_PER_WORKSPACE):
         raw_key, _ = await loop.run_in_executor(None, _common.api_key, f"bench-tenancy-{os.getpid()}-up{index}")
         upload_keys.append(raw_key)
     stop = asyncio.Event()
-    upload_records = [{} for _ in range(args.slow_uploads)]
-    upload_tasks = [
-        asyncio.ensure_future(slow_upload(port, upload_keys[i // UPLOADS_PER_WORKSPACE], stop, upload_records[i]))
+    records = [{} for _ in range(args.slow_uploads)]
+    tasks = [
+        asyncio.ensure_future(slow_upload(port, upload_keys[i // UPLOADS_PER_WORKSPACE], stop, records[i]))
         for i in range(args.slow_uploads)
     ]
     await asyncio.sleep(3.0)
     extra = {}
-    extra_stop = asyncio.Event()
     try:
-        await asyncio.wait_for(slow_upload(port, upload_keys[0], extra_stop, extra), 30)
+        await asyncio.wait_for(slow_upload(port, upload_keys[0], asyncio.Event(), extra), 30)
     except TimeoutError:
         extra["status"] = "no answer within 30 s"
-    latencies, errors = [], []
-    await loop.run_in_executor(None, files_list_latencies, port, other_key, 10.0, latencies, errors)
-    early = [r.get("status") for r in upload_records if "status" in r]
-    results["slow_uploads"] = (
-        f"{args.slow_uploads} trickling 1 byte/s over {len(upload_keys)} workspaces; answered early: "
-        f"{len(early)} {sorted(set(map(str, early)))}; one more from a capped workspace: {extra.get('status')}"
-    )
-    results["_list_uploads"] = (latencies, errors)
-    results["files_list_during_slow_uploads"] = (
-        f"{len(latencies)} requests: p50 {ms(pct(latencies, 50))}, p99 {ms(pct(latencies, 99))}, "
-        f"errors {len(errors)} {errors[:3]}"
-    )
+    lister = Lister(port, other_key, 10.0)
+    results["_list_uploads"] = await loop.run_in_executor(None, lister.result)
+    results["files_list_during_slow_uploads"] = latency_line(*results["_list_uploads"])
     stop.set()
-    await asyncio.gather(*upload_tasks, return_exceptions=True)
-    for record in records:
-        if "writer" in record:
-            record["writer"].close()
-    for task in tasks:
-        task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    results["delivery_samples"] = delivery
+    statuses = collections.Counter(str(r.get("status")) for r in records)
+    early = collections.Counter(str(r.get("status")) for r in records if r.get("early"))
+    results["_uploads_ok"] = statuses == {"200": args.slow_uploads}
+    results["slow_uploads"] = (
+        f"{args.slow_uploads} trickling 1 byte/s over {len(upload_keys)} workspaces, then finished: "
+        f"{dict(statuses)} (answered before finishing: {dict(early) or 0}); one more from a capped "
+        f"workspace: {extra.get('status')}"
+    )
+
+
+async def run(args, deployment: "Deployment") -> dict:
+    loop = asyncio.get_running_loop()
+    tenants = await tenants_setup(deployment.url, args.workspaces, "")
+    other_key, _ = await loop.run_in_executor(None, _common.api_key, f"bench-tenancy-{os.getpid()}-other")
+    results: dict = {}
+    streams = await run_streams(args, deployment, tenants, other_key, results)
+    try:
+        await run_uploads(args, deployment.port, other_key, results)
+    finally:
+        streams.communicate("close\n", timeout=60)
     return results
 
 
+def report(args, results: dict, sampler: "ConnectionSampler", load: tuple[str, str]) -> None:
+    print("layout: gunicorn -c config/gunicorn.conf.py config.asgi:application (2 uvicorn workers) + worker + beat")
+    print(f"load average (1, 5, 15 min): at start {load[0]}; at end {load[1]}")
+    for name, value in results.items():
+        if not name.startswith("_"):
+            print(f"{name}: {value}")
+    print(
+        f"peak PostgreSQL connections of the deployment: {sampler.peak_total} "
+        f"(per process kind, peaks: {sampler.peak_by_role})"
+    )
+    one, burst = results["_delivery one at a time"], results["_delivery burst of 10 at once"]
+    list_streams, list_uploads = results["_list_streams"], results["_list_uploads"]
+    targets = {
+        "all streams open": results["streams_open"].startswith(f"{args.streams}/"),
+        "delivery p50 <= 50 ms (one event at a time)": pct(one, 50) <= 0.050,
+        "delivery p99 <= 250 ms (one event at a time)": pct(one, 99) <= 0.250,
+        "delivery p50 <= 50 ms (burst of 10 POSTs at once)": pct(burst, 50) <= 0.050,
+        "delivery p99 <= 250 ms (burst of 10 POSTs at once)": pct(burst, 99) <= 0.250,
+        "GET /v1/files during streams p99 <= 100 ms, 0 errors": bool(list_streams[0])
+        and pct(list_streams[0], 99) <= 0.1
+        and not list_streams[1],
+        "GET /v1/files during slow uploads p99 <= 100 ms, 0 errors": bool(list_uploads[0])
+        and pct(list_uploads[0], 99) <= 0.1
+        and not list_uploads[1],
+        "every slow upload answered 200 (no 503, no 408)": results["_uploads_ok"],
+        "peak connections <= 40": sampler.peak_total <= 40,
+    }
+    for name, ok in targets.items():
+        print(f"target {name}: {'PASS' if ok else 'FAIL'}")
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as handle:
+        return " ".join(handle.read().split()[:3])
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--stream-child"]:
+        asyncio.run(stream_child(int(sys.argv[2])))
+        return
+    if sys.argv[1:2] == ["--list-child"]:
+        list_child(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--workspaces", type=int, default=10)
@@ -444,36 +604,18 @@ def main() -> None:
 
     os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
     _common.setup()
+    load_start = loadavg()
     deployment = Deployment(max_streams=args.streams)
     sampler = ConnectionSampler(deployment)
     sampler.start()
     try:
-        results = asyncio.run(run(args, deployment, sampler))
+        results = asyncio.run(run(args, deployment))
         time.sleep(1)
     finally:
         sampler.stop_event.set()
         sampler.join(5)
         deployment.stop()
-    delivery = results.pop("delivery_samples")
-    list_streams, list_uploads = results.pop("_list_streams"), results.pop("_list_uploads")
-    print("layout: gunicorn -c config/gunicorn.conf.py config.asgi:application (2 uvicorn workers) + worker + beat")
-    for name, value in results.items():
-        print(f"{name}: {value}")
-    print(
-        f"peak PostgreSQL connections of the deployment: {sampler.peak_total} "
-        f"(per process kind, peaks: {sampler.peak_by_role})"
-    )
-    targets = {
-        "all streams open": results["streams_open"].startswith(f"{args.streams}/"),
-        "delivery p50 <= 50 ms": pct(delivery, 50) <= 0.050,
-        "delivery p99 <= 250 ms": pct(delivery, 99) <= 0.250,
-        "GET /v1/files during streams p99 <= 100 ms, 0 errors": pct(list_streams[0], 99) <= 0.1 and not list_streams[1],
-        "GET /v1/files during slow uploads p99 <= 100 ms, 0 errors": pct(list_uploads[0], 99) <= 0.1
-        and not list_uploads[1],
-        "peak connections <= 40": sampler.peak_total <= 40,
-    }
-    for name, ok in targets.items():
-        print(f"target {name}: {'PASS' if ok else 'FAIL'}")
+    report(args, results, sampler, (load_start, loadavg()))
     if not args.no_throughput:
         print("files throughput on the same layout (bench/files_throughput.py --layout asgi):", flush=True)
         subprocess.run(
