@@ -16,6 +16,14 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+@signals.celeryd_init.connect
+def _worker_connection_name(**kwargs):
+    """Worker connections are named in pg_stat_activity (bench/sessions_turns.py counts them)."""
+    from django.conf import settings
+
+    settings.DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = "mango-worker"
+
+
 @signals.setup_logging.connect
 def _json_logging(**kwargs):
     # Connected: Celery leaves logging alone; Django's LOGGING (JSON) applies.

@@ -231,6 +231,13 @@ MANGO_MODEL_RETRY_BACKOFF_SECONDS = env.float("MANGO_MODEL_RETRY_BACKOFF_SECONDS
 # A runner renews its lease on a session every few seconds; one silent this long is presumed dead
 # and sessions.recover_stuck hands the session to another worker.
 MANGO_SESSION_LEASE_SECONDS = env.int("MANGO_SESSION_LEASE_SECONDS", default=60)
+# Each worker looks for turns whose runner died this often (0: only beat's sessions.recover_stuck).
+MANGO_SESSION_REAPER_SECONDS = env.float("MANGO_SESSION_REAPER_SECONDS", default=10.0)
+# Worker layout: a turn waits on the model and on commands without holding a process, so one
+# worker process runs MANGO_WORKER_CONCURRENCY turns at once in threads, sharing the process's
+# database pool (MANGO_DB_POOL_MAX_SIZE; no connection is held while a turn waits).
+CELERY_WORKER_POOL = env.str("MANGO_WORKER_POOL", default="threads")
+CELERY_WORKER_CONCURRENCY = env.int("MANGO_WORKER_CONCURRENCY", default=200)
 
 # --- Django REST framework ------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -63,9 +63,10 @@ upstream_warning="$("$PY" manage.py check --tag model_upstream 2>&1 | grep -A1 '
 setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.asgi:application --bind "127.0.0.1:$PORT" &
 pids+=($!)
 # Worker and beat processes take at most MANGO_WORKER_DB_POOL_MAX_SIZE database connections each
-# (README "Database connections" adds them up).
+# (README "Database connections" adds them up). One worker process runs MANGO_WORKER_CONCURRENCY
+# (200) turns at once in threads (MANGO_WORKER_POOL; README "Workers").
 MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-3}" \
-  setsid "$VENV/bin/celery" -A config worker --loglevel INFO --concurrency 2 &
+  setsid "$VENV/bin/celery" -A config worker --loglevel INFO -n "worker-$$@%h" &
 pids+=($!)
 MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-3}" \
   setsid "$VENV/bin/celery" -A config beat --loglevel INFO --schedule "$VAR/celerybeat-schedule" &

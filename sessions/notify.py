@@ -69,3 +69,8 @@ def interrupt_flagged(session_id: str) -> bool:
         return bool(client().exists(interrupt_key(session_id)))
     except redis.RedisError:
         return False
+
+
+def interrupts_flagged(session_ids: list[str]) -> list[bool]:
+    """The interrupt flags of many sessions in one round trip (a worker's interrupt watcher)."""
+    return [value is not None for value in client().mget([interrupt_key(s) for s in session_ids])]

@@ -13,6 +13,7 @@ from sessions.dispatch import SANDBOX_REMOVE, SESSION_RUN
 from sessions.events import RUNNER_INPUT_TYPES
 from sessions.models import Session, SessionEvent
 from sessions.runtime import turn  # imported before the pool forks: children start warm (anthropic is slow to import)
+from sessions.runtime.fleet import fleet_connect
 from sessions.services.sessions import session_orphan_files_delete
 
 logger = logging.getLogger(__name__)
@@ -73,3 +74,7 @@ def session_sandbox_remove(session_id: str) -> None:
 def session_orphan_files_sweep() -> int:
     """Session-scoped Files left without a live session are deleted (every 10 minutes)."""
     return session_orphan_files_delete(older_than_seconds=settings.MANGO_RECONCILE_GRACE_SECONDS)
+
+
+# Every worker reaps stale leases (a dead worker's turns) and drains on warm shutdown.
+fleet_connect(lambda: session_recover_stuck())

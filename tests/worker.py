@@ -37,8 +37,18 @@ def test_database_url() -> str:
 
 
 class CeleryWorker:
-    def __init__(self, *, env: dict[str, str] | None = None, concurrency: int = 4, queues: str | None = None):
+    def __init__(
+        self,
+        *,
+        env: dict[str, str] | None = None,
+        concurrency: int = 4,
+        queues: str | None = None,
+        pool: str = "threads",
+        name: str | None = None,
+    ):
         self.number = next(_counter)
+        self.pool = pool
+        self.name = name or f"test-{os.getpid()}-{self.number}"
         self.log_path = ROOT / "var" / "log" / f"test-worker-{os.getpid()}-{self.number}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.env = {
@@ -60,9 +70,9 @@ class CeleryWorker:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 — closed in stop()/kill()
         self.process = subprocess.Popen(
             [
-                str(celery), "-A", "config", "worker", "--pool", "prefork", "--concurrency", str(self.concurrency),
+                str(celery), "-A", "config", "worker", "--pool", self.pool, "--concurrency", str(self.concurrency),
                 "--loglevel", "INFO", "-Q", self.queues, "--without-gossip", "--without-mingle", "--without-heartbeat",
-                "-n", f"test-{os.getpid()}-{self.number}@%h",
+                "-n", f"{self.name}@%h",
             ],
             cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
@@ -81,6 +91,11 @@ class CeleryWorker:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
         self._close_log()
+
+    def terminate(self) -> None:
+        """SIGTERM to the worker's main process only: a warm shutdown (it drains)."""
+        if self.process and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
 
     def stop(self, timeout: float = 15.0) -> None:
         if self.process and self.process.poll() is None:

@@ -1,14 +1,25 @@
 """Stopping a turn: an interrupt (the Redis flag, confirmed against the event log), the
-session's deletion, or a lost lease. Blocking waits (the upstream call, back-off sleeps) poll
-these so that an interrupt never waits for them."""
+session's deletion, a lost lease, or the worker draining (a hand-back at the next safe point).
+Blocking waits (the upstream call, commands, back-off sleeps) return the thread's database
+connection first and poll these, so an interrupt never waits for them and a waiting turn holds
+no connection.
+
+One watcher thread per worker process reads the interrupt flags of all its turns in one Redis
+round trip every POLL_SECONDS, so hundreds of turns cost no more polling than one."""
 
 import concurrent.futures
+import logging
+import threading
 import time
 from collections.abc import Callable
 
+from django.db import connection
+
 from sessions import notify
-from sessions.runtime.lease import Heartbeat
+from sessions.runtime.lease import Lease
 from sessions.selectors import session_interrupt_pending, session_is_deleted
+
+logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.1
 
@@ -17,25 +28,99 @@ class Stop(Exception):
     """The turn must stop now: interrupted, session deleted, or lease lost."""
 
 
+class Handback(Exception):
+    """The worker is draining: leave the turn (it is resumed by another worker)."""
+
+
+draining = threading.Event()
+
+
+def db_release() -> None:
+    """Return this thread's database connection (to the pool) before a blocking wait."""
+    if not connection.in_atomic_block:
+        connection.close()
+
+
+class InterruptWatch:
+    """The interrupt flags of the process's turns, read together."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._flags: dict[str, threading.Event] = {}
+        self._counts: dict[str, int] = {}
+        self._thread: threading.Thread | None = None
+
+    def watch(self, session_id: str) -> threading.Event:
+        with self._lock:
+            self._counts[session_id] = self._counts.get(session_id, 0) + 1
+            flag = self._flags.setdefault(session_id, threading.Event())
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True, name="mango-interrupts")
+                self._thread.start()
+        return flag
+
+    def unwatch(self, session_id: str) -> None:
+        with self._lock:
+            self._counts[session_id] -= 1
+            if not self._counts[session_id]:
+                del self._counts[session_id]
+                del self._flags[session_id]
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(POLL_SECONDS)
+            with self._lock:
+                watched = list(self._flags.items())
+            if not watched:
+                continue
+            try:
+                flagged = notify.interrupts_flagged([session_id for session_id, _ in watched])
+            except Exception:
+                logger.exception("reading interrupt flags failed")
+                continue
+            for (_, flag), is_set in zip(watched, flagged, strict=True):
+                if is_set:
+                    flag.set()
+                else:
+                    flag.clear()
+
+
+watch = InterruptWatch()
+
+
 class TurnControl:
-    def __init__(self, *, session_id: str, heartbeat: Heartbeat):
+    def __init__(self, *, session_id: str, lease: Lease):
         self.session_id = session_id
-        self.heartbeat = heartbeat
+        self.lease = lease
+        self.flag = watch.watch(session_id)
+
+    def close(self) -> None:
+        watch.unwatch(self.session_id)
 
     @property
     def lease_lost(self) -> bool:
-        return self.heartbeat.lost
+        return self.lease.lost
 
     def should_stop(self) -> bool:
-        if self.heartbeat.lost:
+        if self.lease.lost:
             return True
-        if not notify.interrupt_flagged(self.session_id):
+        if not self.flag.is_set():
             return False
-        return session_interrupt_pending(session_id=self.session_id) or session_is_deleted(session_id=self.session_id)
+        try:
+            return session_interrupt_pending(session_id=self.session_id) or session_is_deleted(
+                session_id=self.session_id
+            )
+        finally:
+            db_release()
 
     def check_stop(self) -> None:
         if self.should_stop():
             raise Stop()
+
+    def check_handback(self) -> None:
+        """At a safe point (no tool use open, no call in flight): leave if the worker drains."""
+        if draining.is_set():
+            raise Handback()
 
     def check_deleted(self) -> None:
         if session_is_deleted(session_id=self.session_id):
@@ -43,6 +128,7 @@ class TurnControl:
 
     def interruptible(self, call: Callable[[], object], on_abandon: Callable[[], None] | None = None):
         """Run a blocking call in a helper thread so an interrupt need not wait for it."""
+        db_release()
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         try:
             future = executor.submit(call)
@@ -60,6 +146,7 @@ class TurnControl:
             executor.shutdown(wait=False)
 
     def sleep(self, seconds: float) -> None:
+        db_release()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             self.check_stop()

@@ -1,6 +1,8 @@
-"""The lease: one runner at a time owns a session (Session.runner_token), renewed by a heartbeat
-thread. A runner that dies leaves a stale lease that sessions.recover_stuck (or any later
-enqueue) hands to another worker, which resumes the turn from the stored events."""
+"""The lease: one runner at a time owns a session (Session.runner_token). One keeper thread per
+worker process renews every lease the process holds in a single UPDATE every quarter of the
+lease time, and returns its database connection in between. A process that dies leaves stale
+leases that another worker's reaper (runtime.fleet) hands on, and that worker resumes the turn
+from the stored events."""
 
 import logging
 import threading
@@ -32,29 +34,60 @@ def lease_release(*, session_id: str, token: str) -> None:
     Session.objects.filter(id=session_id, runner_token=token).update(runner_token=None, runner_heartbeat_at=None)
 
 
-class Heartbeat(threading.Thread):
-    """Renews the lease every quarter of its duration; `lost` once another runner took it."""
+class Lease:
+    """A held lease; `lost` once another runner took the session."""
 
-    def __init__(self, *, session_id: str, token: str):
-        super().__init__(daemon=True, name=f"lease-{session_id}")
+    def __init__(self, session_id: str, token: str):
         self.session_id, self.token = session_id, token
-        self.stopped = threading.Event()
         self.lost = False
 
-    def run(self):
-        interval = max(0.5, settings.MANGO_SESSION_LEASE_SECONDS / 4)
-        try:
-            while not self.stopped.wait(interval):
-                renewed = Session.objects.filter(id=self.session_id, runner_token=self.token).update(
-                    runner_heartbeat_at=timezone.now()
-                )
-                if not renewed:
-                    self.lost = True
-                    return
-        except Exception:
-            logger.exception("lease heartbeat failed", extra={"session_id": self.session_id})
-        finally:
-            connection.close()
 
-    def stop(self) -> None:
-        self.stopped.set()
+class LeaseKeeper:
+    """Renews the process's leases; started with the first lease it holds."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._leases: dict[str, Lease] = {}
+        self._thread: threading.Thread | None = None
+
+    def hold(self, *, session_id: str, token: str) -> Lease:
+        lease = Lease(session_id, token)
+        with self._lock:
+            self._leases[token] = lease
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True, name="mango-leases")
+                self._thread.start()
+        return lease
+
+    def drop(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.pop(lease.token, None)
+
+    def held(self) -> list[Lease]:
+        with self._lock:
+            return list(self._leases.values())
+
+    def _run(self) -> None:
+        while True:
+            threading.Event().wait(max(0.5, settings.MANGO_SESSION_LEASE_SECONDS / 4))
+            try:
+                self.renew()
+            except Exception:
+                logger.exception("lease renewal failed")
+            finally:
+                connection.close()
+
+    def renew(self) -> None:
+        leases = self.held()
+        if not leases:
+            return
+        tokens = [lease.token for lease in leases]
+        Session.objects.filter(runner_token__in=tokens).update(runner_heartbeat_at=timezone.now())
+        kept = set(Session.objects.filter(runner_token__in=tokens).values_list("runner_token", flat=True))
+        for lease in leases:
+            if lease.token not in kept:
+                lease.lost = True
+                self.drop(lease)
+
+
+keeper = LeaseKeeper()

@@ -8,6 +8,7 @@ safe to show any client (what failed, and for connection or key failures the set
 never the upstream's text or our internal addresses) and the full detail for logs."""
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -41,13 +42,25 @@ class ModelError(Exception):
         self.detail = detail or message
 
 
+_clients: dict[tuple, anthropic.Anthropic] = {}
+_clients_lock = threading.Lock()
+
+
 def _client() -> anthropic.Anthropic:
-    return anthropic.Anthropic(
-        base_url=settings.ANTHROPIC_BASE_URL,
-        api_key=settings.ANTHROPIC_API_KEY or "unset",
-        max_retries=0,  # the turn retries, reporting each attempt as a session.error
-        timeout=settings.MANGO_MODEL_TIMEOUT_SECONDS,
-    )
+    """One client per process (thread-safe; its connection pool and TLS context are shared by
+    every turn the process runs), rebuilt only if the settings change."""
+    key = (settings.ANTHROPIC_BASE_URL, settings.ANTHROPIC_API_KEY, settings.MANGO_MODEL_TIMEOUT_SECONDS)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            _clients.clear()
+            client = _clients[key] = anthropic.Anthropic(
+                base_url=settings.ANTHROPIC_BASE_URL,
+                api_key=settings.ANTHROPIC_API_KEY or "unset",
+                max_retries=0,  # the turn retries, reporting each attempt as a session.error
+                timeout=settings.MANGO_MODEL_TIMEOUT_SECONDS,
+            )
+        return client
 
 
 def _map_status_error(exc: anthropic.APIStatusError) -> ModelError:

@@ -15,7 +15,7 @@ from sessions import events as ev
 from sessions import sandbox
 from sessions.events import TOOLSET_TYPE, EventType
 from sessions.models import Session, SessionEvent
-from sessions.runtime.control import Stop, TurnControl
+from sessions.runtime.control import Stop, TurnControl, db_release
 from sessions.selectors import session_answered_tool_use_ids, session_last_idle_seq
 from sessions.services.events import session_event_append
 from sessions.services.resources import resources_place
@@ -293,6 +293,7 @@ SANDBOX_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
 
 def _ensure_sandbox(control: TurnControl, session: Session) -> None:
     control.check_deleted()
+    db_release()  # no connection held while dockerd creates and starts the container
     try:
         ref = sandbox.ensure(
             session_id=session.id,
@@ -325,6 +326,7 @@ def tool_run(*, control: TurnControl, session: Session, event: SessionEvent) -> 
     try:
         if name in SANDBOX_TOOLS:
             _ensure_sandbox(control, session)
+        db_release()  # no connection held while the command runs
         outcome = run_builtin(
             session_id=session.id,
             name=name,

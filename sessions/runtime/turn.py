@@ -24,9 +24,9 @@ from sessions import notify, sandbox
 from sessions.dispatch import session_run_enqueue
 from sessions.events import CLIENT_ANSWER_TYPES, MESSAGE_TYPES, RUNNER_INPUT_TYPES, ErrorType, EventType, ToolMode
 from sessions.models import Session, SessionEvent
-from sessions.runtime.control import Stop, TurnControl
+from sessions.runtime.control import Handback, Stop, TurnControl, draining
 from sessions.runtime.grader import outcome_evaluate
-from sessions.runtime.lease import Heartbeat, lease_acquire, lease_release
+from sessions.runtime.lease import keeper, lease_acquire, lease_release
 from sessions.runtime.model import ModelError, ModelReply, model_call, model_error_record
 from sessions.runtime.tools import ToolSpec, session_tools, tool_run, tools_answer_dangling, tools_run_confirmed
 from sessions.selectors import (
@@ -52,27 +52,32 @@ class _Work:
 
 def session_run(*, session_id: str) -> None:
     """Run turns for the session while there is work; return when it is idle with nothing pending
-    or another runner owns it."""
+    or another runner owns it. A draining worker hands the session back instead."""
     close_old_connections()
+    if draining.is_set():
+        session_run_enqueue(session_id=session_id)  # taken after the drain began: for another worker
+        return
     token = uuid.uuid4().hex
     if not lease_acquire(session_id=session_id, token=token):
         return
-    heartbeat = Heartbeat(session_id=session_id, token=token)
-    heartbeat.start()
-    runner = Runner(session_id=session_id, token=token, heartbeat=heartbeat)
+    lease = keeper.hold(session_id=session_id, token=token)
+    runner = Runner(session_id=session_id, token=token, lease=lease)
     try:
         while (work := runner.next_work()) is not None:
             runner.run_turn(work)
-    except SoftTimeLimitExceeded:
+            runner.control.check_handback()
+    except (SoftTimeLimitExceeded, Handback):
         # Leave the session running; the next runner resumes the turn where it stopped.
-        logger.warning("turn hit the task time limit; handing over", extra={"session_id": session_id})
+        logger.warning("handing the session to another runner", extra={"session_id": session_id})
+        keeper.drop(lease)
         lease_release(session_id=session_id, token=token)
         session_run_enqueue(session_id=session_id)
     except Exception as exc:
         logger.exception("turn failed", extra={"session_id": session_id})
         runner.fail(exc)
     finally:
-        heartbeat.stop()
+        runner.control.close()
+        keeper.drop(lease)
         lease_release(session_id=session_id, token=token)
         if session_is_deleted(session_id=session_id):
             try:
@@ -82,10 +87,10 @@ def session_run(*, session_id: str) -> None:
 
 
 class Runner:
-    def __init__(self, *, session_id: str, token: str, heartbeat: Heartbeat):
+    def __init__(self, *, session_id: str, token: str, lease):
         self.session_id = session_id
         self.token = token
-        self.control = TurnControl(session_id=session_id, heartbeat=heartbeat)
+        self.control = TurnControl(session_id=session_id, lease=lease)
 
     # --- work selection ----------------------------------------------------------------------
 
@@ -172,6 +177,7 @@ class Runner:
         self_hosted = session.environment_config.get("type") == "self_hosted"
         model_calls = 0
         while True:
+            self.control.check_handback()  # a safe point: every tool use so far is answered
             self.control.check_stop()
             self._absorb_new_messages()
             reply = model_call(control=self.control, session=session, definitions=definitions)
