@@ -1,8 +1,9 @@
 """The lease: one runner at a time owns a session (Session.runner_token). One keeper thread per
-worker process renews every lease the process holds in a single UPDATE every quarter of the
-lease time, and returns its database connection in between. A process that dies leaves stale
-leases that another worker's reaper (runtime.fleet) hands on, and that worker resumes the turn
-from the stored events."""
+worker process renews every lease the process holds in a single UPDATE every eighth of the
+lease time (RENEWALS_PER_LEASE), and returns its database connection in between. A process that
+dies leaves stale leases that another worker's reaper (runtime.fleet) hands on, and that worker
+resumes the turn from the stored events. A runner whose lease was taken over cannot write any
+more (services.events.runner_fence)."""
 
 import logging
 import threading
@@ -16,6 +17,10 @@ from django.utils import timezone
 from sessions.models import Session
 
 logger = logging.getLogger(__name__)
+
+# Renewals per lease period: a process whose keeper is starved (a loaded machine) keeps its leases
+# unless it stays silent for 7/8 of the lease time.
+RENEWALS_PER_LEASE = 8
 
 
 def lease_acquire(*, session_id: str, token: str) -> bool:
@@ -69,7 +74,7 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         while True:
-            threading.Event().wait(max(0.5, settings.MANGO_SESSION_LEASE_SECONDS / 4))
+            threading.Event().wait(max(0.25, settings.MANGO_SESSION_LEASE_SECONDS / RENEWALS_PER_LEASE))
             try:
                 self.renew()
             except Exception:

@@ -35,7 +35,7 @@ from sessions.selectors import (
     session_pending_input,
     session_required_action_ids,
 )
-from sessions.services.events import events_append_locked, session_event_append
+from sessions.services.events import LeaseLost, events_append_locked, runner_fence, session_event_append
 from sessions.services.outputs import outputs_publish_at_idle
 
 logger = logging.getLogger(__name__)
@@ -63,9 +63,13 @@ def session_run(*, session_id: str) -> None:
     lease = keeper.hold(session_id=session_id, token=token)
     runner = Runner(session_id=session_id, token=token, lease=lease)
     try:
-        while (work := runner.next_work()) is not None:
-            runner.run_turn(work)
-            runner.control.check_handback()
+        with runner_fence(session_id=session_id, token=token):  # no write once the lease is taken over
+            while (work := runner.next_work()) is not None:
+                runner.run_turn(work)
+                runner.control.check_handback()
+    except LeaseLost:
+        # Presumed dead (silent longer than the lease) and taken over: the successor resumes.
+        logger.warning("lease taken over by another runner; leaving the turn", extra={"session_id": session_id})
     except (SoftTimeLimitExceeded, Handback):
         # Leave the session running; the next runner resumes the turn where it stopped.
         logger.warning("handing the session to another runner", extra={"session_id": session_id})

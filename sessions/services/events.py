@@ -1,5 +1,13 @@
 """The session event log: append-only, ordered by a per-session sequence handed out under a short
-row lock on the session (UniqueConstraint(session, seq) backs it up)."""
+row lock on the session (UniqueConstraint(session, seq) backs it up).
+
+A runner's appends are fenced by its lease: while a thread runs a session's turn (`runner_fence`),
+every append it makes checks, under the session's row lock, that the session still names that
+runner's token, and raises LeaseLost otherwise (its transaction rolls back). A runner presumed
+dead whose lease was taken over can therefore never write next to its successor."""
+
+import threading
+from contextlib import contextmanager
 
 from django.db import transaction
 from django.utils import timezone
@@ -14,9 +22,35 @@ from sessions.selectors import session_get
 from sessions.services.admission import events_admit
 
 
+class LeaseLost(Exception):
+    """The runner's lease on the session was taken over: it must stop without writing."""
+
+
+_fence = threading.local()
+
+
+@contextmanager
+def runner_fence(*, session_id: str, token: str):
+    """This thread appends to `session_id` only while the session's runner_token is `token`."""
+    previous = getattr(_fence, "value", None)
+    _fence.value = (session_id, token)
+    try:
+        yield
+    finally:
+        _fence.value = previous
+
+
+def _fence_check(session: Session) -> None:
+    fence = getattr(_fence, "value", None)
+    if fence is not None and fence[0] == session.id and session.runner_token != fence[1]:
+        raise LeaseLost(session.id)
+
+
 def events_append_locked(*, session: Session, items: list[dict]) -> list[SessionEvent]:
     """Append `items` ({type, payload, processed_at?, private?}) to a session whose row the caller
-    holds locked (select_for_update) inside a transaction. Streams are woken after commit."""
+    holds locked (select_for_update) inside a transaction. Streams are woken after commit. Raises
+    LeaseLost inside a runner_fence whose token the session no longer names."""
+    _fence_check(session)
     now = timezone.now()
     rows = []
     for item in items:
