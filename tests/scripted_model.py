@@ -73,7 +73,7 @@ class ScriptedModel:
     """A threaded HTTP server on 127.0.0.1 serving a per-test script. Thread-safe."""
 
     def __init__(self, default: dict | None = None):
-        self.default = default or text("(script exhausted)")
+        self.default = self._initial_default = default or text("(script exhausted)")
         self._lock = threading.Lock()
         self._script: list = []
         self.requests: list[dict] = []
@@ -190,7 +190,12 @@ class ScriptedModel:
                 send("message_stop", {"type": "message_stop"})
                 self.close_connection = True
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            # Hundreds of turns connect at once (tests/sessions/test_fleet.py, bench/): the
+            # default listen backlog of 5 would drop their SYNs and retry them a second later.
+            request_queue_size = 1024
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="scripted-model")
         self._thread.start()
@@ -211,7 +216,9 @@ class ScriptedModel:
             self._script.extend(responses)
 
     def reset(self) -> None:
+        """An empty script and the default answer the model was built with."""
         self.script([])
+        self.default = self._initial_default
 
     @property
     def remaining(self) -> int:

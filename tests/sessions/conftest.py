@@ -12,7 +12,7 @@ from django.conf import settings
 from tests.scripted_model import ScriptedModel
 from tests.worker import CeleryWorker
 
-# Short enough that the recovery test does not wait long; heartbeats renew every quarter of it.
+# Short enough that the recovery test does not wait long; leases renew every eighth of it.
 TEST_LEASE_SECONDS = 4
 
 # Session tasks of this pytest process go to a queue of its own: concurrent runs share Redis /14.
@@ -28,7 +28,7 @@ def scripted_model():
 
 @pytest.fixture
 def model(scripted_model):
-    """The scripted upstream with an empty script for this test."""
+    """The scripted upstream with an empty script (and the default answer) for this test."""
     scripted_model.reset()
     yield scripted_model
     scripted_model.reset()
