@@ -81,3 +81,26 @@ def test_lost_wake_up_is_recovered(sdk, model, celery_worker):
     events = wait_for(idle, 20)
     assert events[-2].content[0].text == "picked up"
     assert session_recover_stuck(stale_seconds=0) == []
+
+
+def test_a_runner_whose_lease_was_taken_over_writes_nothing(sdk):
+    """A runner only presumed dead (silent longer than the lease) may wake up after its successor
+    took the session: its appends are refused under the session's lock and roll back whole."""
+    from sessions.events import EventType
+    from sessions.models import SessionEvent
+    from sessions.services.events import LeaseLost, runner_fence, session_event_append
+
+    agent = sdk.beta.agents.create(name="f", model="claude-sonnet-4-5")
+    env = sdk.beta.environments.create(name="e")
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    Session.objects.filter(id=session.id).update(runner_token="successor")
+    before = Session.objects.get(id=session.id).last_seq
+
+    with runner_fence(session_id=session.id, token="presumed-dead"), pytest.raises(LeaseLost):
+        session_event_append(session_id=session.id, type=EventType.AGENT_MESSAGE, payload={"content": []})
+    assert Session.objects.get(id=session.id).last_seq == before
+    assert not SessionEvent.objects.filter(session_id=session.id, type=EventType.AGENT_MESSAGE).exists()
+
+    with runner_fence(session_id=session.id, token="successor"):  # the lease holder writes
+        session_event_append(session_id=session.id, type=EventType.AGENT_MESSAGE, payload={"content": []})
+    assert Session.objects.get(id=session.id).last_seq == before + 1
