@@ -96,17 +96,20 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> "Heartbeat":
+        """The first beat happens here, so the process is visible once it says it is ready."""
+        self._beat_once()
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
 
+    def _beat_once(self) -> None:
+        try:
+            self._beat()
+        except Exception:
+            logger.warning("heartbeat failed", exc_info=True)
+
     def _run(self) -> None:
-        while True:
-            try:
-                self._beat()
-            except Exception:
-                logger.warning("heartbeat failed", exc_info=True)
-            if self._stop.wait(settings.MANGO_HEARTBEAT_SECONDS):
-                return
+        while not self._stop.wait(settings.MANGO_HEARTBEAT_SECONDS):
+            self._beat_once()
