@@ -190,6 +190,9 @@ MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS = env.float("MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS
 # Concurrent uploads / event streams per workspace (over all API processes); beyond: 429.
 MANGO_WORKSPACE_MAX_UPLOADS = env.int("MANGO_WORKSPACE_MAX_UPLOADS", default=8)
 MANGO_WORKSPACE_MAX_STREAMS = env.int("MANGO_WORKSPACE_MAX_STREAMS", default=100)
+# Runners (turns) of one workspace at once across the worker fleet; the rest wait, holding no
+# thread, and start as the workspace's own turns end (sessions.runtime.fairness). 0: no cap.
+MANGO_WORKSPACE_MAX_RUNNING_TURNS = env.int("MANGO_WORKSPACE_MAX_RUNNING_TURNS", default=64)
 
 # --- Sessions runtime -----------------------------------------------------------------------
 MANGO_SANDBOX = env.str("MANGO_SANDBOX", default="docker")  # docker | local_process

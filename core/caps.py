@@ -6,12 +6,14 @@ script, on Redis's clock). Holders refresh their slots every LEASE_SECONDS / 3 a
 when done, so a client that disconnects frees its slot at once and a process that dies frees its
 slots within LEASE_SECONDS: counts cannot leak.
 
-The gate runs on the event loop (redis.asyncio), before a request gets a thread or a database
-connection. When Redis is unreachable the caps fail open: streams and uploads keep working.
+The API's gate runs on the event loop (redis.asyncio), before a request gets a thread or a
+database connection; the worker's (ThreadGate: running turns per workspace) is its blocking twin
+for threads. When Redis is unreachable the caps fail open: the work goes ahead.
 """
 
 import asyncio
 import logging
+import threading
 import uuid
 from dataclasses import dataclass
 
@@ -106,6 +108,73 @@ class CapsGate:
                 await self._refresh(keys=[s.key for s in held], args=[LEASE_SECONDS, *(s.member for s in held)])
             except (redis.RedisError, OSError):
                 logger.warning("could not refresh cap slots")
+
+
+class ThreadGate:
+    """The same slots for threads (the Celery worker): taken and released with a blocking client;
+    one daemon thread per process refreshes every slot the process holds."""
+
+    def __init__(self, url: str):
+        self.redis = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+        self._take = self.redis.register_script(_TAKE)
+        self._refresh = self.redis.register_script(_REFRESH)
+        self._held: set[Slot] = set()
+        self._lock = threading.Lock()
+        self._keeper: threading.Thread | None = None
+
+    def take(self, *, kind: str, workspace_id: str, limit: int) -> Slot | None:
+        """A slot, or RateLimited when the workspace holds `limit`; None when Redis is
+        unreachable (fail open: nothing to release)."""
+        slot = Slot(key=cap_key(kind, workspace_id), member=uuid.uuid4().hex)
+        try:
+            taken = self._take(keys=[slot.key], args=[limit, LEASE_SECONDS, slot.member])
+        except (redis.RedisError, OSError):
+            logger.warning("caps unavailable (Redis); admitting", extra={"cap": kind})
+            return None
+        if not taken:
+            raise RateLimited(f"Too many concurrent {kind} for this workspace (at most {limit}).")
+        with self._lock:
+            self._held.add(slot)
+            if self._keeper is None or not self._keeper.is_alive():
+                self._keeper = threading.Thread(target=self._keep, daemon=True, name="mango-caps")
+                self._keeper.start()
+        return slot
+
+    def release(self, slot: Slot | None) -> None:
+        if slot is None:
+            return
+        with self._lock:
+            self._held.discard(slot)
+        try:
+            self.redis.zrem(slot.key, slot.member)
+        except (redis.RedisError, OSError):
+            logger.warning("could not release a cap slot; it expires on its own")
+
+    def _keep(self) -> None:
+        while True:
+            threading.Event().wait(LEASE_SECONDS / 3)
+            with self._lock:
+                held = list(self._held)
+                if not held:
+                    self._keeper = None
+                    return
+            try:
+                self._refresh(keys=[s.key for s in held], args=[LEASE_SECONDS, *(s.member for s in held)])
+            except (redis.RedisError, OSError):
+                logger.warning("could not refresh cap slots")
+
+
+_thread_gates: dict[str, ThreadGate] = {}
+_thread_gates_lock = threading.Lock()
+
+
+def thread_gate() -> ThreadGate:
+    """This process's gate for threads (one per Redis URL)."""
+    with _thread_gates_lock:
+        current = _thread_gates.get(settings.REDIS_URL)
+        if current is None:
+            current = _thread_gates[settings.REDIS_URL] = ThreadGate(settings.REDIS_URL)
+        return current
 
 
 _gates: dict[int, CapsGate] = {}

@@ -192,6 +192,11 @@ def session_resource_page(*, session: Session, limit: int | None, page: str | No
 # --- the runtime's reads ---------------------------------------------------------------------
 
 
+def session_workspace_id(*, session_id: str) -> str | None:
+    """The workspace of a session (deleted or not); None for an unknown id."""
+    return Session.objects.filter(id=session_id).values_list("workspace_id", flat=True).first()
+
+
 def session_is_deleted(*, session_id: str) -> bool:
     """Whether the session was deleted (a running turn stops and logs nothing more)."""
     return Session.objects.filter(id=session_id, deleted_at__isnull=False).exists()

@@ -25,6 +25,7 @@ from sessions.dispatch import session_run_enqueue
 from sessions.events import CLIENT_ANSWER_TYPES, MESSAGE_TYPES, RUNNER_INPUT_TYPES, ErrorType, EventType, ToolMode
 from sessions.models import Session, SessionEvent
 from sessions.runtime.control import Handback, Stop, TurnControl, draining
+from sessions.runtime.fairness import turn_slot
 from sessions.runtime.grader import outcome_evaluate
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
 from sessions.runtime.model import ModelError, ModelReply, model_call, model_error_record
@@ -57,6 +58,12 @@ def session_run(*, session_id: str) -> None:
     if draining.is_set():
         session_run_enqueue(session_id=session_id)  # taken after the drain began: for another worker
         return
+    with turn_slot(session_id=session_id) as admitted:
+        if admitted:  # else its workspace is at its running-turns cap: one of its runners wakes it
+            _run_leased(session_id=session_id)
+
+
+def _run_leased(*, session_id: str) -> None:
     token = uuid.uuid4().hex
     if not lease_acquire(session_id=session_id, token=token):
         return

@@ -60,6 +60,8 @@ def fleet(scripted_model, fleet_queue):
             "MANGO_SESSIONS_QUEUE": fleet_queue,
             "MANGO_SESSION_REAPER_SECONDS": str(REAPER_SECONDS),
             "MANGO_SESSION_LEASE_SECONDS": str(FLEET_LEASE_SECONDS),
+            # One workspace's 200 turns at once: capacity, not fair shares (test_fairness.py).
+            "MANGO_WORKSPACE_MAX_RUNNING_TURNS": "0",
         }
         worker = CeleryWorker(env=env, queues=fleet_queue, pool="threads", concurrency=concurrency, name=name)
         workers.append(worker.start(timeout=120))  # a loaded CI machine starts workers slowly
