@@ -170,6 +170,7 @@ class ConnectionSampler(threading.Thread):
         super().__init__(daemon=True)
         self.deployment = deployment
         self.peak_total = 0
+        self.peak_server = 0  # every connection on the PostgreSQL server (all databases, everyone)
         self.peak_by_role: dict[str, int] = {}
         self.stop_event = threading.Event()
 
@@ -205,6 +206,8 @@ class ConnectionSampler(threading.Thread):
                         role = name.rsplit("-", 1)[-1]
                     by_role[role] = by_role.get(role, 0) + count
                     total += count
+                server_total = conn.execute("SELECT count(*) FROM pg_stat_activity").fetchone()[0]
+                self.peak_server = max(self.peak_server, server_total)
                 for role, count in by_role.items():
                     self.peak_by_role[role] = max(self.peak_by_role.get(role, 0), count)
                 self.peak_total = max(self.peak_total, total)
@@ -422,6 +425,7 @@ async def slow_upload(port: int, key: str, stop: asyncio.Event, record: dict, *,
                 data = await asyncio.wait_for(reader.read(4096), 1.0)
                 record["early"] = True
                 record["status"] = int(data.split(b" ", 2)[1]) if data else "closed"
+                record["answer"] = data.partition(b"\r\n\r\n")[2][:200].decode(errors="replace")
                 return
             except TimeoutError:
                 writer.write(b"x")
@@ -536,6 +540,9 @@ async def run_uploads(args, port: int, other_key: str, results: dict) -> None:
         f"{dict(statuses)} (answered before finishing: {dict(early) or 0}); one more from a capped "
         f"workspace: {extra.get('status')}"
     )
+    answers = sorted({r["answer"] for r in records if r.get("early") and r.get("answer")})
+    if answers:
+        results["slow_uploads_early_answers"] = answers[:3]
 
 
 async def run(args, deployment: "Deployment") -> dict:
@@ -559,7 +566,8 @@ def report(args, results: dict, sampler: "ConnectionSampler", load: tuple[str, s
             print(f"{name}: {value}")
     print(
         f"peak PostgreSQL connections of the deployment: {sampler.peak_total} "
-        f"(per process kind, peaks: {sampler.peak_by_role})"
+        f"(per process kind, peaks: {sampler.peak_by_role}); the whole PostgreSQL server (everyone on this "
+        f"machine) peaked at {sampler.peak_server} of its max_connections"
     )
     one, burst = results["_delivery one at a time"], results["_delivery burst of 10 at once"]
     list_streams, list_uploads = results["_list_streams"], results["_list_uploads"]
