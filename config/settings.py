@@ -207,6 +207,9 @@ MANGO_LIST_RESPONSE_MAX_BYTES = env.int("MANGO_LIST_RESPONSE_MAX_BYTES", default
 MANGO_SANDBOX_CPUS = env.float("MANGO_SANDBOX_CPUS", default=1.0)
 MANGO_SANDBOX_MEMORY = env.str("MANGO_SANDBOX_MEMORY", default="1g")
 MANGO_SANDBOX_PIDS = env.int("MANGO_SANDBOX_PIDS", default=256)
+# Live sandboxes (containers, each up to MANGO_SANDBOX_MEMORY with its tmpfs) per workspace;
+# a session's first tool call beyond it gets an error result. 0: no cap.
+MANGO_WORKSPACE_MAX_SANDBOXES = env.int("MANGO_WORKSPACE_MAX_SANDBOXES", default=32)
 # Isolation of docker sandboxes (sessions/sandbox/policy.py). Commands run as this fixed
 # unprivileged uid:gid with no capabilities. The workdir, /tmp and /mnt/session/outputs are
 # tmpfs-backed volumes of these sizes (ENOSPC beyond them; their pages count toward the

@@ -110,6 +110,7 @@ class Session(Archivable, models.Model):
 
     class SandboxState(models.TextChoices):
         NONE = "none"  # never needed one (text-only so far)
+        STARTING = "starting"  # admitted (services.sandboxes), being created
         RUNNING = "running"
         REMOVED = "removed"
         FAILED = "failed"

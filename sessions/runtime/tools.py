@@ -19,6 +19,7 @@ from sessions.runtime.control import Stop, TurnControl, db_release
 from sessions.selectors import session_answered_tool_use_ids, session_last_idle_seq
 from sessions.services.events import session_event_append
 from sessions.services.resources import resources_place
+from sessions.services.sandboxes import sandbox_admit
 
 MAX_RESULT_CHARS = 100_000
 DEFAULT_BASH_TIMEOUT_SECONDS = 120.0
@@ -293,6 +294,7 @@ SANDBOX_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
 
 def _ensure_sandbox(control: TurnControl, session: Session) -> None:
     control.check_deleted()
+    sandbox_admit(session=session)  # the workspace's cap of live sandboxes
     db_release()  # no connection held while dockerd creates and starts the container
     try:
         ref = sandbox.ensure(

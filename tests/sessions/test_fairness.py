@@ -1,7 +1,12 @@
-"""Fair shares of the worker fleet (sessions.runtime.fairness): one workspace's burst of turns
-runs at most MANGO_WORKSPACE_MAX_RUNNING_TURNS at a time, its other sessions wait without holding
-a worker thread and are woken by its own runners (the reaper is off here), and another
-workspace's turn starts at once instead of queueing behind the burst.
+"""Fair shares per workspace in the worker fleet and on the sandbox host.
+
+- Turns (sessions.runtime.fairness): one workspace's burst runs at most
+  MANGO_WORKSPACE_MAX_RUNNING_TURNS at a time, its other sessions wait without holding a worker
+  thread and are woken by its own runners (the reaper is off here), and another workspace's turn
+  starts at once instead of queueing behind the burst.
+- Sandboxes (sessions.services.sandboxes): beyond MANGO_WORKSPACE_MAX_SANDBOXES live sandboxes a
+  session's tool call gets an error result naming the cap, another workspace is unaffected, and
+  deleting a session frees its place.
 
 Times are the server's commit times of status_running / status_idle (processed_at), so a slow
 machine stretches the turns without changing what is asserted."""
@@ -14,7 +19,7 @@ import pytest
 import redis
 from django.conf import settings as django_settings
 
-from tests.scripted_model import text
+from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for, worker_env
 from tests.worker import CeleryWorker
 
@@ -27,17 +32,25 @@ TURN_SECONDS = 1.5
 
 @pytest.fixture
 def fair_worker(scripted_model, settings):
+    """Start a worker of this test's own (queue, caps) with `caps` in its environment."""
     queue = f"mango-fair-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     settings.MANGO_SESSIONS_QUEUE = queue
-    env = {
-        **worker_env(scripted_model),
-        "MANGO_SANDBOX": "local_process",
-        "MANGO_SESSIONS_QUEUE": queue,
-        "MANGO_WORKSPACE_MAX_RUNNING_TURNS": str(CAP),
-    }
-    worker = CeleryWorker(env=env, queues=queue, pool="threads", concurrency=8, name="fair").start(timeout=120)
-    yield worker
-    worker.kill()
+    workers = []
+
+    def start(**caps: int) -> CeleryWorker:
+        env = {
+            **worker_env(scripted_model),
+            "MANGO_SANDBOX": "local_process",
+            "MANGO_SESSIONS_QUEUE": queue,
+            **{name: str(value) for name, value in caps.items()},
+        }
+        worker = CeleryWorker(env=env, queues=queue, pool="threads", concurrency=8, name="fair")
+        workers.append(worker.start(timeout=120))
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.kill()
     redis.Redis.from_url(django_settings.REDIS_URL).delete(queue)
 
 
@@ -79,6 +92,7 @@ def _most_at_once(turns: list[tuple[float, float]]) -> int:
 def test_a_burst_runs_at_most_the_cap_at_once_and_another_workspace_does_not_wait(
     live_server, api_key, other_api_key, model, fair_worker
 ):
+    fair_worker(MANGO_WORKSPACE_MAX_RUNNING_TURNS=CAP)
     model.script([text("done", delay=TURN_SECONDS) for _ in range(BURST + 1)])
     alpha, beta = _client(live_server, api_key), _client(live_server, other_api_key)
     burst = [_session(alpha) for _ in range(BURST)]
@@ -99,3 +113,53 @@ def test_a_burst_runs_at_most_the_cap_at_once_and_another_workspace_does_not_wai
     # Nobody is left waiting: every woken session ran (no reaper in this worker).
     waiting = redis.Redis.from_url(django_settings.REDIS_URL).zcard(f"mango:turns-waiting:{api_key.row.workspace_id}")
     assert waiting == 0
+
+
+def _tool_results(sdk, session_id: str) -> list:
+    return [e for e in sdk.beta.sessions.events.list(session_id, limit=100) if e.type == "agent.tool_result"]
+
+
+def _run_bash(sdk, session_id: str, turns_before: int) -> object:
+    """Send a message whose turn runs one bash command; the turn's tool result."""
+    _send(sdk, session_id)
+
+    def ended():
+        events = list(sdk.beta.sessions.events.list(session_id, limit=100))
+        idle = [e for e in events if e.type == "session.status_idle"]
+        return events if len(idle) > turns_before else None
+
+    wait_for(ended, timeout=60, interval=0.2)
+    return _tool_results(sdk, session_id)[-1]
+
+
+def _bash_session(sdk):
+    environment = sdk.beta.environments.create(name="fair")
+    agent = sdk.beta.agents.create(name="fair", model="claude-sonnet-4-5", tools=[{"type": "agent_toolset_20260401"}])
+    return sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+
+
+def _bash_turn() -> list[dict]:
+    return [tool_use("bash", {"command": "echo sandboxed"}), text("done")]
+
+
+def test_a_workspace_at_its_sandbox_cap_gets_a_tool_error_and_deleting_a_session_frees_a_place(
+    live_server, api_key, other_api_key, model, fair_worker
+):
+    fair_worker(MANGO_WORKSPACE_MAX_SANDBOXES=1)
+    alpha, beta = _client(live_server, api_key), _client(live_server, other_api_key)
+    first, second, other = _bash_session(alpha), _bash_session(alpha), _bash_session(beta)
+
+    model.script(_bash_turn())
+    assert _run_bash(alpha, first.id, 0).content[0].text.startswith("sandboxed\n")
+
+    model.script(_bash_turn())
+    refused = _run_bash(alpha, second.id, 0)
+    assert refused.is_error
+    assert "live sandboxes (at most 1)" in refused.content[0].text
+
+    model.script(_bash_turn())  # another workspace is not held back by alpha's cap
+    assert _run_bash(beta, other.id, 0).content[0].text.startswith("sandboxed\n")
+
+    alpha.beta.sessions.delete(first.id)  # frees alpha's place at once
+    model.script(_bash_turn())
+    assert _run_bash(alpha, second.id, 1).content[0].text.startswith("sandboxed\n")

@@ -1,0 +1,45 @@
+"""A workspace's share of the sandbox host: at most MANGO_WORKSPACE_MAX_SANDBOXES live sandboxes
+at once. A sandbox lives from a session's first sandbox tool call until the session is deleted,
+and each may hold up to MANGO_SANDBOX_MEMORY (its tmpfs included), so without a cap one tenant
+with many sessions could take the Docker host's memory from every other tenant.
+
+The count and the claim happen under the workspace's row lock (the lock the Files quota also
+takes), so concurrent first tool calls of one workspace cannot overshoot; the container itself is
+created after the commit, holding no lock and no connection.
+"""
+
+from django.conf import settings
+from django.db import transaction
+
+from core.models import Workspace
+from sessions import sandbox
+from sessions.models import Session
+
+LIVE = (Session.SandboxState.STARTING, Session.SandboxState.RUNNING)
+
+
+class SandboxLimitReached(sandbox.SandboxError):
+    """The workspace holds its cap of live sandboxes (a tool error the model and client see)."""
+
+
+def sandbox_admit(*, session: Session) -> None:
+    """Before a session's sandbox is first created: claim a place among its workspace's live
+    sandboxes (state `starting`), or raise SandboxLimitReached. A session whose sandbox is live
+    already, or any session when the cap is 0, passes untouched."""
+    cap = settings.MANGO_WORKSPACE_MAX_SANDBOXES
+    if cap <= 0 or session.sandbox_state in LIVE:
+        return
+    with transaction.atomic():
+        Workspace.objects.select_for_update().filter(id=session.workspace_id).first()
+        live = (
+            Session.objects.filter(workspace_id=session.workspace_id, deleted_at__isnull=True, sandbox_state__in=LIVE)
+            .exclude(id=session.id)
+            .count()
+        )
+        if live >= cap:
+            raise SandboxLimitReached(
+                f"this workspace already has {live} live sandboxes (at most {cap}); delete sessions "
+                "that no longer need theirs, then retry"
+            )
+        Session.objects.filter(id=session.id).update(sandbox_state=Session.SandboxState.STARTING)
+    session.sandbox_state = Session.SandboxState.STARTING
