@@ -15,6 +15,24 @@ before the run; "over idle" is the peak over the worker's RSS after warm-up.
 
 Targets (issue #15): upload >= 0.95 x upload_file, download >= 0.90 x get_object at 100 and
 500 MB; N=8 concurrent >= 0.85 x; RSS growth <= 32 MiB (500 MB upload), <= 64 MiB (8-way).
+
+Where the time goes (py-spy on the uvicorn worker under this script, per-thread CPU from
+/proc; 2-core machine shared with the store, the client and other work):
+
+- Downloads: the worker mostly waits on the store's socket; per byte it pays one copy in from
+  the store and one out to the client plus the loopback TCP work of both (~0.4 CPU s/GB, vs
+  ~0.16 for the boto3 client alone). The per-chunk thread -> loop hop of a2wsgi was not the cost
+  (removing it left MB/s unchanged). splice(2) from the store's socket to the client's
+  (core/wsgi_files.py) removes both copies: ~0.25 s/GB. What is left is the extra TCP hop
+  itself, which competes for the same two cores as the store and the client, and ~5 ms per
+  request (key + File lookups, the store's GET round trip).
+- Uploads: the store is the bottleneck (the same ~80-200 MB/s for boto3 as for the API, varying
+  from run to run by more than the gap being measured). Worker CPU ~2 s/GB: the event loop
+  ~0.5 (uvloop's 256 KiB reads, ~4,000 messages per GB, each copied by httptools, uvicorn's
+  body buffer and into the part buffer), SHA-256 ~0.5 (required: the File's digest), CRC32
+  ~0.15 (the checksum the store verifies), sending the parts (kernel copy + loopback TCP), and
+  before part threads were shared, starting four threads per upload (tens of ms on a busy
+  machine).
 """
 
 import argparse

@@ -104,7 +104,13 @@ class _Channel:
                 return answer.result(timeout=_POLL_MS / 1000)
             except concurrent.futures.TimeoutError:
                 if self.stopped:
+                    answer.add_done_callback(_close_answer)  # if it comes after all
                     raise _Gone from None
+
+
+def _close_answer(answer: concurrent.futures.Future) -> None:
+    if not answer.cancelled() and answer.exception() is None and answer.result() is not None:
+        os.close(answer.result())
 
 
 def _run(app, environ, channel: _Channel) -> None:
@@ -236,7 +242,7 @@ async def serve(app, executor, scope, receive, send, *, depth: int = 2, splice: 
                 # From here on the request body is not read: the next message is the disconnect.
                 watcher = asyncio.ensure_future(_until_disconnect(receive, channel))
             elif type(item) is tuple and item[0] == "splice":
-                item[1].set_result(await sink.client_socket())
+                item[1].set_result(None if channel.stopped else await sink.client_socket())
             elif type(item) is tuple and item[0] == "spliced":
                 sink.sent(item[1])
                 continue  # the thread's final message: it holds no slot

@@ -4,6 +4,7 @@ crash at any point leaves something reconciliation can finish (files/reconcile.p
 
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -158,6 +159,24 @@ class _OwnBuffer(bytearray):
 
 _part_buffers = _PartBuffers(size=PART_SIZE, limit=UPLOAD_BUFFERS, wait_seconds=UPLOAD_BUFFER_WAIT_SECONDS)
 
+# The threads that send parts to the store, shared by every upload of the process (each upload
+# keeps at most its parts_in_flight there): a pool per upload started its threads anew for
+# every upload, and each start waits for the new thread to be scheduled, which on a busy
+# machine held the upload up for tens of milliseconds (bench/files_throughput.py, py-spy).
+# Threads are started on demand and stay. A forked child (a prefork Celery worker, the crash
+# campaign) gets a pool of its own: it inherits the parent's pool object but not its threads.
+PART_THREADS = 64
+_part_threads: ThreadPoolExecutor
+
+
+def _new_part_threads() -> None:
+    global _part_threads
+    _part_threads = ThreadPoolExecutor(max_workers=PART_THREADS, thread_name_prefix="file-part")
+
+
+_new_part_threads()
+os.register_at_fork(after_in_child=_new_part_threads)
+
 
 class _PartUploader:
     """Streams bytes into one object: a single PUT if everything fits in one part, else a
@@ -179,7 +198,6 @@ class _PartUploader:
         self._pending: dict[Future, bytearray] = {}
         self._spare: list[bytearray] = []
         self._taken: list[bytearray] = []
-        self._pool: ThreadPoolExecutor | None = None
         self._next_part = 1
         self._last_heartbeat = time.monotonic()
 
@@ -188,7 +206,6 @@ class _PartUploader:
         crash_point("upload_multipart_started")
         _intent_heartbeat(self.intent_id, upload_id=self.upload_id)
         self._last_heartbeat = time.monotonic()
-        self._pool = ThreadPoolExecutor(max_workers=self.parts_in_flight, thread_name_prefix="file-part")
 
     def buffer(self) -> bytearray:
         """An empty part buffer: a spare one, else a new one from the pool if one is free (or
@@ -224,7 +241,7 @@ class _PartUploader:
         while len(self._pending) >= self.parts_in_flight:
             done, _ = wait(self._pending, return_when=FIRST_COMPLETED)
             self._collect(done)
-        self._pending[self._pool.submit(self._upload, self._next_part, buffer)] = buffer
+        self._pending[_part_threads.submit(self._upload, self._next_part, buffer)] = buffer
         self._next_part += 1
 
     def keep_alive(self) -> None:
@@ -255,13 +272,11 @@ class _PartUploader:
         crash_point("upload_object_stored")
 
     def close(self) -> None:
-        """Stop the part threads (a pending part is cancelled or waited for) and give every
-        buffer taken back to the pool. Idempotent; called however the upload ends."""
-        if self._pool is not None:
-            for future in self._pending:
-                future.cancel()
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        """Stop sending parts (a pending part is cancelled or waited for) and give every buffer
+        taken back to the pool. Idempotent; called however the upload ends."""
+        for future in self._pending:
+            future.cancel()
+        wait(self._pending)
         buffers, self._taken, self._spare, self._pending = self._taken, [], [], {}
         for buffer in buffers:
             _part_buffers.give(buffer)
