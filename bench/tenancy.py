@@ -88,7 +88,8 @@ class Deployment:
                 start_new_session=True,
             ),
             subprocess.Popen(
-                [str(venv / "celery"), "-A", "config", "worker", "--loglevel", "WARNING", "--concurrency", "2"],
+                # As make run starts it: the threads pool at MANGO_WORKER_CONCURRENCY (README "Workers").
+                [str(venv / "celery"), "-A", "config", "worker", "--loglevel", "WARNING", "-n", f"{APP}@%h"],
                 cwd=_common.ROOT,
                 env={**worker_env, "PGAPPNAME": f"{APP}-worker"},
                 start_new_session=True,
