@@ -89,7 +89,11 @@ class Deployment:
             ),
             subprocess.Popen(
                 # As make run starts it: the threads pool at MANGO_WORKER_CONCURRENCY (README "Workers").
-                [str(venv / "celery"), "-A", "config", "worker", "--loglevel", "WARNING", "-n", f"{APP}@%h"],
+                # It consumes the sessions queue, so every event sent wakes a turn as under make run.
+                [
+                    *(str(venv / "celery"), "-A", "config", "worker", "--loglevel", "WARNING", "-n", f"{APP}@%h"),
+                    *("-Q", ",".join(sorted({"celery", os.environ.get("MANGO_SESSIONS_QUEUE", "celery")}))),
+                ],
                 cwd=_common.ROOT,
                 env={**worker_env, "PGAPPNAME": f"{APP}-worker"},
                 start_new_session=True,
@@ -191,11 +195,14 @@ class ConnectionSampler(threading.Thread):
             while not self.stop_event.is_set():
                 if time.monotonic() - pids_at > 1:
                     pids, pids_at = descendants([p.pid for p in self.deployment.processes]), time.monotonic()
+                # The Celery worker names its connections mango-worker (config/celery.py) whatever
+                # PGAPPNAME says: counted on the bench's database, which only this deployment uses.
                 rows = conn.execute(
-                    "SELECT application_name, count(*) FROM pg_stat_activity "
+                    "SELECT CASE WHEN application_name = 'mango-worker' THEN %s ELSE application_name END, "
+                    "count(*) FROM pg_stat_activity "
                     "WHERE application_name LIKE %s OR application_name LIKE 'mango-intent-owner-%%' "
-                    "GROUP BY application_name",
-                    [f"{APP}-%"],
+                    "OR (application_name = 'mango-worker' AND datname = %s) GROUP BY 1",
+                    [f"{APP}-worker", f"{APP}-%", params["dbname"]],
                 ).fetchall()
                 total, by_role = 0, {}
                 for name, count in rows:
