@@ -13,6 +13,10 @@ workers, one public port).
   round trip each, the store read stopped as soon as the client goes away.
 - everything else → the same Django through another pool (MANGO_API_THREADS).
 
+Downloads and the rest of the API take one of their workspace's places on this process's API
+threads first (core.shares: at most MANGO_WORKSPACE_MAX_REQUESTS each, the rest wait on the loop
+or get a 429), so no tenant can take every thread; probes and static files do not.
+
 Every request body that stops arriving for MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS ends with a 408.
 """
 
@@ -31,9 +35,9 @@ from a2wsgi import WSGIMiddleware  # noqa: E402 — after Django is set up
 from django.conf import settings  # noqa: E402
 
 from core import caps, wsgi_files  # noqa: E402
-from core.auth import api_key_authenticate_meta  # noqa: E402
-from core.errors import ApiError, AuthenticationFailed  # noqa: E402
-from core.serving import ReleaseDatabaseWhileWaiting, db_call, idle_limited  # noqa: E402
+from core.errors import ApiError  # noqa: E402
+from core.serving import ReleaseDatabaseWhileWaiting, idle_limited  # noqa: E402
+from core.shares import ANONYMOUS, ShareRefused, shares  # noqa: E402
 from sessions.streams import is_stream_request, meta_from_scope, send_error, stream_endpoint  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -49,22 +53,16 @@ api_app = WSGIMiddleware(_django, workers=settings.MANGO_API_THREADS, send_queue
 upload_app = WSGIMiddleware(_django, workers=settings.MANGO_UPLOAD_THREADS, send_queue_size=SEND_QUEUE_MESSAGES)
 
 
-def _workspace_id(*, meta: dict) -> str | None:
-    try:
-        return api_key_authenticate_meta(meta).workspace_id
-    except AuthenticationFailed:
-        return None  # Django answers with the 401 envelope
-    except Exception:  # database trouble: Django answers with the envelope
-        logger.warning("upload gate could not read the key", exc_info=True)
-        return None
+# Served without taking a workspace's place: cheap, and must answer while a tenant is throttled.
+UNSHARED_PATHS = ("/healthz", "/readyz", "/metrics", f"/{settings.STATIC_URL.strip('/')}/")
 
 
 async def _upload(scope, receive, send) -> None:
     """The upload cap is checked before the request gets a thread or a database connection of
-    its own (one short key lookup on the loop's small pool)."""
+    its own (the key's workspace is remembered per process; else one short lookup)."""
     slot = None
-    workspace_id = await db_call(_workspace_id, meta=meta_from_scope(scope))
-    if workspace_id is not None:
+    workspace_id = await shares().workspace_of(meta_from_scope(scope))
+    if workspace_id != ANONYMOUS:  # else Django answers with the 401 envelope
         try:
             slot = await caps.gate().take(
                 kind="uploads", workspace_id=workspace_id, limit=settings.MANGO_WORKSPACE_MAX_UPLOADS
@@ -132,6 +130,22 @@ async def _route(scope, receive, send) -> None:
     if is_stream_request(scope):
         await stream_endpoint(scope, receive, send)
         return
+    if scope["method"] == "POST" and scope["path"] == UPLOAD_PATH:
+        await _upload(scope, idle_limited(receive, seconds=settings.MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS), send)
+        return
+    if scope["path"].startswith(UNSHARED_PATHS):
+        await _threaded(scope, receive, send)
+        return
+    current = shares()
+    try:
+        async with current.share(await current.workspace_of(meta_from_scope(scope))):
+            await _threaded(scope, receive, send)
+    except ShareRefused as error:  # refused before it started: nothing was sent yet
+        await send_error(send, error, None)
+
+
+async def _threaded(scope, receive, send) -> None:
+    """A request on this process's API threads: a download, or any other Django view."""
     if scope["method"] == "GET" and DOWNLOAD_PATH.match(scope["path"]):
         # The client's next message is its disconnect, however long the download takes.
         await wsgi_files.serve(
@@ -144,11 +158,7 @@ async def _route(scope, receive, send) -> None:
             splice=settings.MANGO_FILE_DOWNLOAD_SPLICE,
         )
         return
-    receive = idle_limited(receive, seconds=settings.MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS)
-    if scope["method"] == "POST" and scope["path"] == UPLOAD_PATH:
-        await _upload(scope, receive, send)
-        return
-    await api_app(scope, receive, send)
+    await api_app(scope, idle_limited(receive, seconds=settings.MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS), send)
 
 
 async def application(scope, receive, send):

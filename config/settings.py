@@ -190,6 +190,12 @@ MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS = env.float("MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS
 # Concurrent uploads / event streams per workspace (over all API processes); beyond: 429.
 MANGO_WORKSPACE_MAX_UPLOADS = env.int("MANGO_WORKSPACE_MAX_UPLOADS", default=8)
 MANGO_WORKSPACE_MAX_STREAMS = env.int("MANGO_WORKSPACE_MAX_STREAMS", default=100)
+# Requests of one workspace on one API process's threads at once (core.shares; 0: no share); the
+# rest wait on the event loop, at most MANGO_WORKSPACE_MAX_WAITING_REQUESTS of them for at most
+# MANGO_WORKSPACE_REQUEST_WAIT_SECONDS, then 429. Below MANGO_API_THREADS, so others always get one.
+MANGO_WORKSPACE_MAX_REQUESTS = env.int("MANGO_WORKSPACE_MAX_REQUESTS", default=max(1, MANGO_API_THREADS // 2))
+MANGO_WORKSPACE_MAX_WAITING_REQUESTS = env.int("MANGO_WORKSPACE_MAX_WAITING_REQUESTS", default=256)
+MANGO_WORKSPACE_REQUEST_WAIT_SECONDS = env.float("MANGO_WORKSPACE_REQUEST_WAIT_SECONDS", default=10.0)
 # Runners (turns) of one workspace at once across the worker fleet; the rest wait, holding no
 # thread, and start as the workspace's own turns end (sessions.runtime.fairness). 0: no cap.
 MANGO_WORKSPACE_MAX_RUNNING_TURNS = env.int("MANGO_WORKSPACE_MAX_RUNNING_TURNS", default=64)
