@@ -140,6 +140,15 @@ class Deployment:
                         values.append(int(line.split()[1]) / 1024)
         return values
 
+    def api_cpu_seconds(self) -> float:
+        """User + system CPU time of the API workers so far."""
+        ticks = 0
+        for pid in self.api_workers():
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         for process in self.processes:
             try:
@@ -464,11 +473,14 @@ async def tenants_setup(url: str, count: int, label: str) -> list[tuple[str, str
     return tenants
 
 
-async def measure_posts(port: int, tenants: list, rounds: int) -> dict[str, dict]:
-    """`rounds` rounds one event at a time, then `rounds` bursts; {mode: {event_id: (sent, answered)}}."""
+async def measure_posts(port: int, tenants: list, rounds: int, deployment: "Deployment", lister=None) -> tuple:
+    """`rounds` rounds one event at a time, then `rounds` bursts; ({mode: {event_id: (sent,
+    answered)}}, API CPU seconds of the one-at-a-time rounds). `lister` (a callable) starts the
+    other tenant's lister after those rounds, so that their CPU time is the events' alone."""
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, lambda: send_round(port, tenants, burst=True))  # warm-up
     posts = {"one at a time": {}, "burst of 10 at once": {}}
+    cpu = deployment.api_cpu_seconds()
     for mode, burst in (("one at a time", False), ("burst of 10 at once", True)):
         for _ in range(rounds):
             await asyncio.sleep(1.0)
@@ -476,15 +488,18 @@ async def measure_posts(port: int, tenants: list, rounds: int) -> dict[str, dict
                 None, lambda burst=burst: send_round(port, tenants, burst=burst)
             ):
                 posts[mode][event_id] = (sent, answered)
+        if not burst:
+            cpu = deployment.api_cpu_seconds() - cpu
+            started_lister = lister() if lister else None
     await asyncio.sleep(2.0)  # late sightings
-    return posts
+    return posts, cpu, started_lister
 
 
 async def run_streams(args, deployment: "Deployment", tenants: list, other_key: str, results: dict) -> subprocess.Popen:
     """Phases 1 and 2: POSTs with no stream open (baseline), the streams, the deliveries and
     another workspace's lister meanwhile. Returns the stream child (still holding the streams)."""
     port = deployment.port
-    baseline = await measure_posts(port, tenants, 2)
+    baseline, cpu_base, _ = await measure_posts(port, tenants, args.rounds, deployment)
     for mode, posts in baseline.items():
         times = [answered - sent for sent, answered in posts.values()]
         results[f"POSTs with no stream open, {mode}"] = f"p50 {ms(pct(times, 50))}, p99 {ms(pct(times, 99))}"
@@ -496,8 +511,15 @@ async def run_streams(args, deployment: "Deployment", tenants: list, other_key: 
     opened = json.loads(streams.stdout.readline())
     results["streams_open"] = f"{opened['opened']}/{args.streams} in {opened['seconds']:.1f} s"
     results["stream_errors"] = opened["errors"]
-    lister = Lister(port, other_key, 8.0 + args.rounds * 5.0)
-    posts = await measure_posts(port, tenants, args.rounds)
+    posts, cpu_streams, lister = await measure_posts(
+        port, tenants, args.rounds, deployment, lambda: Lister(port, other_key, 8.0 + args.rounds * 2.5)
+    )
+    events, frames = args.rounds * len(tenants), args.rounds * opened["opened"]
+    results["api_cpu"] = (
+        f"events one at a time: {cpu_base / events * 1000:.1f} ms of API CPU per event with no stream open, "
+        f"{cpu_streams / events * 1000:.1f} ms with {opened['opened']} open: "
+        f"{(cpu_streams - cpu_base) / frames * 1e6:.0f} us per frame delivered (heartbeats included)"
+    )
     streams.stdin.write("report\n")
     streams.stdin.flush()
     sightings = json.loads(streams.stdout.readline())
