@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import transaction
 
 from sessions import events as ev
 from sessions import sandbox
@@ -17,7 +18,7 @@ from sessions.events import TOOLSET_TYPE, EventType
 from sessions.models import Session, SessionEvent
 from sessions.runtime.control import Stop, TurnControl, db_release
 from sessions.selectors import session_answered_tool_use_ids, session_last_idle_seq
-from sessions.services.events import session_event_append
+from sessions.services.events import events_append_locked
 from sessions.services.resources import resources_place
 from sessions.services.sandboxes import sandbox_admit
 
@@ -316,9 +317,15 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
         raise sandbox.SandboxError(f"file resources could not be placed: {exc}") from exc
 
 
-def _answer(session_id: str, tool_use_id: str, text: str, *, is_error: bool) -> None:
+def _answer(session_id: str, tool_use_id: str, text: str, *, is_error: bool, stop_if_deleted: bool = False) -> None:
+    """Append the tool result; with stop_if_deleted, raise Stop instead when the session was
+    deleted meanwhile (checked on the locked row: no query of its own)."""
     payload = ev.tool_result(tool_use_id=tool_use_id, text=text, is_error=is_error)
-    session_event_append(session_id=session_id, type=EventType.AGENT_TOOL_RESULT, payload=payload)
+    with transaction.atomic():
+        session = Session.objects.select_for_update().get(id=session_id)
+        if stop_if_deleted and session.deleted_at is not None:
+            raise Stop()
+        events_append_locked(session=session, items=[ev.item(EventType.AGENT_TOOL_RESULT, payload)])
 
 
 def tool_run(*, control: TurnControl, session: Session, event: SessionEvent) -> None:
@@ -337,8 +344,8 @@ def tool_run(*, control: TurnControl, session: Session, event: SessionEvent) -> 
         )
     except sandbox.SandboxError as exc:
         outcome = ToolOutcome(f"The sandbox is unavailable: {exc}", is_error=True)
-    control.check_deleted()  # deleted meanwhile (its sandbox went with it)
-    _answer(control.session_id, event.id, outcome.text, is_error=outcome.is_error)
+    # Deleted meanwhile (its sandbox went with it): Stop, nothing more is logged.
+    _answer(control.session_id, event.id, outcome.text, is_error=outcome.is_error, stop_if_deleted=True)
     if outcome.cancelled:
         raise Stop()
 

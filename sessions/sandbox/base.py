@@ -58,12 +58,14 @@ class OutputCollector:
 def supervise(
     *, done: Callable[[], bool], kill: Callable[[], None], timeout: float, should_cancel: Callable[[], bool]
 ) -> tuple[bool, bool]:
-    """Wait until `done()`, polling `should_cancel` every POLL_SECONDS; on cancel or past the
+    """Wait until `done()`, polling `should_cancel` every POLL_SECONDS (sooner at first); on cancel or past the
     deadline call `kill()` (which must not return before the command is dead or unreachable).
     Returns (cancelled, timed_out)."""
     deadline = time.monotonic() + timeout
+    interval = POLL_SECONDS / 16  # short commands are seen done within milliseconds
     while not done():
-        time.sleep(POLL_SECONDS)
+        time.sleep(interval)
+        interval = min(POLL_SECONDS, interval * 2)
         if done():
             break
         cancelled = should_cancel()
