@@ -1,6 +1,7 @@
 """Sandbox cold start: create + start + first exec of a session's Docker sandbox, median of N.
 
     .venv/bin/python bench/sandbox_start.py [--runs 20] [--networking none|unrestricted|both]
+        [--concurrent 50,200]
 
 Each run is a new session id: ``sandbox.ensure`` (volumes, network, container, start) and then
 ``exec_command("true")``, timed together; the sandbox is removed (untimed) before the next run.
@@ -43,13 +44,66 @@ def cold_start_seconds(*, runs: int, networking: dict | None) -> list[float]:
     return timings
 
 
+def concurrent_starts(count: int) -> tuple[list[float], float]:
+    """`count` sandboxes started at once from as many threads (as a threads-pool worker starts
+    them when that many sessions make their first tool call together): each one's create + start
+    + first exec, and the wall time for all. Every sandbox is removed afterwards."""
+    import threading
+
+    from sessions import sandbox
+
+    stamp = time.time_ns()
+    ids = [f"sesn_bench{os.getpid()}c{index}x{stamp}" for index in range(count)]
+    timings: list[float] = []
+    errors: list[str] = []
+    gate = threading.Barrier(count + 1)
+
+    def one(session_id: str) -> None:
+        gate.wait()
+        started = time.perf_counter()
+        try:
+            sandbox.ensure(session_id=session_id, workspace_id="wrkspc_bench_sandbox", networking=None)
+            sandbox.exec_command(session_id=session_id, command="true", timeout=300)
+            timings.append(time.perf_counter() - started)
+        except Exception as exc:  # noqa: BLE001 — reported, and the others go on
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=one, args=(session_id,)) for session_id in ids]
+    for thread in threads:
+        thread.start()
+    gate.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    removers = [threading.Thread(target=sandbox.remove, kwargs={"session_id": i}) for i in ids]
+    for thread in removers:
+        thread.start()
+    for thread in removers:
+        thread.join()
+    if errors:
+        print(f"  {len(errors)} of {count} failed, e.g. {errors[0]}")
+    return timings, wall
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--networking", choices=["none", "unrestricted", "both"], default="both")
+    # Also start this many sandboxes at once (0: skip), e.g. --concurrent 50,200.
+    parser.add_argument("--concurrent", default="0")
     args = parser.parse_args()
     _setup()
+    for count in [int(n) for n in args.concurrent.split(",") if int(n) > 0]:
+        timings, wall = concurrent_starts(count)
+        if timings:
+            print(
+                f"{count} sandboxes started at once (networking=none): all ready in {wall:.1f} s; each "
+                f"create + start + first exec median {statistics.median(timings):.2f} s, max {max(timings):.2f} s"
+            )
     kinds = ["none", "unrestricted"] if args.networking == "both" else [args.networking]
+    if args.runs <= 0:
+        return
     for kind in kinds:
         networking = {"type": "unrestricted"} if kind == "unrestricted" else None
         cold_start_seconds(runs=1, networking=networking)  # warm the client and the image cache

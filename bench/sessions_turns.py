@@ -1,25 +1,28 @@
 """Turns at scale on one worker node: N sessions receive a message at once; each turn makes
-3 bash tool calls then a final message, against a scripted upstream answering every call after
---delay seconds. Printed side by side, measured in one run:
+3 bash tool calls then a final message, against a scripted upstream (a process of its own)
+answering every call after --delay seconds. Printed side by side, measured in one run:
 
-  * one worker with --pool threads --concurrency MANGO_WORKER_CONCURRENCY (200) (the layout
-    issue 14 proposes for `make run`; main's scripts/run.sh still starts prefork x2) and
+  * `make run`'s layout: MANGO_WORKER_PROCESSES (--processes, 2) worker processes with --pool
+    threads --concurrency MANGO_WORKER_CONCURRENCY (--concurrency, 100), each with a database
+    pool of MANGO_WORKER_DB_POOL_MAX_SIZE (4), as scripts/run.sh starts them, and
   * the old prefork layout (--pool prefork --concurrency 2), capped at --prefork-sessions
     sessions (it runs 2 turns at a time; its wall time for N is extrapolated, and said so),
 
 each against the API served as `make run` serves it. For each: the wall time from the sends to
-the last session.status_idle vs one turn alone, worker RSS (the worker's whole process tree),
+the last session.status_idle vs one turn alone, worker RSS (the workers' whole process trees),
 peak PostgreSQL connections of the deployment (pg_stat_activity of the bench database, sampled
-every 50 ms), SSE delivery latency (event created_at → seen on the session's stream), and that
-every session reached idle with its events in order. Then the sandbox cold start (create +
-start + first exec) median of 20.
+every 50 ms), SSE delivery latency (event created_at → seen on the session's stream), that
+every session reached idle with its events in order, and the CPU seconds each part used during
+the run next to how busy the whole machine was. Then the sandbox cold start (create + start +
+first exec) median of 20.
 
     .venv/bin/python bench/sessions_turns.py [--sessions 200] [--delay 2] [--prefork-sessions 10]
-        [--sandbox local_process|docker] [--cold-starts 20]
+        [--processes 2] [--concurrency 100] [--sandbox local_process|docker] [--cold-starts 20]
 
-The turns run with MANGO_SANDBOX=local_process by default: 200 simultaneous container starts
-on this shared 2-core machine would measure dockerd, not the runtime (the cold start of one
-docker sandbox is measured separately).
+The turns run with MANGO_SANDBOX=local_process by default: dockerd on this 2-core machine starts
+about 7 containers a second whatever the concurrency (`bench/sandbox_start.py --concurrent 200`:
+200 at once take about 29 s), so 200 first tool calls at once with docker sandboxes would measure
+dockerd, not the runtime; the cold start of one docker sandbox is measured separately.
 """
 
 import argparse
@@ -57,6 +60,32 @@ def turn_script(delay: float):
         return text("All three steps ran.", delay=delay)
 
     return respond
+
+
+class UpstreamProcess:
+    """The scripted upstream in a process of its own (this one runs hundreds of stream readers:
+    sharing their interpreter lock would delay its answers and count that against the worker)."""
+
+    def __init__(self, delay: float):
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve-upstream", "--delay", str(delay)],
+            cwd=ROOT, stdout=subprocess.PIPE, start_new_session=True, text=True,
+        )  # fmt: skip
+        self.url = self.process.stdout.readline().strip()
+        if not self.url.startswith("http"):
+            raise RuntimeError("the scripted upstream did not start")
+
+    def close(self):
+        stop_group(self.process)
+
+
+def serve_upstream(delay: float) -> None:
+    sys.path.insert(0, str(ROOT))
+    from tests.scripted_model import ScriptedModel
+
+    model = ScriptedModel(default=turn_script(delay))
+    print(model.url, flush=True)
+    threading.Event().wait()
 
 
 class PgSampler(threading.Thread):
@@ -105,6 +134,52 @@ def tree_rss_kib(pid: int) -> int:
         except (FileNotFoundError, ProcessLookupError):
             continue
     return total
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, including reaped children) of a process and its descendants."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            with open(f"/proc/{current}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as handle:
+                    stack.extend(int(child) for child in handle.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total / ticks
+
+
+def machine_busy_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, all cores (/proc/stat)."""
+    with open("/proc/stat") as handle:
+        values = [int(v) for v in handle.readline().split()[1:]]
+    idle = values[3] + values[4]
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (sum(values) - idle) / ticks, sum(values) / ticks
+
+
+class CpuMeter:
+    """CPU seconds spent by each named process tree (and the machine) between start and stop."""
+
+    def __init__(self, pids: dict[str, int]):
+        self.pids = pids
+
+    def start(self):
+        self.before = {name: tree_cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.self_before = time.process_time()
+        self.machine_before = machine_busy_seconds()
+
+    def stop(self) -> dict:
+        used = {name: tree_cpu_seconds(pid) - self.before[name] for name, pid in self.pids.items()}
+        used["bench clients"] = time.process_time() - self.self_before
+        busy, total = machine_busy_seconds()
+        used["machine busy %"] = 100 * (busy - self.machine_before[0]) / max(1e-9, total - self.machine_before[1])
+        return used
 
 
 class Api:
@@ -279,10 +354,15 @@ def check_order(client, result: dict) -> tuple[int, list[str]]:
     return good, problems
 
 
-def layout(label, env, client, agent, environment, *, pool, concurrency, count, delay, queue, streams):
-    log = ROOT / "var" / "log" / f"bench-turns-{pool}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    worker = start_worker(env, pool=pool, concurrency=concurrency, queue=queue, name=f"bench-{pool}", log=log)
+def layout(
+    label, env, client, agent, environment, *, pool, concurrency, count, delay, queue, streams, others, processes=1
+):
+    workers = []
+    for index in range(processes):
+        log = ROOT / "var" / "log" / f"bench-turns-{pool}-{index}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        name = f"bench-{pool}-{index}"
+        workers.append(start_worker(env, pool=pool, concurrency=concurrency, queue=queue, name=name, log=log))
     try:
         single = run_turns(client, agent.id, environment.id, 1, timeout=120, streams=1)
         sampler = PgSampler(env["BENCH_DBNAME"])
@@ -293,17 +373,21 @@ def layout(label, env, client, agent, environment, *, pool, concurrency, count, 
         def rss_loop():
             nonlocal rss_peak
             while not stop_rss.wait(0.2):
-                rss_peak = max(rss_peak, tree_rss_kib(worker.pid))
+                rss_peak = max(rss_peak, sum(tree_rss_kib(worker.pid) for worker in workers))
 
         rss_thread = threading.Thread(target=rss_loop, daemon=True)
         rss_thread.start()
+        cpu = CpuMeter({f"worker{i or ''}": worker.pid for i, worker in enumerate(workers)} | others)
+        cpu.start()
         many = run_turns(client, agent.id, environment.id, count, timeout=max(120, count * 4 * delay), streams=streams)
+        cpu_used = cpu.stop()
         stop_rss.set()
         rss_thread.join()
         peak_connections = sampler.stop()
         good, problems = check_order(client, many)
     finally:
-        stop_group(worker)
+        for worker in workers:
+            stop_group(worker)
     latencies = sorted(many["latencies"]) or [float("nan")]
     return {
         "label": label,
@@ -316,6 +400,7 @@ def layout(label, env, client, agent, environment, *, pool, concurrency, count, 
         "sse_p50_ms": statistics.median(latencies) * 1000,
         "sse_p95_ms": latencies[int(len(latencies) * 0.95) - 1] * 1000 if len(latencies) > 1 else float("nan"),
         "good": good,
+        "cpu": cpu_used,
         "problems": problems,
         "errors": many["errors"][:3],
     }
@@ -341,14 +426,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--delay", type=float, default=2.0)
-    parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MANGO_WORKER_CONCURRENCY", 200)))
+    parser.add_argument("--concurrency", type=int, default=int(os.environ.get("MANGO_WORKER_CONCURRENCY", 100)))
     parser.add_argument("--prefork-sessions", type=int, default=10)
     parser.add_argument("--sandbox", default="local_process", choices=["local_process", "docker"])
     parser.add_argument("--cold-starts", type=int, default=20)
     parser.add_argument("--skip-prefork", action="store_true")
+    # Worker processes on the node, each running --concurrency turns in threads.
+    parser.add_argument("--processes", type=int, default=int(os.environ.get("MANGO_WORKER_PROCESSES", 2)))
     # How many of the sessions are followed over SSE (each stream is a client thread here).
     parser.add_argument("--streams", type=int, default=200)
+    parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_upstream:
+        return serve_upstream(args.delay)
 
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mango_bench_runtime")
     os.environ.setdefault("MANGO_FILE_S3_BUCKET", "mango-b-runtime")
@@ -359,9 +449,7 @@ def main() -> None:
     import anthropic
     import environ
 
-    from tests.scripted_model import ScriptedModel
-
-    model = ScriptedModel(default=turn_script(args.delay))
+    model = UpstreamProcess(args.delay)
     dbname = environ.Env.db_url_config(os.environ["DATABASE_URL"])["NAME"]
     env = {
         **os.environ,
@@ -370,6 +458,8 @@ def main() -> None:
         "MANGO_SANDBOX": args.sandbox,
         "MANGO_LOG_LEVEL": "WARNING",
         "MANGO_READYZ_REQUIRE_WORKER": "false",
+        # Every session is followed over SSE from one workspace (the default cap is 100 streams).
+        "MANGO_WORKSPACE_MAX_STREAMS": str(max(100, args.streams + 10)),
         "BENCH_DBNAME": dbname,
     }
     raw_key, _ = _common.api_key(f"bench-turns-{time.time_ns()}")
@@ -388,11 +478,13 @@ def main() -> None:
             "delay": args.delay,
             "queue": queue,
             "streams": args.streams,
+            "others": {"api": api.process.pid, "upstream": model.process.pid},
         }
+        label = f"threads x{args.concurrency}" + (f" x{args.processes} procs" if args.processes > 1 else "")
         results.append(
             layout(
-                f"threads x{args.concurrency}", env, pool="threads", concurrency=args.concurrency,
-                count=args.sessions, **common,
+                label, env, pool="threads", concurrency=args.concurrency, count=args.sessions,
+                processes=args.processes, **common,
             )
         )  # fmt: skip
         if not args.skip_prefork:
@@ -419,14 +511,17 @@ def main() -> None:
 def report(results: list[dict], args) -> None:
     print(f"\n{args.sessions} sessions, each turn = {TOOL_CALLS} bash calls + final message, upstream delay "
           f"{args.delay:g} s per call, sandbox {args.sandbox}")  # fmt: skip
-    header = f"{'layout':<22}{'sessions':>9}{'1 turn s':>10}{'wall s':>9}{'wall/1':>8}{'RSS MiB':>9}"
+    header = f"{'layout':<26}{'sessions':>9}{'1 turn s':>10}{'wall s':>9}{'wall/1':>8}{'RSS MiB':>9}"
     print(header + f"{'PG peak':>9}{'(worker)':>9}{'SSE p50 ms':>12}{'SSE p95 ms':>12}{'idle+ordered':>14}")
     for r in results:
         print(
-            f"{r['label']:<22}{r['count']:>9}{r['single']:>10.2f}{r['wall']:>9.2f}{r['wall'] / r['single']:>8.2f}"
+            f"{r['label']:<26}{r['count']:>9}{r['single']:>10.2f}{r['wall']:>9.2f}{r['wall'] / r['single']:>8.2f}"
             f"{r['rss_mib']:>9.0f}{r['pg_peak']:>9}{r['pg_worker_peak']:>9}{r['sse_p50_ms']:>12.1f}{r['sse_p95_ms']:>12.1f}"
             f"{r['good']:>9}/{r['count']}"
         )
+        cpu = ", ".join(f"{name} {value:.1f}" for name, value in r["cpu"].items() if name != "machine busy %")
+        busy = r["cpu"]["machine busy %"]
+        print(f"    CPU s during the run: {cpu}; machine busy {busy:.0f}% of {os.cpu_count()} cores")
         for problem in r["problems"]:
             print(f"    problem: {problem}")
         for error in r["errors"]:
