@@ -62,13 +62,19 @@ upstream_warning="$("$PY" manage.py check --tag model_upstream 2>&1 | grep -A1 '
 # worker recycling: config/gunicorn.conf.py.
 setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.asgi:application --bind "127.0.0.1:$PORT" &
 pids+=($!)
-# Worker and beat processes take at most MANGO_WORKER_DB_POOL_MAX_SIZE database connections each
-# (README "Database connections" adds them up). One worker process runs MANGO_WORKER_CONCURRENCY
-# (200) turns at once in threads (MANGO_WORKER_POOL; README "Workers").
-MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-3}" \
-  setsid "$VENV/bin/celery" -A config worker --loglevel INFO -n "worker-$$@%h" &
-pids+=($!)
-MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-3}" \
+# Turns run in threads (MANGO_WORKER_POOL=threads): one worker process runs
+# MANGO_WORKER_CONCURRENCY turns at once; a process is bound to one core by Python's interpreter
+# lock, so the node runs MANGO_WORKER_PROCESSES of them (default 2 x 100 = 200 turns). Worker and
+# beat processes take at most MANGO_WORKER_DB_POOL_MAX_SIZE (4) database connections each
+# (README "Database connections" adds them up; "Workers").
+worker_processes="${MANGO_WORKER_PROCESSES:-2}"
+for index in $(seq 1 "$worker_processes"); do
+  MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
+    MANGO_WORKER_CONCURRENCY="${MANGO_WORKER_CONCURRENCY:-100}" \
+    setsid "$VENV/bin/celery" -A config worker --loglevel INFO -n "worker$index-$$@%h" &
+  pids+=($!)
+done
+MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
   setsid "$VENV/bin/celery" -A config beat --loglevel INFO --schedule "$VAR/celerybeat-schedule" &
 pids+=($!)
 
