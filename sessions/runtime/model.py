@@ -188,6 +188,9 @@ class ModelReply:
     response: dict
     # Ids the streamed previews announced, one per agent.message the response becomes.
     preview_ids: list[str] = field(default_factory=list)
+    # The call's span.model_request_start: its _end is appended in the same transaction as the
+    # response's events (span_end_locked), one row lock and one commit per answer.
+    span_start_id: str = ""
 
 
 def model_call(*, control: TurnControl, session: Session, definitions: list[dict]) -> ModelReply | None:
@@ -221,24 +224,29 @@ def model_call(*, control: TurnControl, session: Session, definitions: list[dict
         except Stop:
             _span_end(control.session_id, start.id, None)
             raise
-        _span_end(control.session_id, start.id, response.get("usage") or {})
-        return ModelReply(response, list(previews.message_ids))
+        return ModelReply(response, list(previews.message_ids), span_start_id=start.id)
     return None
 
 
-def _span_end(session_id: str, start_id: str, usage: dict | None) -> None:
+def span_end_locked(*, session: Session, start_id: str, usage: dict | None) -> dict:
+    """The span.model_request_end item of a call, its usage added to the totals of the session
+    (locked by the caller, who appends the item with also_save=("usage",))."""
     usage = usage or {}
     keys = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     model_usage = {key: int(usage.get(key) or 0) for key in keys}
     payload = {"model_request_start_id": start_id, "model_usage": model_usage, "is_error": usage == {}}
+    totals = dict(session.usage or {})
+    for key in ("input_tokens", "output_tokens", "cache_read_input_tokens"):
+        totals[key] = int(totals.get(key) or 0) + model_usage[key]
+    session.usage = totals
+    return ev.item(EventType.SPAN_MODEL_REQUEST_END, payload)
+
+
+def _span_end(session_id: str, start_id: str, usage: dict | None) -> None:
     with transaction.atomic():
         session = Session.objects.select_for_update().get(id=session_id)
-        totals = dict(session.usage or {})
-        for key in ("input_tokens", "output_tokens", "cache_read_input_tokens"):
-            totals[key] = int(totals.get(key) or 0) + model_usage[key]
-        session.usage = totals
-        session.save(update_fields=["usage"])
-        events_append_locked(session=session, items=[ev.item(EventType.SPAN_MODEL_REQUEST_END, payload)])
+        item = span_end_locked(session=session, start_id=start_id, usage=usage)
+        events_append_locked(session=session, items=[item], also_save=("usage",))
 
 
 def model_error_record(*, session_id: str, exc: ModelError, retrying: bool) -> None:

@@ -28,7 +28,7 @@ from sessions.runtime.control import Handback, Stop, TurnControl, draining
 from sessions.runtime.fairness import turn_slot
 from sessions.runtime.grader import outcome_evaluate
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
-from sessions.runtime.model import ModelError, ModelReply, model_call, model_error_record
+from sessions.runtime.model import ModelError, ModelReply, model_call, model_error_record, span_end_locked
 from sessions.runtime.tools import ToolSpec, session_tools, tool_run, tools_answer_dangling, tools_run_confirmed
 from sessions.selectors import (
     session_answered_tool_use_ids,
@@ -241,11 +241,14 @@ class Runner:
     # --- the model's answer → events ---------------------------------------------------------
 
     def _append_response(self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
-        """Model content → agent events, in order. Returns [(tool-use event, ToolMode)]."""
+        """span.model_request_end, then the model content as agent events, in order, in one
+        transaction. Returns [(tool-use event, ToolMode)]."""
         items, modes = _response_items(reply, specs, self_hosted)
         with transaction.atomic():
             session = Session.objects.select_for_update().get(id=self.session_id)
-            rows = events_append_locked(session=session, items=items)
+            usage = reply.response.get("usage") or {}
+            span_end = span_end_locked(session=session, start_id=reply.span_start_id, usage=usage)
+            rows = events_append_locked(session=session, items=[span_end, *items], also_save=("usage",))[1:]
             unknown = [row for row, mode in zip(rows, modes, strict=True) if mode is ToolMode.UNKNOWN]
             if unknown:
                 results = [

@@ -46,10 +46,11 @@ def _fence_check(session: Session) -> None:
         raise LeaseLost(session.id)
 
 
-def events_append_locked(*, session: Session, items: list[dict]) -> list[SessionEvent]:
+def events_append_locked(*, session: Session, items: list[dict], also_save: tuple[str, ...] = ()) -> list[SessionEvent]:
     """Append `items` ({type, payload, processed_at?, private?}) to a session whose row the caller
-    holds locked (select_for_update) inside a transaction. Streams are woken after commit. Raises
-    LeaseLost inside a runner_fence whose token the session no longer names."""
+    holds locked (select_for_update) inside a transaction, saving the session's `also_save`
+    fields in the same UPDATE. Streams are woken after commit. Raises LeaseLost inside a
+    runner_fence whose token the session no longer names."""
     _fence_check(session)
     now = timezone.now()
     rows = []
@@ -69,7 +70,7 @@ def events_append_locked(*, session: Session, items: list[dict]) -> list[Session
         )
     SessionEvent.objects.bulk_create(rows)
     session.updated_at = now
-    session.save(update_fields=["last_seq", "updated_at"])
+    session.save(update_fields=["last_seq", "updated_at", *also_save])
     last_seq, session_id = session.last_seq, session.id
     transaction.on_commit(lambda: notify.publish_events(session_id, last_seq))
     return rows
