@@ -458,8 +458,11 @@ def main() -> None:
         "MANGO_SANDBOX": args.sandbox,
         "MANGO_LOG_LEVEL": "WARNING",
         "MANGO_READYZ_REQUIRE_WORKER": "false",
-        # Every session is followed over SSE from one workspace (the default cap is 100 streams).
+        # All the sessions are one workspace's: its fair-share caps (streams 100, running turns 64,
+        # sandboxes 32 by default) are raised so the bench measures the runtime, not the caps.
         "MANGO_WORKSPACE_MAX_STREAMS": str(max(100, args.streams + 10)),
+        "MANGO_WORKSPACE_MAX_RUNNING_TURNS": str(max(64, args.sessions)),
+        "MANGO_WORKSPACE_MAX_SANDBOXES": str(max(32, args.sessions)),
         "BENCH_DBNAME": dbname,
     }
     raw_key, _ = _common.api_key(f"bench-turns-{time.time_ns()}")
