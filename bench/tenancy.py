@@ -1,6 +1,6 @@
 """One tenant must not take the server from the others, measured on `make run`'s layout: the API
-(gunicorn + 2 uvicorn workers running config.asgi, config/gunicorn.conf.py), one Celery worker and beat,
-with the pool settings `make run` uses.
+(gunicorn + 2 uvicorn workers running config.asgi, config/gunicorn.conf.py), the Celery workers
+(MANGO_WORKER_PROCESSES) and beat, with the pool settings `make run` uses.
 
     .venv/bin/python bench/tenancy.py [--streams 1000] [--workspaces 10] [--slow-uploads 200]
                                       [--rounds 5] [--no-throughput]
@@ -64,6 +64,10 @@ def gunicorn_argv(venv: Path) -> list[str]:
     return [str(venv / "gunicorn"), "-c", "config/gunicorn.conf.py"]
 
 
+def worker_argv(venv: Path) -> list[str]:
+    return [str(venv / "celery"), "-A", "config", "worker", "--loglevel", "WARNING"]
+
+
 def beat_argv(venv: Path) -> list[str]:
     return [str(venv / "celery"), "-A", "config", "beat", "--loglevel", "WARNING"]
 
@@ -77,9 +81,10 @@ class Deployment:
         base = {**os.environ, "MANGO_LOG_LEVEL": "WARNING"}
         api_env = {**base, "WEB_CONCURRENCY": "2", "PGAPPNAME": f"{APP}-api"}
         api_env["MANGO_WORKSPACE_MAX_STREAMS"] = str(max_streams)
-        worker_env = {**base, "MANGO_DB_POOL_MAX_SIZE": os.environ.get("MANGO_WORKER_DB_POOL_MAX_SIZE", "3")}
+        worker_env = {**base, "MANGO_DB_POOL_MAX_SIZE": os.environ.get("MANGO_WORKER_DB_POOL_MAX_SIZE", "4")}
         venv = Path(sys.executable).parent
         (_common.ROOT / "var").mkdir(exist_ok=True)
+        queues = ",".join(sorted({"celery", os.environ.get("MANGO_SESSIONS_QUEUE", "celery")}))
         self.processes = [
             subprocess.Popen(
                 [*gunicorn_argv(venv), "--bind", f"127.0.0.1:{self.port}", "config.asgi:application"],
@@ -87,17 +92,22 @@ class Deployment:
                 env=api_env,
                 start_new_session=True,
             ),
-            subprocess.Popen(
-                # As make run starts it: the threads pool at MANGO_WORKER_CONCURRENCY (README "Workers").
-                # It consumes the sessions queue, so every event sent wakes a turn as under make run.
-                [
-                    *(str(venv / "celery"), "-A", "config", "worker", "--loglevel", "WARNING", "-n", f"{APP}@%h"),
-                    *("-Q", ",".join(sorted({"celery", os.environ.get("MANGO_SESSIONS_QUEUE", "celery")}))),
-                ],
-                cwd=_common.ROOT,
-                env={**worker_env, "PGAPPNAME": f"{APP}-worker"},
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
+            # As make run starts them (scripts/run.sh, README "Workers"): MANGO_WORKER_PROCESSES
+            # threads-pool workers of MANGO_WORKER_CONCURRENCY turns each. They consume the sessions
+            # queue, so every event sent wakes a turn as under make run.
+            *(
+                subprocess.Popen(
+                    [*worker_argv(venv), "-n", f"{APP}-{index}@%h", "-Q", queues],
+                    cwd=_common.ROOT,
+                    env={
+                        **worker_env,
+                        "MANGO_WORKER_CONCURRENCY": os.environ.get("MANGO_WORKER_CONCURRENCY", "100"),
+                        "PGAPPNAME": f"{APP}-worker",
+                    },
+                    start_new_session=True,
+                    stdout=subprocess.DEVNULL,
+                )
+                for index in range(int(os.environ.get("MANGO_WORKER_PROCESSES", "2")))
             ),
             subprocess.Popen(
                 [*beat_argv(venv), "--schedule", str(_common.ROOT / "var" / f"bench-beat-{os.getpid()}")],
@@ -589,7 +599,7 @@ async def run(args, deployment: "Deployment") -> dict:
 
 
 def report(args, results: dict, sampler: "ConnectionSampler", load: tuple[str, str]) -> None:
-    print("layout: gunicorn -c config/gunicorn.conf.py config.asgi:application (2 uvicorn workers) + worker + beat")
+    print("layout: gunicorn -c config/gunicorn.conf.py config.asgi:application (2 uvicorn workers) + workers + beat")
     print(f"load average (1, 5, 15 min): at start {load[0]}; at end {load[1]}")
     for name, value in results.items():
         if not name.startswith("_"):
