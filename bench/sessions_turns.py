@@ -350,7 +350,8 @@ def check_order(client, result: dict) -> tuple[int, list[str]]:
         if ok:
             good += 1
         elif len(problems) < 3:
-            problems.append(f"{session.id}: {types}")
+            failed = [r.content[0].text[:200] for r in results if r.is_error and r.content]
+            problems.append(f"{session.id}: {types}" + (f"; error results: {failed}" if failed else ""))
     return good, problems
 
 
@@ -461,8 +462,9 @@ def main() -> None:
         # All the sessions are one workspace's: its fair-share caps (streams 100, running turns 64,
         # sandboxes 32 by default) are raised so the bench measures the runtime, not the caps.
         "MANGO_WORKSPACE_MAX_STREAMS": str(max(100, args.streams + 10)),
-        "MANGO_WORKSPACE_MAX_RUNNING_TURNS": str(max(64, args.sessions)),
-        "MANGO_WORKSPACE_MAX_SANDBOXES": str(max(32, args.sessions)),
+        "MANGO_WORKSPACE_MAX_RUNNING_TURNS": str(max(64, args.sessions + 10)),
+        # (Sandboxes stay live after their turns: every session of both layouts keeps one.)
+        "MANGO_WORKSPACE_MAX_SANDBOXES": str(10 * args.sessions + 100),
         "BENCH_DBNAME": dbname,
     }
     raw_key, _ = _common.api_key(f"bench-turns-{time.time_ns()}")
