@@ -24,9 +24,10 @@ BENCH_DEFAULTS = {
     "MANGO_FILE_S3_SECRET_ACCESS_KEY": "mango-dev-secret",
     "MANGO_LOG_LEVEL": "WARNING",
     "DJANGO_SETTINGS_MODULE": "config.settings",
-    # The benches load one workspace to measure capacity; the per-workspace fair share of the
-    # worker fleet (tests/sessions/test_fairness.py) would measure the cap instead.
+    # The benches load one workspace to measure capacity; the per-workspace fair shares of the
+    # worker fleet and of the sandbox host (tests/sessions/test_fairness.py) would measure the caps.
     "MANGO_WORKSPACE_MAX_RUNNING_TURNS": "0",
+    "MANGO_WORKSPACE_MAX_SANDBOXES": "0",
 }
 
 
