@@ -36,12 +36,13 @@ def api_key_authenticate_meta(meta) -> ApiKey:
     raw_key = raw_key_from_meta(meta)
     if not raw_key:
         raise AuthenticationFailed("Missing API key: send `x-api-key: KEY` or `Authorization: Bearer KEY`.")
-    api_key = (
+    rows = (
         ApiKey.objects.select_related("workspace")
         .filter(key_hash=hash_api_key(raw_key), revoked_at__isnull=True)
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
-        .first()
     )
+    # key_hash is unique: at most one row, so no ORDER BY (.first() would compile and send one).
+    api_key = next(iter(rows[:1]), None)
     if api_key is None:
         raise AuthenticationFailed("Invalid API key.")
     selector = meta.get("HTTP_ANTHROPIC_WORKSPACE_ID")

@@ -99,12 +99,21 @@ def environment_list(*, workspace, limit: int, page: str | None, include_archive
     return rows, next_page
 
 
-def session_get(*, workspace, session_id: str, for_update: bool = False) -> Session:
-    """The only way API code obtains a Session. Deleted sessions are gone for every route."""
+# What appending client events reads of the session it locks (services.events): its JSON
+# snapshots (agent, environment) are neither needed nor decoded there.
+APPEND_FIELDS = ("id", "workspace_id", "status", "archived_at", "last_seq", "runner_token", "updated_at")
+
+
+def session_get(*, workspace, session_id: str, for_update: bool = False, fields: tuple[str, ...] = ()) -> Session:
+    """The only way API code obtains a Session. Deleted sessions are gone for every route.
+    `fields`: load only these columns (the others are deferred)."""
     queryset = Session.objects.filter(workspace=workspace, id=session_id, deleted_at__isnull=True)
     if for_update:
         queryset = queryset.select_for_update()
-    session = queryset.first()
+    if fields:
+        queryset = queryset.only(*fields)
+    # By primary key: at most one row, so no ORDER BY (.first() would compile and send one).
+    session = next(iter(queryset[:1]), None)
     if session is None:
         raise NotFound(f"Session {session_id!r} not found.")
     return session

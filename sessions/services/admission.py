@@ -18,11 +18,17 @@ from processors.admission import Admission, FileRef, render_message_for_model
 from processors.errors import ProcessorError
 
 
-def _file_access(workspace: Workspace) -> tuple[Callable[[str], FileRef | None], Callable[[FileRef, int], bytes], dict]:
-    """`lookup` and `read_bytes` over this workspace's Files (a foreign id is just missing)."""
+def _file_access(
+    workspace: Workspace, before_lookup: Callable[[], None] | None = None
+) -> tuple[Callable[[str], FileRef | None], Callable[[FileRef, int], bytes], dict]:
+    """`lookup` and `read_bytes` over this workspace's Files (a foreign id is just missing).
+    `before_lookup` runs once, before the first File is looked up."""
     rows: dict[str, File] = {}
+    pending = [before_lookup] if before_lookup is not None else []
 
     def lookup(file_id: str) -> FileRef | None:
+        while pending:
+            pending.pop()()
         file = file_get_for_admission(workspace=workspace, file_id=file_id) if isinstance(file_id, str) else None
         if file is None:
             return None
@@ -39,8 +45,8 @@ def _file_access(workspace: Workspace) -> tuple[Callable[[str], FileRef | None],
     return lookup, read_bytes, rows
 
 
-def file_admission(workspace: Workspace) -> Admission:
-    lookup, read_bytes, _ = _file_access(workspace)
+def file_admission(workspace: Workspace, before_lookup: Callable[[], None] | None = None) -> Admission:
+    lookup, read_bytes, _ = _file_access(workspace, before_lookup)
     return Admission(lookup=lookup, read_bytes=read_bytes)
 
 
@@ -48,11 +54,14 @@ def as_invalid_request(exc: ProcessorError) -> InvalidRequest:
     return InvalidRequest(exc.message, code=exc.reason)
 
 
-def events_admit(*, workspace: Workspace, parsed: list[dict], field: str = "events") -> list[dict]:
+def events_admit(
+    *, workspace: Workspace, parsed: list[dict], field: str = "events", before_lookup: Callable[[], None] | None = None
+) -> list[dict]:
     """Admit every File reference in `parsed` ({type, payload} items) as one admission: each File
     at most 262,144 characters and all File documents together at most 262,144. Returns the items
-    with their `private` snapshots; raises InvalidRequest naming the file and the reason."""
-    admission = file_admission(workspace)
+    with their `private` snapshots; raises InvalidRequest naming the file and the reason.
+    `before_lookup` runs once before the first File is looked up (not at all without one)."""
+    admission = file_admission(workspace, before_lookup)
     admitted_items = []
     for index, item in enumerate(parsed):
         try:

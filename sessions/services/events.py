@@ -18,7 +18,7 @@ from sessions import notify
 from sessions.dispatch import session_run_enqueue_on_commit
 from sessions.events import RUNNER_INPUT_TYPES, EventType
 from sessions.models import Session, SessionEvent
-from sessions.selectors import session_get
+from sessions.selectors import APPEND_FIELDS, session_get
 from sessions.services.admission import events_admit
 
 
@@ -130,10 +130,14 @@ def session_events_send(*, workspace, session_id: str, parsed: list[dict]) -> li
     """POST /v1/sessions/{id}/events. File references are admitted first (object reads, outside
     any transaction); then the events are committed together, before any worker sees them.
     A rejected File commits nothing."""
-    session_get(workspace=workspace, session_id=session_id)
-    admitted = events_admit(workspace=workspace, parsed=parsed)
+    admitted = events_admit(
+        workspace=workspace,
+        parsed=parsed,
+        # A missing session is a 404 before any File is read (events without Files skip the query).
+        before_lookup=lambda: session_get(workspace=workspace, session_id=session_id),
+    )
     with transaction.atomic():
-        session = session_get(workspace=workspace, session_id=session_id, for_update=True)
+        session = session_get(workspace=workspace, session_id=session_id, for_update=True, fields=APPEND_FIELDS)
         if session.archived_at is not None:
             raise InvalidRequest("The session is archived and accepts no more events.")
         return user_events_append_locked(session=session, parsed=admitted)
