@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from core.errors import RateLimited
+from core.serving import PerLoop
 
 logger = logging.getLogger(__name__)
 
@@ -177,18 +178,5 @@ def thread_gate() -> ThreadGate:
         return current
 
 
-_gates: dict[int, CapsGate] = {}
-
-
-def gate() -> CapsGate:
-    """The gate of the running event loop (one per loop: redis.asyncio clients are loop-bound)."""
-    loop = asyncio.get_running_loop()
-    current = _gates.get(id(loop))
-    if current is None:
-        current = _gates[id(loop)] = CapsGate(settings.REDIS_URL)
-    return current
-
-
-def forget_gate() -> None:
-    """Drop the running loop's gate (a private loop that is about to close)."""
-    _gates.pop(id(asyncio.get_running_loop()), None)
+# The gate of the running event loop; `gate.forget()` drops it (a private loop about to close).
+gate = PerLoop(lambda: CapsGate(settings.REDIS_URL))

@@ -7,11 +7,14 @@
   MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS raises RequestTimeout (408) in the view reading it.
 - `db_call`: one short ORM call from the event loop, on a small thread pool, its connection given
   back before it returns.
+- `PerLoop`: one instance of something loop-bound (redis.asyncio clients, futures) per event loop.
 """
 
 import asyncio
 import functools
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Generic, TypeVar
 
 from django.db import close_old_connections, connections
 
@@ -21,6 +24,33 @@ from core.errors import RequestTimeout
 DB_CALL_THREADS = 4
 
 _db_threads = ThreadPoolExecutor(max_workers=DB_CALL_THREADS, thread_name_prefix="loop-db")
+
+
+T = TypeVar("T")
+
+
+class PerLoop(Generic[T]):
+    """`accessor()` is the running event loop's instance, made by `factory` on first use (one per
+    loop: redis.asyncio clients and asyncio futures are bound to the loop that made them)."""
+
+    def __init__(self, factory: Callable[[], T]):
+        self._factory = factory
+        self._instances: dict[int, T] = {}
+
+    def __call__(self) -> T:
+        loop_id = id(asyncio.get_running_loop())
+        current = self._instances.get(loop_id)
+        if current is None:
+            current = self._instances[loop_id] = self._factory()
+        return current
+
+    def peek(self) -> T | None:
+        """The running loop's instance if it has one (none is made)."""
+        return self._instances.get(id(asyncio.get_running_loop()))
+
+    def forget(self) -> T | None:
+        """Drop the running loop's instance (a private loop about to close); returns it."""
+        return self._instances.pop(id(asyncio.get_running_loop()), None)
 
 
 async def db_call(fn, /, **kwargs):

@@ -28,7 +28,7 @@ from django.conf import settings
 
 from core.auth import api_key_authenticate_meta, raw_key_from_meta
 from core.errors import AuthenticationFailed, RateLimited
-from core.serving import db_call
+from core.serving import PerLoop, db_call
 
 logger = logging.getLogger(__name__)
 
@@ -149,13 +149,5 @@ def _refused(limit: int) -> ShareRefused:
     )
 
 
-_shares: dict[int, Shares] = {}
-
-
-def shares() -> Shares:
-    """The running event loop's shares."""
-    loop = asyncio.get_running_loop()
-    current = _shares.get(id(loop))
-    if current is None:
-        current = _shares[id(loop)] = Shares()
-    return current
+# The running event loop's shares.
+shares = PerLoop(Shares)

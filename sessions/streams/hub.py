@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from core import metrics
-from core.serving import db_call
+from core.serving import PerLoop, db_call
 from sessions import notify
 from sessions.models import Session
 from sessions.selectors import session_events_after
@@ -240,21 +240,13 @@ class Hub:
             await self.redis.aclose()
 
 
-_hubs: dict[int, Hub] = {}
-
-
-def hub() -> Hub:
-    """The running event loop's hub (one per loop: redis.asyncio clients are loop-bound)."""
-    loop = asyncio.get_running_loop()
-    current = _hubs.get(id(loop))
-    if current is None:
-        current = _hubs[id(loop)] = Hub()
-    return current
+# The running event loop's hub.
+hub = PerLoop(Hub)
 
 
 def draining() -> bool:
     """Whether the running loop's process is shutting down (no new streams)."""
-    current = _hubs.get(id(asyncio.get_running_loop()))
+    current = hub.peek()
     return current is not None and current.draining
 
 
@@ -265,7 +257,7 @@ def end_streams() -> None:
 
 async def close_hub() -> None:
     """Close the running loop's hub (a private loop that is about to close)."""
-    current = _hubs.pop(id(asyncio.get_running_loop()), None)
+    current = hub.forget()
     if current is not None:
         await current.aclose()
 

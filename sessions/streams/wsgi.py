@@ -132,7 +132,7 @@ class _PrivateLoop:
     async def _shutdown(self) -> None:
         await close_hub()
         gate = caps.gate()
-        caps.forget_gate()
+        caps.gate.forget()
         with contextlib.suppress(Exception):
             await gate.redis.aclose()
         pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
