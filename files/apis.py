@@ -257,6 +257,17 @@ def _object_response(file, *, status: int, first: int | None = None, last: int |
     return response
 
 
+def _head_response(file, byte_range: tuple[int, int] | None) -> HttpResponse:
+    response = HttpResponse(content_type=file.mime_type, status=200 if byte_range is None else 206)
+    if byte_range is None:
+        response["Content-Length"] = str(file.size_bytes)
+    else:
+        first, last = byte_range
+        response["Content-Length"] = str(last - first + 1)
+        response["Content-Range"] = f"bytes {first}-{last}/{file.size_bytes}"
+    return response
+
+
 class FileContentApi(FilesApiView):
     @extend_schema(
         operation_id="files_download",
@@ -292,6 +303,8 @@ class FileContentApi(FilesApiView):
 
         if file.size_bytes == 0:
             response = HttpResponse(b"", content_type=file.mime_type)
+        elif request.method == "HEAD":  # the headers a GET would send; the store is not read
+            response = _head_response(file, byte_range)
         elif byte_range is None:
             response = _object_response(file, status=200)
             response["Content-Length"] = str(file.size_bytes)
@@ -302,5 +315,6 @@ class FileContentApi(FilesApiView):
             response["Content-Range"] = f"bytes {first}-{last}/{file.size_bytes}"
         for name, value in headers.items():
             response[name] = value
-        metrics.FILE_DOWNLOAD_BYTES.inc(int(response.get("Content-Length") or 0))
+        if request.method != "HEAD":
+            metrics.FILE_DOWNLOAD_BYTES.inc(int(response.get("Content-Length") or 0))
         return response

@@ -195,3 +195,18 @@ def test_abandoned_download_stops_reading_the_store(tapped_server, api_key, big)
     assert download["to_server"] < big.size_bytes // 2, "the server read on though nobody was reading"
     # The server is fine afterwards.
     assert _get(server, api_key, f"/v1/files/{big.id}").status_code == 200
+
+
+def test_head_sends_the_headers_of_a_get_and_reads_nothing_from_the_store(tapped_server, api_key, big):
+    server, tap = tapped_server, tapped_server.tap
+    path = f"{server.url}/v1/files/{big.id}/content"
+    headers = {"authorization": f"Bearer {api_key}"}
+    before = sum(record["to_server"] for record in tap.connections)
+    whole = requests.head(path, headers=headers, timeout=30)
+    part = requests.head(path, headers={**headers, "range": "bytes=10-19"}, timeout=30)
+    assert (whole.status_code, whole.headers["content-length"]) == (200, str(big.size_bytes))
+    assert whole.headers["etag"] == f'"{big.sha256}"' and whole.content == b""
+    assert (part.status_code, part.headers["content-length"]) == (206, "10")
+    assert part.headers["content-range"] == f"bytes 10-19/{big.size_bytes}"
+    time.sleep(0.5)
+    assert sum(record["to_server"] for record in tap.connections) - before < 64 * 1024  # no object bytes
