@@ -1,5 +1,8 @@
+from datetime import timedelta
+
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from core.models import ApiKey
 
@@ -48,6 +51,15 @@ def test_workspace_header_must_match(api_key, other_api_key, s3_bucket):
 
 def test_revoked_key_is_401(api_key):
     ApiKey.objects.filter(pk=api_key.row.pk).update(revoked_at="2026-01-01T00:00:00Z")
+    assert _get(Client(), authorization=f"Bearer {api_key}").status_code == 401
+
+
+def test_an_expired_key_is_401_and_a_key_before_its_expiry_authenticates(api_key, s3_bucket):
+    now = timezone.now()
+    ApiKey.objects.filter(pk=api_key.row.pk).update(expires_at=now + timedelta(hours=1), last_used_at=None)
+    assert _get(Client(), authorization=f"Bearer {api_key}").status_code == 200
+    assert ApiKey.objects.get(pk=api_key.row.pk).last_used_at >= now  # bookkeeping still written
+    ApiKey.objects.filter(pk=api_key.row.pk).update(expires_at=now - timedelta(seconds=1))
     assert _get(Client(), authorization=f"Bearer {api_key}").status_code == 401
 
 
