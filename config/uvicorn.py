@@ -4,9 +4,12 @@
 - every request's scope offers the `mango.splice` extension (SpliceSink): core.wsgi_files moves
   a File download's body from the object store's socket to the client's with splice(2);
 - a request its HTTP parser rejects — e.g. a chunked upload with an invalid chunk size — is
-answered with the API's JSON error envelope (core/errors.py) instead of uvicorn's plain-text 400.
-The app never sees such a request's rest, and nothing it started is kept (an upload whose body
-breaks off is discarded)."""
+  answered with the API's JSON error envelope (core/errors.py) instead of uvicorn's plain-text 400.
+  The app never sees such a request's rest, and nothing it started is kept (an upload whose body
+  breaks off is discarded);
+- a request line and headers longer than MAX_HEAD_BYTES are refused with 431 and the connection
+  closed: uvicorn's httptools parser has no such limit and would buffer a header of any size (a
+  client sending one 200 MB header grew a worker by 230 MB)."""
 
 import asyncio
 import json
@@ -46,25 +49,52 @@ class SpliceSink:
         self._cycle.scope["mango.spliced_bytes"] = self._cycle.scope.get("mango.spliced_bytes", 0) + count
 
 
+# The request line and headers of one request (nginx's default large_client_header_buffers is
+# 4 x 8 KiB; a browser's cookies and an SDK's headers are far below this).
+MAX_HEAD_BYTES = 64 * 1024
+
+
 class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
+    _in_head = True  # between a request's first byte and the end of its headers
+    _head_bytes = 0
+
     def _start_asgi_task(self, cycle, app) -> None:
         cycle.scope.setdefault("extensions", {})["mango.splice"] = SpliceSink(cycle)
         super()._start_asgi_task(cycle, app)
 
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # Counted after the parser took the bytes: at most MAX_HEAD_BYTES plus one read is held.
+        if self._in_head and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._send_error(
+                    431,
+                    "Request Header Fields Too Large",
+                    f"the request line and headers exceed {MAX_HEAD_BYTES} bytes",
+                )
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head, self._head_bytes = True, 0
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        super().on_headers_complete()
+
     def send_400_response(self, msg: str) -> None:
+        self._send_error(400, "Bad Request", f"Malformed HTTP request: {msg}")
+
+    def _send_error(self, status: int, reason: str, message: str) -> None:
         from core.errors import error_body  # Django is set up once the app is loaded
 
         request_id = f"req_{uuid.uuid4().hex}"
         body = json.dumps(
             error_body(
-                status=400,
-                type="invalid_request_error",
-                message=f"Malformed HTTP request: {msg}",
-                details=None,
-                request_id=request_id,
+                status=status, type="invalid_request_error", message=message, details=None, request_id=request_id
             )
         ).encode()
-        content = [b"HTTP/1.1 400 Bad Request\r\n"]
+        content = [f"HTTP/1.1 {status} {reason}\r\n".encode("ascii")]
         for name, value in self.server_state.default_headers:
             content.extend([name, b": ", value, b"\r\n"])
         content.extend(

@@ -2,6 +2,7 @@
 config.asgi, against the test database, the real store and Redis. Per-workspace caps (429),
 stalled uploads (408), event streams on the event loop, and the database pool."""
 
+import contextlib
 import json
 import os
 import socket
@@ -288,6 +289,36 @@ def _wait_for_slots(kind: str, workspace_id: str, count: int, timeout: float = 2
         assert time.monotonic() < deadline, f"{kind} slots never reached {count}"
         time.sleep(0.05)
     client.close()
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def test_oversized_headers_are_431_without_buffering_them(server, api_key):
+    """uvicorn's parser has no header limit of its own: a 64 MiB header must not be buffered."""
+    headers = {"x-api-key": str(api_key)}
+    assert requests.get(f"{server.url}/v1/files", headers=headers, timeout=30).status_code == 200  # warm
+    worker = server.worker_pid()
+    before = _rss_kib(worker)
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    sock.sendall(b"GET /v1/files HTTP/1.1\r\nHost: x\r\nX-Junk: ")
+    with contextlib.suppress(OSError):  # the server closes the connection partway
+        for _ in range(64):
+            sock.sendall(b"a" * (1024 * 1024))
+    response = b""
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(65536):
+            response += chunk
+    sock.close()
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 "), head[:200]
+    assert json.loads(body)["error"]["type"] == "invalid_request_error"
+    assert (_rss_kib(worker) - before) < 16 * 1024, "the worker buffered the header"
+    # Ordinary large headers pass, and the worker serves on.
+    ok = requests.get(f"{server.url}/v1/files", headers={**headers, "x-big": "b" * 16384}, timeout=30)
+    assert ok.status_code == 200
 
 
 def test_stalled_upload_is_408_and_leaves_nothing(server, api_key):
