@@ -79,7 +79,7 @@ class Server:
     `make run` serves (config/gunicorn.conf.py: a uvicorn worker running config.asgi); `"wsgi"` is the
     former gunicorn gthread worker running config.wsgi, kept for side-by-side comparisons."""
 
-    def __init__(self, *, threads: int = 8, layout: str = "asgi", env: dict[str, str] | None = None):
+    def __init__(self, *, threads: int = 8, layout: str = "asgi", env: dict[str, str] | None = None, root: Path = ROOT):
         self.threads = threads
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -95,7 +95,7 @@ class Server:
             command += ["--timeout", "0", "--no-control-socket"]
         self.process = subprocess.Popen(
             command,
-            cwd=ROOT,
+            cwd=root,  # another checkout of the project: its code, served side by side
             env={**os.environ, "DATABASE_CONN_MAX_AGE": "60", **(env or {})},
             start_new_session=True,
         )
