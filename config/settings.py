@@ -187,6 +187,8 @@ MANGO_API_THREADS = env.int("MANGO_API_THREADS", default=32)
 MANGO_UPLOAD_THREADS = env.int("MANGO_UPLOAD_THREADS", default=32)
 # A request body that sends no byte for this long ends with a 408 (an upload is rolled back).
 MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS = env.float("MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS", default=30.0)
+# A connection's request line and headers must arrive within this (config/uvicorn.py), else 408.
+MANGO_HEADER_TIMEOUT_SECONDS = env.float("MANGO_HEADER_TIMEOUT_SECONDS", default=30.0)
 # Concurrent uploads / event streams per workspace (over all API processes); beyond: 429.
 MANGO_WORKSPACE_MAX_UPLOADS = env.int("MANGO_WORKSPACE_MAX_UPLOADS", default=8)
 MANGO_WORKSPACE_MAX_STREAMS = env.int("MANGO_WORKSPACE_MAX_STREAMS", default=100)

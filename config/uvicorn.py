@@ -9,7 +9,10 @@
   breaks off is discarded);
 - a request line and headers longer than MAX_HEAD_BYTES are refused with 431 and the connection
   closed: uvicorn's httptools parser has no such limit and would buffer a header of any size (a
-  client sending one 200 MB header grew a worker by 230 MB)."""
+  client sending one 200 MB header grew a worker by 230 MB);
+- a connection that has not sent a whole request head MANGO_HEADER_TIMEOUT_SECONDS after it
+  opened (or after its previous response) gets 408 and is closed: uvicorn waits forever for a
+  new connection's first request, so silent or trickling connections would pile up unbounded."""
 
 import asyncio
 import json
@@ -57,6 +60,35 @@ MAX_HEAD_BYTES = 64 * 1024
 class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
     _in_head = True  # between a request's first byte and the end of its headers
     _head_bytes = 0
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._start_head_timer()
+
+    def connection_lost(self, exc) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _start_head_timer(self) -> None:
+        from django.conf import settings  # Django is set up once the app is loaded
+
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(settings.MANGO_HEADER_TIMEOUT_SECONDS, self._head_timed_out)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._in_head and not self.transport.is_closing():
+            self._send_error(408, "Request Timeout", "the request line and headers did not arrive in time")
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._start_head_timer()  # the next request's head (or uvicorn's keep-alive timeout first)
 
     def _start_asgi_task(self, cycle, app) -> None:
         cycle.scope.setdefault("extensions", {})["mango.splice"] = SpliceSink(cycle)
@@ -77,9 +109,11 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head, self._head_bytes = True, 0
+        self._start_head_timer()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._stop_head_timer()
         super().on_headers_complete()
 
     def send_400_response(self, msg: str) -> None:

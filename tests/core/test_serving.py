@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 MAX_STREAMS = 2
 MAX_UPLOADS = 2
 IDLE_SECONDS = 2
+HEADER_SECONDS = 2
 BOUNDARY = "mango-test-boundary"
 
 
@@ -44,6 +45,7 @@ def server(tmp_path, s3_bucket):
         "MANGO_WORKSPACE_MAX_UPLOADS": str(MAX_UPLOADS),
         "MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS": str(IDLE_SECONDS),
         "MANGO_SSE_HEARTBEAT_SECONDS": "1",
+        "MANGO_HEADER_TIMEOUT_SECONDS": str(HEADER_SECONDS),
         # libpq names the server's connections, so the test can count them.
         "PGAPPNAME": app_name,
     }
@@ -319,6 +321,40 @@ def test_oversized_headers_are_431_without_buffering_them(server, api_key):
     # Ordinary large headers pass, and the worker serves on.
     ok = requests.get(f"{server.url}/v1/files", headers={**headers, "x-big": "b" * 16384}, timeout=30)
     assert ok.status_code == 200
+
+
+def _read_until_closed(sock: socket.socket) -> tuple[bytes, float]:
+    """Everything the server sends until it closes, and when it closed (monotonic)."""
+    data = b""
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data, time.monotonic()
+
+
+def test_connections_that_never_finish_their_headers_are_closed_with_408(server):
+    silent = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    trickling = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    opened = time.monotonic()
+    trickling.sendall(b"GET /v1/files HTTP/1.1\r\nHost: x\r\n")
+    stop = threading.Event()
+
+    def trickle():  # a header byte every 0.3 s: never idle, never done
+        with contextlib.suppress(OSError):
+            while not stop.wait(0.3):
+                trickling.sendall(b"a")
+
+    threading.Thread(target=trickle, daemon=True).start()
+    try:
+        for sock in (silent, trickling):
+            data, closed = _read_until_closed(sock)
+            assert data.startswith(b"HTTP/1.1 408 "), data[:200]
+            assert json.loads(data.partition(b"\r\n\r\n")[2])["error"]["type"] == "invalid_request_error"
+            assert HEADER_SECONDS * 0.9 <= closed - opened < HEADER_SECONDS + 10
+    finally:
+        stop.set()
+        silent.close()
+        trickling.close()
 
 
 def test_stalled_upload_is_408_and_leaves_nothing(server, api_key):
