@@ -138,10 +138,23 @@ async def _route(scope, receive, send) -> None:
         return
     current = shares()
     try:
-        async with current.share(await current.workspace_of(meta_from_scope(scope))):
+        async with (
+            current.share(await current.workspace_of(meta_from_scope(scope))),
+            current.body_budget(_body_size(scope)),
+        ):
             await _threaded(scope, receive, send)
     except ShareRefused as error:  # refused before it started: nothing was sent yet
         await send_error(send, error, None)
+
+
+def _body_size(scope) -> int:
+    """The request body's declared size; a chunked body counts as the largest one accepted."""
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+        if name == b"transfer-encoding" and b"chunked" in value.lower():
+            return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return 0
 
 
 async def _threaded(scope, receive, send) -> None:

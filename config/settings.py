@@ -198,6 +198,9 @@ MANGO_WORKSPACE_MAX_STREAMS = env.int("MANGO_WORKSPACE_MAX_STREAMS", default=100
 MANGO_WORKSPACE_MAX_REQUESTS = env.int("MANGO_WORKSPACE_MAX_REQUESTS", default=max(1, MANGO_API_THREADS // 2))
 MANGO_WORKSPACE_MAX_WAITING_REQUESTS = env.int("MANGO_WORKSPACE_MAX_WAITING_REQUESTS", default=256)
 MANGO_WORKSPACE_REQUEST_WAIT_SECONDS = env.float("MANGO_WORKSPACE_REQUEST_WAIT_SECONDS", default=10.0)
+# Bytes of large (> 1 MiB) JSON bodies one API process holds at once (core.shares); 0: no budget.
+# Default: one body of the largest size at a time (a 26 MB event POST peaks at ~400 MB of memory).
+MANGO_LARGE_BODIES_BUDGET_BYTES = env.int("MANGO_LARGE_BODIES_BUDGET_BYTES", default=DATA_UPLOAD_MAX_MEMORY_SIZE)
 # Runners (turns) of one workspace at once across the worker fleet; the rest wait, holding no
 # thread, and start as the workspace's own turns end (sessions.runtime.fairness). 0: no cap.
 MANGO_WORKSPACE_MAX_RUNNING_TURNS = env.int("MANGO_WORKSPACE_MAX_RUNNING_TURNS", default=64)

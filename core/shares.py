@@ -13,6 +13,13 @@ The share is per process because the threads are: a share below MANGO_API_THREAD
 threads for every other workspace. (Uploads and event streams have fleet-wide caps of their own,
 core.caps.)
 
+Large request bodies have a budget of their own: Django holds a JSON body in memory while it
+parses and answers it (eight 26 MB event POSTs at once took a worker from 95 MB to 1.3 GB), so a
+request whose
+body exceeds LARGE_BODY_BYTES first takes its size from MANGO_LARGE_BODIES_BUDGET_BYTES (per
+process, first come first served, waiting as above, then 429). Small requests never wait for it,
+and uploads (which stream to the store) do not count.
+
 Which workspace a request belongs to is read from its API key, remembered per process for
 WORKSPACE_CACHE_SECONDS; it only picks the bucket. Django still authenticates every request.
 """
@@ -21,7 +28,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from contextlib import asynccontextmanager
 
 from django.conf import settings
@@ -33,6 +40,8 @@ from core.serving import PerLoop, db_call
 logger = logging.getLogger(__name__)
 
 ANONYMOUS = "-"  # the bucket of requests without a valid key
+# Bodies above this take their size from the large-bodies budget.
+LARGE_BODY_BYTES = 1024 * 1024
 WORKSPACE_CACHE_SECONDS = 30.0
 WORKSPACE_CACHE_ENTRIES = 10_000
 RETRY_AFTER_SECONDS = 2
@@ -52,6 +61,7 @@ class Shares:
     def __init__(self):
         self._buckets: dict[str, _Bucket] = {}
         self._workspaces: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        self._bodies: _ByteBudget | None = None
 
     async def workspace_of(self, meta: dict) -> str:
         """The workspace id the request's key names, or ANONYMOUS (missing, invalid, or the
@@ -122,9 +132,68 @@ class Shares:
         if bucket.running == 0 and not bucket.waiters and self._buckets.get(workspace_id) is bucket:
             del self._buckets[workspace_id]
 
+    @asynccontextmanager
+    async def body_budget(self, size: int):
+        """Holds `size` bytes of this process's budget for large bodies while the request runs
+        (nothing for a body up to LARGE_BODY_BYTES), or raises ShareRefused."""
+        budget = settings.MANGO_LARGE_BODIES_BUDGET_BYTES
+        if size <= LARGE_BODY_BYTES or budget <= 0:
+            yield
+            return
+        size = min(size, budget)  # a body as large as the whole budget runs alone
+        if self._bodies is None:
+            self._bodies = _ByteBudget(budget)
+        await self._bodies.acquire(size)
+        try:
+            yield
+        finally:
+            self._bodies.release(size)
+
     def running(self, workspace_id: str) -> int:
         bucket = self._buckets.get(workspace_id)
         return bucket.running if bucket else 0
+
+
+class _ByteBudget:
+    """Bytes handed out first come, first served; a request that cannot have its bytes within
+    MANGO_WORKSPACE_REQUEST_WAIT_SECONDS is refused."""
+
+    def __init__(self, total: int):
+        self.free = total
+        self.waiters: deque[tuple[int, asyncio.Future]] = deque()
+
+    async def acquire(self, size: int) -> None:
+        if not self.waiters and self.free >= size:
+            self.free -= size
+            return
+        if len(self.waiters) >= settings.MANGO_WORKSPACE_MAX_WAITING_REQUESTS:
+            raise _refused_body()
+        turn = asyncio.get_running_loop().create_future()
+        entry = (size, turn)
+        self.waiters.append(entry)
+        try:
+            await asyncio.wait_for(asyncio.shield(turn), settings.MANGO_WORKSPACE_REQUEST_WAIT_SECONDS)
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            if turn.done() and not turn.cancelled():  # granted as we gave up: give it back
+                self.release(size)
+            else:
+                turn.cancel()
+                self.waiters.remove(entry)
+                self._grant()  # a large waiter leaving may unblock smaller ones behind it
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise _refused_body() from None
+
+    def release(self, size: int) -> None:
+        self.free += size
+        self._grant()
+
+    def _grant(self) -> None:
+        while self.waiters and self.waiters[0][0] <= self.free:
+            size, turn = self.waiters.popleft()
+            if not turn.done():
+                self.free -= size
+                turn.set_result(None)
 
 
 def _lookup(*, meta: dict) -> str:
@@ -135,6 +204,13 @@ def _lookup(*, meta: dict) -> str:
     except Exception:  # database trouble: Django answers with the envelope
         logger.warning("request shares could not read the key", exc_info=True)
         return ANONYMOUS
+
+
+def _refused_body() -> "ShareRefused":
+    return ShareRefused(
+        "Too many large request bodies on this server process at once; retry shortly.",
+        headers={"retry-after": str(RETRY_AFTER_SECONDS)},
+    )
 
 
 class ShareRefused(RateLimited):

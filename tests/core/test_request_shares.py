@@ -1,7 +1,8 @@
 """Each workspace's share of an API process's threads (core.shares), on the real serving layout
 (gunicorn + one uvicorn worker running config.asgi): a tenant holding its places has its further
 requests wait on the event loop and then refused with 429, while another workspace, the probes
-and the tenant itself once a place frees are served."""
+and the tenant itself once a place frees are served. Large bodies have a byte budget per process
+that small requests never wait for."""
 
 import json
 import socket
@@ -17,6 +18,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
 MAX_REQUESTS = 2
 WAIT_SECONDS = 3
+BODY_BUDGET = 3 * 1024 * 1024
+LARGE = 2 * 1024 * 1024
 
 
 @pytest.fixture
@@ -26,6 +29,7 @@ def server(tmp_path, s3_bucket):
         "MANGO_WORKSPACE_MAX_WAITING_REQUESTS": "1",
         "MANGO_WORKSPACE_REQUEST_WAIT_SECONDS": str(WAIT_SECONDS),
         "MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS": "30",
+        "MANGO_LARGE_BODIES_BUDGET_BYTES": str(BODY_BUDGET),
     }
     server = AsgiServer(log_path=tmp_path / "asgi.log", env=env).start()
     yield server
@@ -48,6 +52,10 @@ class SlowCreate:
             ).encode()
         )
 
+    def send_padding(self, count: int) -> None:
+        self.sock.sendall(b" " * count)
+        self.sent += count
+
     def trickle(self) -> None:
         if self.sent < self.padding - 1:
             self.sock.sendall(b" ")
@@ -56,9 +64,10 @@ class SlowCreate:
     def finish(self) -> int:
         self.sock.sendall(b" " * (self.padding - self.sent) + self.BODY)
         head = b""
-        while b"\r\n" not in head:
-            head += self.sock.recv(4096)
+        while b"\r\n\r\n" not in head and (chunk := self.sock.recv(4096)):
+            head += chunk
         self.sock.close()
+        self.response_head = head
         return int(head.split(b" ", 2)[1])
 
 
@@ -101,15 +110,51 @@ def test_a_tenant_at_its_share_waits_then_gets_429_while_others_are_served(serve
         waiter = threading.Thread(target=lambda: waited.update(response=_get(server, api_key)))
         waiter.start()
         time.sleep(0.5)  # it is queued (alpha's places are still held)
-        assert slow[0].finish() == 200
+        assert slow[0].finish() == 200, slow[0].response_head
         waiter.join(30)
         assert waited["response"].status_code == 200
     finally:
         stop.set()
         trickler.join()
-    assert slow[1].finish() == 200
+    assert slow[1].finish() == 200, slow[1].response_head
     assert _get(server, api_key).status_code == 200
     # Requests without a valid key share one bucket and still get Django's 401 envelope.
     unauthorized = requests.get(f"{server.url}/v1/files", headers={"x-api-key": "sk-nope"}, timeout=30)
     assert unauthorized.status_code == 401
     assert json.loads(unauthorized.text)["error"]["type"] == "authentication_error"
+
+
+def test_large_bodies_wait_for_the_process_budget_and_small_requests_do_not(server, api_key, other_api_key):
+    big = SlowCreate(server, api_key, padding=LARGE)
+    big.send_padding(LARGE - 10)  # all but the last bytes: it holds LARGE of the 3 MiB budget
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.wait(0.3):
+            big.trickle()
+
+    trickler = threading.Thread(target=trickle, daemon=True)
+    trickler.start()
+    body = b" " * LARGE + SlowCreate.BODY
+    headers = {"x-api-key": str(other_api_key), "content-type": "application/json"}
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # once the held body has its bytes, another large one waits its time, then 429
+            started = time.monotonic()
+            refused = requests.post(f"{server.url}/v1/environments", data=body, headers=headers, timeout=60)
+            # (An instant 429 means the one-place queue was still taken, e.g. by the held body
+            # itself before it got its bytes: try again.)
+            if refused.status_code == 429 and time.monotonic() - started >= WAIT_SECONDS * 0.9:
+                break
+            assert time.monotonic() < deadline, refused.text
+        assert "large request bodies" in refused.json()["error"]["message"]
+        # Small requests, of either workspace, do not wait for the budget.
+        small = requests.post(f"{server.url}/v1/environments", json={"name": "small"}, headers=headers, timeout=30)
+        assert small.status_code == 200
+        assert _get(server, api_key).status_code == 200
+    finally:
+        stop.set()
+        trickler.join()
+    assert big.finish() == 200, big.response_head
+    accepted = requests.post(f"{server.url}/v1/environments", data=body, headers=headers, timeout=60)
+    assert accepted.status_code == 200, accepted.text
