@@ -4,6 +4,8 @@ Defaults point at the local dev services (PostgreSQL on 127.0.0.1:5432, the Seaw
 on 127.0.0.1:8333); override with the usual DATABASE_URL / MANGO_FILE_S3_* variables.
 """
 
+import http.client
+import json
 import os
 import signal
 import socket
@@ -169,3 +171,22 @@ class Server:
             self.process.wait(15)
         except subprocess.TimeoutExpired:
             os.kill(self.process.pid, signal.SIGKILL)
+
+
+def post_interrupt(port: int, key: str, session_id: str) -> tuple[dict, float, float]:
+    """POST one user.interrupt to the session on a fresh connection: (the response body, when it
+    was sent, when it was answered), monotonic seconds."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    sent = time.monotonic()
+    conn.request(
+        "POST",
+        f"/v1/sessions/{session_id}/events",
+        body=json.dumps({"events": [{"type": "user.interrupt"}]}),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    response = conn.getresponse()
+    body = response.read()
+    answered = time.monotonic()
+    conn.close()
+    assert response.status == 200, body
+    return json.loads(body), sent, answered

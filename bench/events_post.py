@@ -11,14 +11,11 @@ No Celery worker runs: the turns the events enqueue wait in the queue (emptied a
 """
 
 import argparse
-import http.client
-import json
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import _common
@@ -49,19 +46,8 @@ def sessions_for(url: str, count: int) -> tuple[str, list[str]]:
 
 
 def post(port: int, key: str, session_id: str, times: list[float]) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    started = time.monotonic()
-    conn.request(
-        "POST",
-        f"/v1/sessions/{session_id}/events",
-        body=json.dumps({"events": [{"type": "user.interrupt"}]}),
-        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-    )
-    response = conn.getresponse()
-    body = response.read()
-    conn.close()
-    assert response.status == 200, body
-    times.append(time.monotonic() - started)
+    _, sent, answered = _common.post_interrupt(port, key, session_id)
+    times.append(answered - sent)
 
 
 def run(server: _common.Server, key: str, sessions: list[str], posts: int) -> tuple[float, list[float]]:

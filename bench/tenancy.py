@@ -372,20 +372,8 @@ def latency_line(latencies: list[float], errors: list) -> str:
 
 def send_interrupt(port: int, key: str, session_id: str) -> tuple[str, float, float]:
     """POST one user.interrupt; (its event id, sent, answered)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    sent = time.monotonic()
-    conn.request(
-        "POST",
-        f"/v1/sessions/{session_id}/events",
-        body=json.dumps({"events": [{"type": "user.interrupt"}]}),
-        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-    )
-    response = conn.getresponse()
-    body = response.read()
-    answered = time.monotonic()
-    conn.close()
-    assert response.status == 200, body
-    return json.loads(body)["data"][0]["id"], sent, answered
+    body, sent, answered = _common.post_interrupt(port, key, session_id)
+    return body["data"][0]["id"], sent, answered
 
 
 def send_round(port: int, tenants: list, *, burst: bool) -> list[tuple[str, float, float]]:
