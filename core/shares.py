@@ -47,21 +47,63 @@ WORKSPACE_CACHE_ENTRIES = 10_000
 RETRY_AFTER_SECONDS = 2
 
 
-class _Bucket:
-    __slots__ = ("running", "waiters")
+class _Gate:
+    """`capacity` units handed out first come, first served: a request waits on the event loop
+    for its amount (at most MANGO_WORKSPACE_MAX_WAITING_REQUESTS waiting, for at most
+    MANGO_WORKSPACE_REQUEST_WAIT_SECONDS), else `refused()` is raised. A workspace's share is a
+    gate of MANGO_WORKSPACE_MAX_REQUESTS places taken one at a time; the large-bodies budget is a
+    gate of bytes."""
 
-    def __init__(self):
-        self.running = 0
-        self.waiters: list[asyncio.Future] = []
+    def __init__(self, capacity: int):
+        self.capacity = self.free = capacity
+        self.waiters: deque[tuple[int, asyncio.Future]] = deque()
+
+    @property
+    def idle(self) -> bool:
+        return self.free == self.capacity and not self.waiters
+
+    async def acquire(self, amount: int, refused) -> None:
+        if not self.waiters and self.free >= amount:
+            self.free -= amount
+            return
+        if len(self.waiters) >= settings.MANGO_WORKSPACE_MAX_WAITING_REQUESTS:
+            raise refused()
+        turn = asyncio.get_running_loop().create_future()
+        entry = (amount, turn)
+        self.waiters.append(entry)
+        try:
+            await asyncio.wait_for(asyncio.shield(turn), settings.MANGO_WORKSPACE_REQUEST_WAIT_SECONDS)
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            if turn.done() and not turn.cancelled():  # granted as we gave up: give it back
+                self.release(amount)
+            else:
+                turn.cancel()
+                self.waiters.remove(entry)
+                self._grant()  # a large waiter leaving may unblock smaller ones behind it
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise refused() from None
+
+    def release(self, amount: int) -> None:
+        self.free += amount
+        self._grant()
+
+    def _grant(self) -> None:
+        while self.waiters and self.waiters[0][0] <= self.free:
+            amount, turn = self.waiters.popleft()
+            if not turn.done():
+                self.free -= amount
+                turn.set_result(None)
 
 
 class Shares:
-    """The buckets of one event loop (one API process)."""
+    """The gates of one event loop (one API process): one per workspace with requests in flight,
+    and the large-bodies budget."""
 
     def __init__(self):
-        self._buckets: dict[str, _Bucket] = {}
+        self._shares: dict[str, _Gate] = {}
         self._workspaces: OrderedDict[str, tuple[float, str]] = OrderedDict()
-        self._bodies: _ByteBudget | None = None
+        self._bodies: _Gate | None = None
 
     async def workspace_of(self, meta: dict) -> str:
         """The workspace id the request's key names, or ANONYMOUS (missing, invalid, or the
@@ -89,48 +131,21 @@ class Shares:
         if limit <= 0:
             yield
             return
-        bucket = self._buckets.setdefault(workspace_id, _Bucket())
-        if bucket.running >= limit or bucket.waiters:
-            await self._wait(bucket, workspace_id, limit)
-        else:
-            bucket.running += 1
+        gate = self._shares.setdefault(workspace_id, _Gate(limit))
+        try:
+            await gate.acquire(1, lambda: _refused(limit))
+        except BaseException:  # refused, or the request was cancelled while waiting
+            self._forget_if_idle(workspace_id, gate)
+            raise
         try:
             yield
         finally:
-            self._leave(bucket, workspace_id)
+            gate.release(1)
+            self._forget_if_idle(workspace_id, gate)
 
-    async def _wait(self, bucket: _Bucket, workspace_id: str, limit: int) -> None:
-        if len(bucket.waiters) >= settings.MANGO_WORKSPACE_MAX_WAITING_REQUESTS:
-            self._drop_if_idle(bucket, workspace_id)
-            raise _refused(limit)
-        turn = asyncio.get_running_loop().create_future()
-        bucket.waiters.append(turn)
-        try:
-            await asyncio.wait_for(asyncio.shield(turn), settings.MANGO_WORKSPACE_REQUEST_WAIT_SECONDS)
-        except (TimeoutError, asyncio.CancelledError) as exc:
-            if turn.done() and not turn.cancelled():  # handed a place as we gave up: pass it on
-                self._leave(bucket, workspace_id)
-            else:
-                turn.cancel()
-                bucket.waiters.remove(turn)
-                self._drop_if_idle(bucket, workspace_id)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            raise _refused(limit) from None
-
-    def _leave(self, bucket: _Bucket, workspace_id: str) -> None:
-        """A place is free: the oldest waiter takes it over (running stays), else it is given up."""
-        while bucket.waiters:
-            turn = bucket.waiters.pop(0)
-            if not turn.done():
-                turn.set_result(None)
-                return
-        bucket.running -= 1
-        self._drop_if_idle(bucket, workspace_id)
-
-    def _drop_if_idle(self, bucket: _Bucket, workspace_id: str) -> None:
-        if bucket.running == 0 and not bucket.waiters and self._buckets.get(workspace_id) is bucket:
-            del self._buckets[workspace_id]
+    def _forget_if_idle(self, workspace_id: str, gate: _Gate) -> None:
+        if gate.idle and self._shares.get(workspace_id) is gate:
+            del self._shares[workspace_id]
 
     @asynccontextmanager
     async def body_budget(self, size: int):
@@ -142,58 +157,12 @@ class Shares:
             return
         size = min(size, budget)  # a body as large as the whole budget runs alone
         if self._bodies is None:
-            self._bodies = _ByteBudget(budget)
-        await self._bodies.acquire(size)
+            self._bodies = _Gate(budget)
+        await self._bodies.acquire(size, _refused_body)
         try:
             yield
         finally:
             self._bodies.release(size)
-
-    def running(self, workspace_id: str) -> int:
-        bucket = self._buckets.get(workspace_id)
-        return bucket.running if bucket else 0
-
-
-class _ByteBudget:
-    """Bytes handed out first come, first served; a request that cannot have its bytes within
-    MANGO_WORKSPACE_REQUEST_WAIT_SECONDS is refused."""
-
-    def __init__(self, total: int):
-        self.free = total
-        self.waiters: deque[tuple[int, asyncio.Future]] = deque()
-
-    async def acquire(self, size: int) -> None:
-        if not self.waiters and self.free >= size:
-            self.free -= size
-            return
-        if len(self.waiters) >= settings.MANGO_WORKSPACE_MAX_WAITING_REQUESTS:
-            raise _refused_body()
-        turn = asyncio.get_running_loop().create_future()
-        entry = (size, turn)
-        self.waiters.append(entry)
-        try:
-            await asyncio.wait_for(asyncio.shield(turn), settings.MANGO_WORKSPACE_REQUEST_WAIT_SECONDS)
-        except (TimeoutError, asyncio.CancelledError) as exc:
-            if turn.done() and not turn.cancelled():  # granted as we gave up: give it back
-                self.release(size)
-            else:
-                turn.cancel()
-                self.waiters.remove(entry)
-                self._grant()  # a large waiter leaving may unblock smaller ones behind it
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            raise _refused_body() from None
-
-    def release(self, size: int) -> None:
-        self.free += size
-        self._grant()
-
-    def _grant(self) -> None:
-        while self.waiters and self.waiters[0][0] <= self.free:
-            size, turn = self.waiters.popleft()
-            if not turn.done():
-                self.free -= size
-                turn.set_result(None)
 
 
 def _lookup(*, meta: dict) -> str:
