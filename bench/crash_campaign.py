@@ -159,37 +159,9 @@ class Campaign:
     # setup ---------------------------------------------------------------------------------
 
     def _new_session(self):
-        from sessions import sandbox
-        from sessions.models import Session
-        from sessions.services.agents import agent_create
-        from sessions.services.environments import environment_create
-        from sessions.services.sessions import session_create
+        from tests.factories import CLOUD_LIMITED, TOOLSET, make_session, with_sandbox
 
-        agent, _ = agent_create(
-            workspace=self.workspace,
-            fields={"name": "campaign", "model": "claude-sonnet-4-5", "tools": [{"type": "agent_toolset_20260401"}]},
-        )
-        environment = environment_create(
-            workspace=self.workspace,
-            name="campaign",
-            config={"type": "cloud", "networking": {"type": "limited"}},
-            description=None,
-            metadata={},
-            scope=None,
-        )
-        session = session_create(
-            workspace=self.workspace,
-            agent=agent.id,
-            environment_id=environment.id,
-            metadata={},
-            title=None,
-            initial_events=[],
-            resources=[],
-        )
-        sandbox.ensure(session_id=session.id, workspace_id=session.workspace_id, networking=None)
-        Session.objects.filter(pk=session.pk).update(sandbox_state=Session.SandboxState.RUNNING)
-        session.refresh_from_db()
-        return session
+        return with_sandbox(make_session(self.workspace, name="campaign", tools=TOOLSET, config=CLOUD_LIMITED))
 
     def close(self) -> None:
         if self.session is not None:

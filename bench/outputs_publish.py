@@ -36,31 +36,14 @@ def main() -> None:
     from files.models import File
     from sessions import sandbox
     from sessions.models import Session
-    from sessions.services.agents import agent_create
-    from sessions.services.environments import environment_create
     from sessions.services.outputs import outputs_publish
-    from sessions.services.sessions import session_create, session_delete
+    from sessions.services.sessions import session_delete
+    from tests.factories import make_session, with_sandbox
 
     _, workspace = _common.api_key(f"bench-outputs-{int(time.time())}")
-    agent, _ = agent_create(workspace=workspace, fields={"name": "bench", "model": "claude-sonnet-4-5"})
-    environment = environment_create(
-        workspace=workspace, name="bench", config={"type": "cloud"}, description=None, metadata={}, scope=None
-    )
 
     def new_session() -> Session:
-        session = session_create(
-            workspace=workspace,
-            agent=agent.id,
-            environment_id=environment.id,
-            metadata={},
-            title=None,
-            initial_events=[],
-            resources=[],
-        )
-        sandbox.ensure(session_id=session.id, workspace_id=workspace.id, networking=None)
-        Session.objects.filter(pk=session.pk).update(sandbox_state=Session.SandboxState.RUNNING)
-        session.refresh_from_db()
-        return session
+        return with_sandbox(make_session(workspace, name="bench", config={"type": "cloud"}))
 
     def sh(session: Session, command: str) -> None:
         result = sandbox.exec_command(session_id=session.id, command=command, timeout=600)

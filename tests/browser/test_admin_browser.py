@@ -14,10 +14,8 @@ from django.test import Client
 from core.models import ApiKey
 from core.services import api_key_create
 from files.models import File
-from sessions.services.agents import agent_create
-from sessions.services.environments import environment_create
 from sessions.services.events import session_event_append
-from sessions.services.sessions import session_create
+from tests.factories import make_session
 from tests.files.conftest import make_file
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -58,14 +56,7 @@ def _seed(s3_bucket):
     make_file(acme, b"a" * 150_000, filename="quarterly-report.pdf", mime_type="application/pdf")
     make_file(acme, b"b" * 2_500, filename="notes.md", mime_type="text/markdown")
     make_file(other_key.workspace, b"c" * 700, filename="globex-only.txt")
-    agent, _ = agent_create(workspace=acme, fields={"name": "helper", "model": {"id": "m"}, "tools": []})
-    env = environment_create(
-        workspace=acme, name="e", config={"type": "self_hosted"}, description=None, metadata={}, scope=None
-    )
-    session = session_create(
-        workspace=acme, agent=agent.id, environment_id=env.id, metadata={}, title="browser", initial_events=[],
-        resources=[],
-    )  # fmt: skip
+    session = make_session(acme, name="helper", title="browser")
     for n in range(25):
         session_event_append(session_id=session.id, type="agent.message", payload={"content": [{"text": f"step {n}"}]})
     error = {

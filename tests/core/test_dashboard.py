@@ -10,10 +10,8 @@ import pytest
 from core import heartbeats
 from core.services import api_key_create
 from files.models import StorageIntent
-from sessions.services.agents import agent_create
-from sessions.services.environments import environment_create
 from sessions.services.events import session_event_append
-from sessions.services.sessions import session_create
+from tests.factories import make_session
 from tests.files.conftest import make_file
 from tests.files.test_services import _age, interrupted_put
 
@@ -21,14 +19,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _session(workspace, *, events: int = 0):
-    agent, _ = agent_create(workspace=workspace, fields={"name": "a", "model": {"id": "m"}, "tools": []})
-    env = environment_create(
-        workspace=workspace, name="e", config={"type": "self_hosted"}, description=None, metadata={}, scope=None
-    )
-    session = session_create(
-        workspace=workspace, agent=agent.id, environment_id=env.id, metadata={}, title="t", initial_events=[],
-        resources=[],
-    )  # fmt: skip
+    session = make_session(workspace, title="t")
     for n in range(events):
         session_event_append(session_id=session.id, type="agent.message", payload={"content": [{"text": f"m{n}"}]})
     return session

@@ -11,9 +11,7 @@ from sessions import events as ev
 from sessions.events import EventType
 from sessions.models import SessionEvent
 from sessions.runtime import model as upstream
-from sessions.services.agents import agent_create
-from sessions.services.environments import environment_create
-from sessions.services.sessions import session_create
+from tests.factories import make_session
 
 
 def test_event_type_is_a_choice_field_over_the_vocabulary():
@@ -69,19 +67,7 @@ def test_unreachable_upstream_names_the_setting_not_the_address():
 @pytest.mark.django_db
 def test_a_recorded_model_error_keeps_the_detail_off_the_event(api_key):
     workspace = api_key.workspace
-    agent, _ = agent_create(workspace=workspace, fields={"name": "a", "model": {"id": "m"}, "tools": []})
-    environment = environment_create(
-        workspace=workspace, name="e", config={"type": "self_hosted"}, description=None, metadata={}, scope=None
-    )
-    session = session_create(
-        workspace=workspace,
-        agent=agent.id,
-        environment_id=environment.id,
-        metadata={},
-        title=None,
-        initial_events=[],
-        resources=[],
-    )
+    session = make_session(workspace)
     failure = upstream.ModelError(
         "The model upstream could not be reached; check ANTHROPIC_BASE_URL.",
         error_type=ev.ErrorType.MODEL_REQUEST_FAILED,

@@ -58,9 +58,9 @@ def _client(live_server, key) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=live_server.url, api_key=str(key), max_retries=0)
 
 
-def _session(sdk):
+def _session(sdk, *, tools: tuple = ()):
     environment = sdk.beta.environments.create(name="fair")
-    agent = sdk.beta.agents.create(name="fair", model="claude-sonnet-4-5", system="Be brief.")
+    agent = sdk.beta.agents.create(name="fair", model="claude-sonnet-4-5", system="Be brief.", tools=list(tools))
     return sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
 
 
@@ -133,9 +133,7 @@ def _run_bash(sdk, session_id: str, turns_before: int) -> object:
 
 
 def _bash_session(sdk):
-    environment = sdk.beta.environments.create(name="fair")
-    agent = sdk.beta.agents.create(name="fair", model="claude-sonnet-4-5", tools=[{"type": "agent_toolset_20260401"}])
-    return sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    return _session(sdk, tools=({"type": "agent_toolset_20260401"},))
 
 
 def _bash_turn() -> list[dict]:

@@ -16,10 +16,8 @@ from files.models import File, StorageIntent
 from files.reconcile import reconcile
 from sessions import sandbox
 from sessions.models import Session, SessionEvent
-from sessions.services.agents import agent_create
-from sessions.services.environments import environment_create
 from sessions.services.outputs import OutputsMountMissing, outputs_publish, outputs_publish_at_idle
-from sessions.services.sessions import session_create
+from tests.factories import CLOUD_LIMITED, TOOLSET, make_session, with_sandbox
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for
 
@@ -29,34 +27,7 @@ OUT = "/mnt/session/outputs"
 
 
 def _new_session(workspace: Workspace, *, config: dict | None = None) -> Session:
-    agent, _ = agent_create(
-        workspace=workspace,
-        fields={"name": "publisher", "model": "claude-sonnet-4-5", "tools": [{"type": "agent_toolset_20260401"}]},
-    )
-    environment = environment_create(
-        workspace=workspace,
-        name="env",
-        config=config or {"type": "cloud", "networking": {"type": "limited"}},
-        description=None,
-        metadata={},
-        scope=None,
-    )
-    return session_create(
-        workspace=workspace,
-        agent=agent.id,
-        environment_id=environment.id,
-        metadata={},
-        title=None,
-        initial_events=[],
-        resources=[],
-    )
-
-
-def _with_sandbox(session: Session) -> Session:
-    sandbox.ensure(session_id=session.id, workspace_id=session.workspace_id, networking=None)
-    Session.objects.filter(pk=session.pk).update(sandbox_state=Session.SandboxState.RUNNING)
-    session.refresh_from_db()
-    return session
+    return make_session(workspace, name="publisher", tools=TOOLSET, config=config or CLOUD_LIMITED)
 
 
 def sh(session: Session, command: str) -> str:
@@ -93,7 +64,7 @@ def errors_of(session: Session) -> list[str]:
 
 @pytest.fixture
 def session(api_key, s3_bucket, transactional_db):
-    return _with_sandbox(_new_session(api_key.workspace))
+    return with_sandbox(_new_session(api_key.workspace))
 
 
 # --- service level: the publication itself -------------------------------------------------
@@ -227,12 +198,12 @@ def test_interrupt_skips_publication(session):
 
 
 def test_self_hosted_and_local_process_publish_nothing(api_key, s3_bucket, transactional_db, settings):
-    hosted = _with_sandbox(_new_session(api_key.workspace, config={"type": "self_hosted"}))
+    hosted = with_sandbox(_new_session(api_key.workspace, config={"type": "self_hosted"}))
     sh(hosted, f"echo x > {OUT}/x.txt")
     assert outputs_publish_at_idle(session=hosted, interrupted=False) is None
     assert visible(hosted) == {}
 
-    cloud = _with_sandbox(_new_session(api_key.workspace))
+    cloud = with_sandbox(_new_session(api_key.workspace))
     sh(cloud, f"echo x > {OUT}/x.txt")
     settings.MANGO_SANDBOX = "local_process"
     assert outputs_publish_at_idle(session=cloud, interrupted=False) is None
