@@ -7,15 +7,16 @@ from files.models import File, StorageIntent
 from files.quotas import workspace_usage
 from sessions.models import SessionEvent
 from sessions.services.outputs import outputs_publish_at_idle
+from tests.factories import with_sandbox
 from tests.files.conftest import bucket_keys
-from tests.sessions.test_outputs import OUT, _new_session, _with_sandbox, sh
+from tests.sessions.test_outputs import OUT, _new_session, sh
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
 
 def test_publication_over_the_quota_is_a_session_error_and_leaves_nothing(api_key, s3_bucket, settings):
     workspace = api_key.workspace
-    session = _with_sandbox(_new_session(workspace))
+    session = with_sandbox(_new_session(workspace))
     sh(session, f"echo small > {OUT}/a.txt")
     assert outputs_publish_at_idle(session=session, interrupted=False).added == ["a.txt"]
     published_keys = bucket_keys(workspace.id)
