@@ -192,6 +192,9 @@ MANGO_HEADER_TIMEOUT_SECONDS = env.float("MANGO_HEADER_TIMEOUT_SECONDS", default
 # Concurrent uploads / event streams per workspace (over all API processes); beyond: 429.
 MANGO_WORKSPACE_MAX_UPLOADS = env.int("MANGO_WORKSPACE_MAX_UPLOADS", default=8)
 MANGO_WORKSPACE_MAX_STREAMS = env.int("MANGO_WORKSPACE_MAX_STREAMS", default=100)
+# Event-log storage per workspace (JSON bytes of all its sessions' events, deleted sessions'
+# logs are purged): a client event beyond it gets 400 storage_quota_exceeded. 0: no quota.
+MANGO_WORKSPACE_EVENTS_MAX_BYTES = env.int("MANGO_WORKSPACE_EVENTS_MAX_BYTES", default=10 * 1000**3)
 # Requests of one workspace on one API process's threads at once (core.shares; 0: no share); the
 # rest wait on the event loop, at most MANGO_WORKSPACE_MAX_WAITING_REQUESTS of them for at most
 # MANGO_WORKSPACE_REQUEST_WAIT_SECONDS, then 429. Below MANGO_API_THREADS, so others always get one.

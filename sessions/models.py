@@ -138,6 +138,9 @@ class Session(Archivable, models.Model):
 
     # Event log: the last sequence number handed out (appends lock this row).
     last_seq = models.PositiveBigIntegerField(default=0)
+    # Bytes of the events' JSON (payload + private), kept by each append in the same UPDATE; the
+    # per-workspace event storage quota sums it (services.events).
+    event_bytes = models.PositiveBigIntegerField(default=0)
 
     # Runner lease: the worker currently running turns for this session, renewed by heartbeat.
     runner_token = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 — null and "" differ

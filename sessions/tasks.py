@@ -14,7 +14,7 @@ from sessions.events import RUNNER_INPUT_TYPES
 from sessions.models import Session, SessionEvent
 from sessions.runtime import turn  # imported before the pool forks: children start warm (anthropic is slow to import)
 from sessions.runtime.fleet import fleet_connect
-from sessions.services.sessions import session_orphan_files_delete
+from sessions.services.sessions import deleted_session_logs_purge, session_orphan_files_delete
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +72,10 @@ def session_sandbox_remove(session_id: str) -> None:
 
 @shared_task(name="sessions.orphan_files_sweep", acks_late=True)
 def session_orphan_files_sweep() -> int:
-    """Session-scoped Files left without a live session are deleted (every 10 minutes)."""
-    return session_orphan_files_delete(older_than_seconds=settings.MANGO_RECONCILE_GRACE_SECONDS)
+    """Session-scoped Files left without a live session are deleted, and deleted sessions'
+    event logs purged (every 10 minutes)."""
+    grace = settings.MANGO_RECONCILE_GRACE_SECONDS
+    return session_orphan_files_delete(older_than_seconds=grace) + deleted_session_logs_purge(older_than_seconds=60)
 
 
 # Every worker reaps stale leases (a dead worker's turns) and drains on warm shutdown.

@@ -6,14 +6,18 @@ every append it makes checks, under the session's row lock, that the session sti
 runner's token, and raises LeaseLost otherwise (its transaction rolls back). A runner presumed
 dead whose lease was taken over can therefore never write next to its successor."""
 
+import json
 import threading
 from contextlib import contextmanager
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from core.errors import InvalidRequest
 from core.ids import new_id
+from files.quotas import StorageQuotaExceeded
 from sessions import notify
 from sessions.dispatch import session_run_enqueue_on_commit
 from sessions.events import RUNNER_INPUT_TYPES, EventType
@@ -54,8 +58,10 @@ def events_append_locked(*, session: Session, items: list[dict], also_save: tupl
     _fence_check(session)
     now = timezone.now()
     rows = []
+    added_bytes = 0
     for item in items:
         session.last_seq += 1
+        added_bytes += _json_bytes(item.get("payload", {})) + _json_bytes(item.get("private", {}))
         rows.append(
             SessionEvent(
                 id=item.get("id") or new_id("sevt"),
@@ -70,10 +76,45 @@ def events_append_locked(*, session: Session, items: list[dict], also_save: tupl
         )
     SessionEvent.objects.bulk_create(rows)
     session.updated_at = now
-    session.save(update_fields=["last_seq", "updated_at", *also_save])
+    session.event_bytes = F("event_bytes") + added_bytes
+    session.save(update_fields=["last_seq", "updated_at", "event_bytes", *also_save])
+    session.__dict__.pop("event_bytes")  # deferred again: a later read loads the new total
     last_seq, session_id = session.last_seq, session.id
     transaction.on_commit(lambda: notify.publish_events(session_id, last_seq))
     return rows
+
+
+def _json_bytes(value: dict) -> int:
+    """What a JSON column stores of `value`, as the event-bytes quota counts it (an empty object
+    counts as its two braces, like the backfill in migration 0005)."""
+    return len(json.dumps(value).encode()) if value else 2
+
+
+def _events_quota_check(*, session: Session, items: list[dict]) -> None:
+    """Refuse client events that would take the workspace's event logs (all its sessions) over
+    MANGO_WORKSPACE_EVENTS_MAX_BYTES. The runner's own events are not refused mid-turn: a turn
+    that starts under the quota may end a turn's output over it; the next client event is then
+    refused until the tenant deletes sessions (which purges their logs)."""
+    limit = settings.MANGO_WORKSPACE_EVENTS_MAX_BYTES
+    if not limit:
+        return
+    incoming = sum(_json_bytes(item["payload"]) + _json_bytes(item["private"]) for item in items)
+    used = Session.objects.filter(workspace_id=session.workspace_id).aggregate(total=Sum("event_bytes"))["total"]
+    if (used or 0) + incoming > limit:
+        raise StorageQuotaExceeded(
+            f"The workspace's session event storage ({limit} bytes) is used up: {used} bytes stored,"
+            f" {incoming} more sent. Delete sessions to free it."
+        )
+
+
+def session_events_purge(*, session_id: str) -> None:
+    """A deleted session's log is purged but for its final session.deleted (which ends its
+    streams), and counts no more against the quota. A runner still appending after this is
+    purged by the next sweep (sessions.tasks)."""
+    with transaction.atomic():
+        Session.objects.select_for_update().filter(id=session_id).values_list("id").first()
+        SessionEvent.objects.filter(session_id=session_id).exclude(type=EventType.SESSION_DELETED).delete()
+        Session.objects.filter(id=session_id).update(event_bytes=0)
 
 
 def session_event_append(
@@ -117,6 +158,7 @@ def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[S
         items.append(
             {"type": item["type"], "payload": payload, "private": item.get("private") or {}, "processed_at": None}
         )
+    _events_quota_check(session=session, items=items)
     rows = events_append_locked(session=session, items=items)
     session_id = session.id
     if any(item["type"] == EventType.USER_INTERRUPT for item in parsed):

@@ -19,7 +19,7 @@ from sessions.serializers.agents import agent_config_to_wire, parse_model
 from sessions.serializers.common import apply_metadata_patch
 from sessions.serializers.tools import parse_tools
 from sessions.services.admission import events_admit
-from sessions.services.events import events_append_locked, user_events_append_locked
+from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
 from sessions.services.resources import resource_rows_create, resources_admit, resources_copy
 
 logger = logging.getLogger(__name__)
@@ -162,6 +162,10 @@ def session_delete(*, workspace, session_id: str) -> None:
         events_append_locked(session=session, items=[ev.item(EventType.SESSION_DELETED)])
     notify.set_interrupt(session_id)
     session_resources_cleanup(workspace=workspace, session_id=session_id)
+    try:
+        session_events_purge(session_id=session_id)
+    except Exception:
+        logger.exception("event log purge failed; the sweep retries it", extra={"session_id": session_id})
 
 
 def session_resources_cleanup(*, workspace, session_id: str) -> None:
@@ -194,3 +198,13 @@ def session_orphan_files_delete(*, older_than_seconds: float) -> int:
         session_files_delete(workspace=Workspace.objects.get(pk=workspace_id), session_id=session_id)
         count += 1
     return count
+
+
+def deleted_session_logs_purge(*, older_than_seconds: float) -> int:
+    """Purge the event logs of sessions deleted over `older_than_seconds` ago that still hold
+    bytes (a purge that failed, or a runner's appends after it). Returns how many."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    ids = list(Session.objects.filter(deleted_at__lt=cutoff, event_bytes__gt=0).values_list("id", flat=True)[:500])
+    for session_id in ids:
+        session_events_purge(session_id=session_id)
+    return len(ids)
