@@ -1,4 +1,4 @@
-.PHONY: run stop test lint bench sandbox-image
+.PHONY: run stop test lint bench sandbox-image base-image image
 
 run:  ## set everything up and serve the API on 127.0.0.1:$PORT (default 8000)
 	@bash scripts/run.sh
@@ -15,6 +15,12 @@ lint:
 
 sandbox-image:
 	@bash sandbox/build.sh $${MANGO_SANDBOX_IMAGE:-mango-sandbox:latest}
+
+base-image:  ## a python3.11 base image from Debian's packages, when no image registry is reachable
+	@bash scripts/base_image.sh
+
+image:  ## the app image mango:latest (PYTHON_IMAGE=mango-base:python3.11-bookworm after make base-image)
+	@docker build $${PYTHON_IMAGE:+--build-arg PYTHON_IMAGE=$$PYTHON_IMAGE} -t mango:latest .
 
 bench:  ## benchmarks (need the services `make test` starts); each prints ratios measured side by side
 	@.venv/bin/python bench/files_throughput.py
