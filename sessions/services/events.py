@@ -8,6 +8,7 @@ dead whose lease was taken over can therefore never write next to its successor.
 
 import json
 import threading
+import time
 from contextlib import contextmanager
 
 from django.conf import settings
@@ -90,21 +91,43 @@ def _json_bytes(value: dict) -> int:
     return len(json.dumps(value).encode()) if value else 2
 
 
+_USAGE_TTL_SECONDS = 5.0
+_usage: dict[str, tuple[float, int]] = {}  # workspace id -> (read at, event bytes), per process
+
+
+def _workspace_event_bytes(workspace_id: str, *, fresh: bool) -> int:
+    """The workspace's event bytes: summed over its sessions when `fresh` or when this process's
+    figure is over _USAGE_TTL_SECONDS old, else that figure (plus what it accepted since)."""
+    cached = _usage.get(workspace_id)
+    if not fresh and cached is not None and time.monotonic() - cached[0] < _USAGE_TTL_SECONDS:
+        return cached[1]
+    total = Session.objects.filter(workspace_id=workspace_id).aggregate(total=Sum("event_bytes"))["total"] or 0
+    if len(_usage) > 10_000:
+        _usage.clear()
+    _usage[workspace_id] = (time.monotonic(), total)
+    return total
+
+
 def _events_quota_check(*, session: Session, items: list[dict]) -> None:
     """Refuse client events that would take the workspace's event logs (all its sessions) over
-    MANGO_WORKSPACE_EVENTS_MAX_BYTES. The runner's own events are not refused mid-turn: a turn
-    that starts under the quota may end a turn's output over it; the next client event is then
-    refused until the tenant deletes sessions (which purges their logs)."""
+    MANGO_WORKSPACE_EVENTS_MAX_BYTES. A soft quota, cheap per event: the sum over the sessions is
+    read at most every few seconds per process and always before refusing; the runner's own
+    events are not refused mid-turn (a turn that starts under the quota may end over it, and the
+    next client event is refused until the tenant deletes sessions, which purges their logs)."""
     limit = settings.MANGO_WORKSPACE_EVENTS_MAX_BYTES
     if not limit:
         return
     incoming = sum(_json_bytes(item["payload"]) + _json_bytes(item["private"]) for item in items)
-    used = Session.objects.filter(workspace_id=session.workspace_id).aggregate(total=Sum("event_bytes"))["total"]
-    if (used or 0) + incoming > limit:
-        raise StorageQuotaExceeded(
-            f"The workspace's session event storage ({limit} bytes) is used up: {used} bytes stored,"
-            f" {incoming} more sent. Delete sessions to free it."
-        )
+    used = _workspace_event_bytes(session.workspace_id, fresh=False)
+    if used + incoming > limit:
+        used = _workspace_event_bytes(session.workspace_id, fresh=True)
+        if used + incoming > limit:
+            raise StorageQuotaExceeded(
+                f"The workspace's session event storage ({limit} bytes) is used up: {used} bytes stored,"
+                f" {incoming} more sent. Delete sessions to free it."
+            )
+    read_at, _ = _usage[session.workspace_id]
+    _usage[session.workspace_id] = (read_at, used + incoming)
 
 
 def session_events_purge(*, session_id: str) -> None:

@@ -3,6 +3,8 @@ every append counts its JSON bytes on the session row; a client event that would
 workspace over the quota is refused with the Files quota's envelope and stores nothing; another
 workspace is untouched; deleting sessions purges their logs and frees the quota."""
 
+import json
+
 import anthropic
 import pytest
 from django.db import connection, transaction
@@ -96,3 +98,18 @@ def test_the_sweep_purges_what_a_runner_appended_after_the_delete(sdk, api_key):
     assert list(SessionEvent.objects.filter(session_id=session.id).values_list("type", flat=True)) == [
         "session.deleted"
     ]
+
+
+def test_the_workspace_sum_is_read_once_per_few_seconds_not_per_event(api, api_key):
+    """A workspace with many sessions must not pay a sum over all of them on every event."""
+    from django.test.utils import CaptureQueriesContext
+
+    session = make_session(api_key.workspace)
+    body = json.dumps({"events": message("hi")})
+    sums = []
+    for _ in range(3):
+        with CaptureQueriesContext(connection) as queries:
+            response = api.post(f"/v1/sessions/{session.id}/events", body, content_type="application/json")
+        assert response.status_code == 200, response.content
+        sums.append(sum('SUM("agent_sessions_session"."event_bytes")' in q["sql"] for q in queries.captured_queries))
+    assert sums == [1, 0, 0], sums
