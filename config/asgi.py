@@ -4,10 +4,11 @@ workers, one public port).
 - `GET /v1/sessions/{id}/events/stream` → sessions.streams (async: a stream holds no thread and
   no database connection while it waits).
 - `POST /v1/files` → Django through a WSGI adapter with a thread pool of its own
-  (MANGO_UPLOAD_THREADS), after the workspace's upload cap is checked on the event loop. The
-  adapter (a2wsgi) hands the body to the view as it arrives, in bounded reads: uploads keep
-  streaming into the object store with bounded memory and no temp file (Django's own ASGI
-  handler would spool the whole body to a temp file first).
+  (MANGO_UPLOAD_THREADS), after the workspace's upload cap is checked on the event loop. A body
+  of known length is read by the upload's thread straight from the client's socket
+  (config/uvicorn.py's `mango.body` extension); a chunked one comes through the adapter (a2wsgi)
+  in bounded reads: uploads keep streaming into the object store with bounded memory and no temp
+  file (Django's own ASGI handler would spool the whole body to a temp file first).
 - `GET /v1/files/{id}/content` → the same Django in a thread of that pool (MANGO_API_THREADS),
   its object-store stream then sent by core.wsgi_files: chunks queued to the loop without a
   round trip each, the store read stopped as soon as the client goes away.

@@ -40,6 +40,12 @@ HTTP_REQUEST_SECONDS = Histogram(
     buckets=_LATENCY_BUCKETS,
 )
 FILE_UPLOAD_BYTES = Counter("mango_file_upload_bytes", "Bytes of Files stored through uploads.")
+FILE_UPLOAD_BODIES = Counter(
+    "mango_file_upload_bodies",
+    "Upload request bodies by how they were read: socket (the upload's thread reads the client's socket "
+    "under config.asgi), gunicorn_socket, asgi_messages (through the event loop), wsgi_input.",
+    ["reader"],
+)
 FILE_DOWNLOAD_BYTES = Counter("mango_file_download_bytes", "Bytes of File content responses started.")
 RECONCILE_ACTIONS = Counter("mango_reconcile_actions", "Storage reconciliation actions taken, by action.", ["action"])
 MODEL_CALL_SECONDS = Histogram(

@@ -119,8 +119,11 @@ def idle_limited(receive, *, seconds: float):
         try:
             return await asyncio.wait_for(receive(), seconds)
         except TimeoutError:
-            raise RequestTimeout(
-                f"No part of the request body arrived for {seconds:g} seconds; nothing was stored."
-            ) from None
+            raise body_timeout(seconds) from None
 
     return limited
+
+
+def body_timeout(seconds: float) -> RequestTimeout:
+    """The 408 for a request body that sent nothing for `seconds`."""
+    return RequestTimeout(f"No part of the request body arrived for {seconds:g} seconds; nothing was stored.")

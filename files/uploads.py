@@ -13,8 +13,10 @@ import posixpath
 import re
 from collections.abc import Iterator
 
+from django.conf import settings
 from django.utils.http import parse_header_parameters
 
+from core import metrics
 from core.errors import ApiError, InvalidRequest, RequestTooLarge
 from processors.filenames import filename_strip
 
@@ -308,10 +310,12 @@ def boundary_from_content_type(content_type: str) -> bytes:
 
 
 def request_body_stream(django_request) -> tuple[object, int | None]:
-    """The raw body stream and its declared length (None for a chunked body).
+    """The raw body stream and its declared length (None for a chunked body), read by the fastest
+    reader the server allows (counted in mango_file_upload_bodies_total by reader).
 
     Django reads a request without Content-Length as empty; servers that de-chunk the body
-    (gunicorn sets wsgi.input_terminated) let us read it to the end instead.
+    (gunicorn sets wsgi.input_terminated; under config.asgi the ASGI server does, and a2wsgi's
+    input ends where the body ends) let us read it to the end instead.
     """
     environ = django_request.META
     raw_length = environ.get("CONTENT_LENGTH")
@@ -322,10 +326,18 @@ def request_body_stream(django_request) -> tuple[object, int | None]:
             raise InvalidRequest("Invalid Content-Length.")
         if length < 0:
             raise InvalidRequest("Invalid Content-Length.")
-        return GunicornSocketBody.of(django_request) or AsgiReceiveBody.of(django_request) or django_request, length
-    if environ.get("wsgi.input_terminated"):
-        return AsgiReceiveBody.of(django_request) or environ["wsgi.input"], None
-    return django_request, 0
+        stream = (
+            GunicornSocketBody.of(django_request)
+            or SocketBody.of(django_request)
+            or AsgiReceiveBody.of(django_request)
+            or django_request
+        )
+    elif environ.get("wsgi.input_terminated") or "asgi.scope" in environ:
+        stream, length = AsgiReceiveBody.of(django_request) or environ["wsgi.input"], None
+    else:
+        return django_request, 0
+    metrics.FILE_UPLOAD_BODIES.labels(READER_NAMES.get(type(stream), "wsgi_input")).inc()
+    return stream, length
 
 
 class _BufferedBody:
@@ -421,21 +433,8 @@ class AsgiReceiveBody(_BufferedBody):
     def of(cls, django_request) -> "AsgiReceiveBody | None":
         """The fast reader when the body is a2wsgi's (behind core.serving's wrapper) and still
         unread."""
-        try:
-            from a2wsgi.wsgi import Body
-        except ImportError:
-            return None
-        from core import serving
-
-        stream = django_request.META.get("wsgi.input")
-        if type(stream) is serving._ReleasingInput:
-            stream = stream._stream
-        if type(stream) is not Body or stream.buffer:
-            return None
-        django_stream = getattr(django_request, "_stream", None)
-        if getattr(django_stream, "_pos", 0) != 0 or hasattr(django_request, "_body"):
-            return None
-        return cls(stream)
+        stream = _unread_asgi_body(django_request)
+        return cls(stream) if stream is not None else None
 
     def readinto(self, view: memoryview) -> int:
         if self._pending:
@@ -463,10 +462,81 @@ class AsgiReceiveBody(_BufferedBody):
         return filled
 
 
+class SocketBody(_BufferedBody):
+    """readinto() straight from the client's socket, for a body of known length under config.asgi
+    (config/uvicorn.py hands the connection over: its `mango.body` extension, BodySocket).
+
+    On the event loop each 256 KiB read of the body passed through httptools, uvicorn's body
+    buffer, a bytes copy per ASGI message and a hop to this thread before being copied into the
+    part buffer (~0.5 CPU s/GB, bench/files_throughput.py); here the kernel copies the bytes
+    into the caller's buffer and nothing else touches them. The thread waits for the socket
+    itself: nothing for MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS is the same 408 as on the loop, and
+    the thread's database connections are released before each wait."""
+
+    def __init__(self, body_socket, head: bytes, *, idle_seconds: float):
+        self._socket = body_socket
+        self._pending = memoryview(head)
+        self._idle_seconds = idle_seconds
+
+    @classmethod
+    def of(cls, django_request) -> "SocketBody | None":
+        """The socket reader when the server offers the connection and the body is still unread
+        (one hop to the event loop to take it over)."""
+        scope = django_request.META.get("asgi.scope") or {}
+        body_socket = scope.get("extensions", {}).get("mango.body")
+        stream = _unread_asgi_body(django_request) if body_socket is not None else None
+        if stream is None or not stream._has_more:
+            return None
+
+        async def take():
+            return body_socket.take()
+
+        taken = asyncio.run_coroutine_threadsafe(take(), loop=stream.loop).result()
+        if taken is None:
+            return None
+        return cls(body_socket, taken[0], idle_seconds=settings.MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS)
+
+    def readinto(self, view: memoryview) -> int:
+        if self._pending:
+            return self._serve_pending(view)
+        while True:
+            try:
+                return self._socket.read_into(view)
+            except BlockingIOError:
+                pass
+            _release_database_connections()
+            if not self._socket.wait_readable(self._idle_seconds):
+                from core.serving import body_timeout
+
+                raise body_timeout(self._idle_seconds)
+
+
+def _unread_asgi_body(django_request):
+    """a2wsgi's wsgi.input (behind core.serving's wrapper) when nothing of it was read yet."""
+    try:
+        from a2wsgi.wsgi import Body
+    except ImportError:
+        return None
+    from core import serving
+
+    stream = django_request.META.get("wsgi.input")
+    if type(stream) is serving._ReleasingInput:
+        stream = stream._stream
+    if type(stream) is not Body or stream.buffer:
+        return None
+    django_stream = getattr(django_request, "_stream", None)
+    if getattr(django_stream, "_pos", 0) != 0 or hasattr(django_request, "_body"):
+        return None
+    return stream
+
+
 def _release_database_connections() -> None:
     from core.serving import release_database_connections
 
     release_database_connections()
+
+
+READER_NAMES = {GunicornSocketBody: "gunicorn_socket", SocketBody: "socket", AsgiReceiveBody: "asgi_messages"}
 
 
 def check_declared_length(content_length: int | None, *, max_bytes: int) -> None:
