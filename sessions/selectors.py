@@ -3,7 +3,7 @@ as a missing one (one access gate per resource)."""
 
 from datetime import datetime
 
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import F, OuterRef, Subquery
 
 from core.errors import InvalidRequest, NotFound
 from core.pagination import keyset_page, rendered_bytes
@@ -253,12 +253,14 @@ def session_last_idle_seq(*, session_id: str) -> int:
     ) or 0
 
 
-def session_conversation_events(*, session_id: str) -> list[SessionEvent]:
-    """What the model's conversation is built from: client events once processed, all others."""
+def session_conversation_events(*, session_id: str, after_seq: int = 0) -> list[SessionEvent]:
+    """The events the model's conversation is built from (after `after_seq`), oldest first,
+    client events included whether processed or not: the conversation has a client event only
+    once processed (runtime.model.Conversation)."""
     return list(
-        SessionEvent.objects.filter(session_id=session_id, type__in=CONVERSATION_TYPES)
-        .filter(Q(processed_at__isnull=False) | ~Q(type__startswith="user."))
-        .order_by("seq")
+        SessionEvent.objects.filter(session_id=session_id, type__in=CONVERSATION_TYPES, seq__gt=after_seq).order_by(
+            "seq"
+        )
     )
 
 

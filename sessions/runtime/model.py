@@ -22,10 +22,10 @@ from processors.conversation import build_messages
 from sessions import events as ev
 from sessions import notify
 from sessions.events import ErrorType, EventType
-from sessions.models import Session
+from sessions.models import Session, SessionEvent
 from sessions.runtime.control import Stop, TurnControl
 from sessions.selectors import session_conversation_events
-from sessions.services.events import events_append_locked, session_event_append
+from sessions.services.events import events_append, events_append_locked, session_event_append
 
 logger = logging.getLogger(__name__)
 
@@ -188,18 +188,40 @@ class ModelReply:
     response: dict
     # Ids the streamed previews announced, one per agent.message the response becomes.
     preview_ids: list[str] = field(default_factory=list)
-    # The call's span.model_request_start: its _end is appended in the same transaction as the
-    # response's events (span_end_locked), one row lock and one commit per answer.
+    # The call's span.model_request_start: its _end is appended in the same statement as the
+    # response's events (span_end_item), one row lock and one commit per answer.
     span_start_id: str = ""
 
 
-def model_call(*, control: TurnControl, session: Session, definitions: list[dict]) -> ModelReply | None:
+class Conversation:
+    """The events a turn's model calls see, read incrementally: each call reads only what was
+    appended since the previous one. A client event counts once processed, so the events from
+    the first one still unprocessed on are read again next time."""
+
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+        self._settled: list[SessionEvent] = []
+        self._after_seq = 0
+
+    def events(self) -> list[SessionEvent]:
+        rows = session_conversation_events(session_id=self.session_id, after_seq=self._after_seq)
+        counted = [row.processed_at is not None or not row.type.startswith("user.") for row in rows]
+        settled = counted.index(False) if False in counted else len(rows)
+        self._settled.extend(rows[:settled])
+        if settled:
+            self._after_seq = rows[settled - 1].seq
+        return self._settled + [row for row, keep in zip(rows[settled:], counted[settled:], strict=True) if keep]
+
+
+def model_call(
+    *, control: TurnControl, session: Session, definitions: list[dict], conversation: Conversation
+) -> ModelReply | None:
     """Call the model with the conversation so far, retrying retryable failures
     (MANGO_MODEL_MAX_RETRIES, exponential back-off). None once retries are exhausted."""
     snapshot = session.agent_snapshot
     attempts = settings.MANGO_MODEL_MAX_RETRIES + 1
     for attempt in range(attempts):
-        messages = build_messages(session_conversation_events(session_id=control.session_id))
+        messages = build_messages(conversation.events())
         start = session_event_append(session_id=control.session_id, type=EventType.SPAN_MODEL_REQUEST_START)
         previews = PreviewPublisher(control.session_id)
         params = {
@@ -228,25 +250,19 @@ def model_call(*, control: TurnControl, session: Session, definitions: list[dict
     return None
 
 
-def span_end_locked(*, session: Session, start_id: str, usage: dict | None) -> dict:
-    """The span.model_request_end item of a call, its usage added to the totals of the session
-    (locked by the caller, who appends the item with also_save=("usage",))."""
+def span_end_item(*, start_id: str, usage: dict | None) -> tuple[dict, dict]:
+    """The span.model_request_end item of a call and its token counts, which the caller's append
+    adds to the session's totals (events_append(usage=...))."""
     usage = usage or {}
     keys = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     model_usage = {key: int(usage.get(key) or 0) for key in keys}
     payload = {"model_request_start_id": start_id, "model_usage": model_usage, "is_error": usage == {}}
-    totals = dict(session.usage or {})
-    for key in ("input_tokens", "output_tokens", "cache_read_input_tokens"):
-        totals[key] = int(totals.get(key) or 0) + model_usage[key]
-    session.usage = totals
-    return ev.item(EventType.SPAN_MODEL_REQUEST_END, payload)
+    return ev.item(EventType.SPAN_MODEL_REQUEST_END, payload), model_usage
 
 
 def _span_end(session_id: str, start_id: str, usage: dict | None) -> None:
-    with transaction.atomic():
-        session = Session.objects.select_for_update().get(id=session_id)
-        item = span_end_locked(session=session, start_id=start_id, usage=usage)
-        events_append_locked(session=session, items=[item], also_save=("usage",))
+    item, model_usage = span_end_item(start_id=start_id, usage=usage)
+    events_append(session_id=session_id, items=[item], usage=model_usage)
 
 
 def model_error_record(*, session_id: str, exc: ModelError, retrying: bool) -> None:

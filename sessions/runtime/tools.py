@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import transaction
 
 from sessions import events as ev
 from sessions import sandbox
@@ -18,7 +17,7 @@ from sessions.events import TOOLSET_TYPE, EventType
 from sessions.models import Session, SessionEvent
 from sessions.runtime.control import Stop, TurnControl, db_release
 from sessions.selectors import session_answered_tool_use_ids, session_last_idle_seq
-from sessions.services.events import events_append_locked
+from sessions.services.events import SessionGone, events_append
 from sessions.services.resources import resources_place
 from sessions.services.sandboxes import sandbox_admit
 
@@ -319,13 +318,16 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
 
 def _answer(session_id: str, tool_use_id: str, text: str, *, is_error: bool, stop_if_deleted: bool = False) -> None:
     """Append the tool result; with stop_if_deleted, raise Stop instead when the session was
-    deleted meanwhile (checked on the locked row: no query of its own)."""
+    deleted meanwhile (a condition of the append itself: no query of its own)."""
     payload = ev.tool_result(tool_use_id=tool_use_id, text=text, is_error=is_error)
-    with transaction.atomic():
-        session = Session.objects.select_for_update().get(id=session_id)
-        if stop_if_deleted and session.deleted_at is not None:
-            raise Stop()
-        events_append_locked(session=session, items=[ev.item(EventType.AGENT_TOOL_RESULT, payload)])
+    try:
+        events_append(
+            session_id=session_id,
+            items=[ev.item(EventType.AGENT_TOOL_RESULT, payload)],
+            unless_deleted=stop_if_deleted,
+        )
+    except SessionGone:
+        raise Stop() from None
 
 
 def tool_run(*, control: TurnControl, session: Session, event: SessionEvent) -> None:

@@ -19,6 +19,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
+from core.ids import new_id
 from sessions import events as ev
 from sessions import notify, sandbox
 from sessions.dispatch import session_run_enqueue
@@ -28,7 +29,7 @@ from sessions.runtime.control import Handback, Stop, TurnControl, draining
 from sessions.runtime.fairness import turn_slot
 from sessions.runtime.grader import outcome_evaluate
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
-from sessions.runtime.model import ModelError, ModelReply, model_call, model_error_record, span_end_locked
+from sessions.runtime.model import Conversation, ModelError, ModelReply, model_call, model_error_record, span_end_item
 from sessions.runtime.tools import ToolSpec, session_tools, tool_run, tools_answer_dangling, tools_run_confirmed
 from sessions.selectors import (
     session_answered_tool_use_ids,
@@ -36,7 +37,13 @@ from sessions.selectors import (
     session_pending_input,
     session_required_action_ids,
 )
-from sessions.services.events import LeaseLost, events_append_locked, runner_fence, session_event_append
+from sessions.services.events import (
+    LeaseLost,
+    events_append,
+    events_append_locked,
+    runner_fence,
+    session_event_append,
+)
 from sessions.services.outputs import outputs_publish_at_idle
 
 logger = logging.getLogger(__name__)
@@ -187,11 +194,14 @@ class Runner:
         definitions, specs = session_tools(session.agent_snapshot)
         self_hosted = session.environment_config.get("type") == "self_hosted"
         model_calls = 0
+        conversation = Conversation(self.session_id)
         while True:
             self.control.check_handback()  # a safe point: every tool use so far is answered
             self.control.check_stop()
             self._absorb_new_messages()
-            reply = model_call(control=self.control, session=session, definitions=definitions)
+            reply = model_call(
+                control=self.control, session=session, definitions=definitions, conversation=conversation
+            )
             if reply is None:
                 return self.go_idle(ev.stop_retries_exhausted())
             tool_uses = self._append_response(reply, specs, self_hosted)
@@ -242,22 +252,18 @@ class Runner:
 
     def _append_response(self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
         """span.model_request_end, then the model content as agent events, in order, in one
-        transaction. Returns [(tool-use event, ToolMode)]."""
+        statement (with the usage totals). Returns [(tool-use event, ToolMode)]."""
         items, modes = _response_items(reply, specs, self_hosted)
-        with transaction.atomic():
-            session = Session.objects.select_for_update().get(id=self.session_id)
-            usage = reply.response.get("usage") or {}
-            span_end = span_end_locked(session=session, start_id=reply.span_start_id, usage=usage)
-            rows = events_append_locked(session=session, items=[span_end, *items], also_save=("usage",))[1:]
-            unknown = [row for row, mode in zip(rows, modes, strict=True) if mode is ToolMode.UNKNOWN]
-            if unknown:
-                results = [
-                    ev.tool_result(tool_use_id=row.id, text=f"Unknown tool {row.payload['name']!r}.", is_error=True)
-                    for row in unknown
-                ]
-                events_append_locked(
-                    session=session, items=[ev.item(EventType.AGENT_TOOL_RESULT, result) for result in results]
-                )
+        span_end, model_usage = span_end_item(start_id=reply.span_start_id, usage=reply.response.get("usage") or {})
+        results = []
+        for item, mode in zip(items, modes, strict=True):
+            if mode is ToolMode.UNKNOWN:
+                item["id"] = new_id("sevt")
+                text = f"Unknown tool {item['payload']['name']!r}."
+                result = ev.tool_result(tool_use_id=item["id"], text=text, is_error=True)
+                results.append(ev.item(EventType.AGENT_TOOL_RESULT, result))
+        rows = events_append(session_id=self.session_id, items=[span_end, *items, *results], usage=model_usage)
+        rows = rows[1 : 1 + len(items)]
         return [(row, mode) for row, mode in zip(rows, modes, strict=True) if mode is not None]
 
     # --- idle --------------------------------------------------------------------------------

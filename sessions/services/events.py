@@ -12,7 +12,7 @@ import time
 from contextlib import contextmanager
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
@@ -140,15 +140,110 @@ def session_events_purge(*, session_id: str) -> None:
         Session.objects.filter(id=session_id).update(event_bytes=0)
 
 
+class SessionGone(Exception):
+    """events_append(unless_deleted=True) found the session deleted: nothing was appended."""
+
+
+USAGE_TOTAL_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens")
+_USAGE_TOTALS = ", ".join(
+    f"'{key}', COALESCE((s.usage ->> '{key}')::bigint, 0) + %(usage_{key})s" for key in USAGE_TOTAL_KEYS
+)
+
+# The runner's append in one statement and one round trip (autocommit): the UPDATE takes the
+# session's row lock (the same lock events_append_locked's SELECT FOR UPDATE takes, so appends
+# stay ordered with the API's) and hands out the sequence numbers; the INSERT numbers the events
+# in the given order. The fence and the deleted check are conditions of the UPDATE: when either
+# fails nothing is written, and the caller is told which.
+_APPEND_SQL = f"""
+WITH s AS (
+    UPDATE {Session._meta.db_table} AS s
+       SET last_seq = s.last_seq + %(count)s, updated_at = %(now)s,
+           event_bytes = s.event_bytes + %(bytes)s, {{usage}}
+     WHERE s.id = %(session_id)s {{conditions}}
+ RETURNING s.last_seq
+), inserted AS (
+    INSERT INTO {SessionEvent._meta.db_table} (id, session_id, seq, type, payload, private, processed_at, created_at)
+    SELECT e.id, %(session_id)s, s.last_seq - %(count)s + e.n, e.type, e.payload::jsonb, e.private::jsonb,
+           %(now)s, %(now)s
+      FROM s, unnest(%(ids)s::varchar[], %(types)s::varchar[], %(payloads)s::text[], %(privates)s::text[])
+           WITH ORDINALITY AS e(id, type, payload, private, n)
+)
+SELECT last_seq FROM s
+"""
+
+
+def events_append(
+    *, session_id: str, items: list[dict], usage: dict | None = None, unless_deleted: bool = False
+) -> list[SessionEvent]:
+    """Append server `items` ({type, payload, id?, private?}, processed now) in one statement,
+    without the ORM's locked read of the session; `usage` ({key: tokens}) is added to the
+    session's totals in the same UPDATE. Fenced like events_append_locked (LeaseLost);
+    with unless_deleted, raises SessionGone instead of appending to a deleted session. Streams
+    are woken after commit. Returns the appended events (not read back)."""
+    fence = getattr(_fence, "value", None)
+    token = fence[1] if fence is not None and fence[0] == session_id else None
+    now = timezone.now()
+    rows = [
+        SessionEvent(
+            id=item.get("id") or new_id("sevt"),
+            session_id=session_id,
+            type=item["type"],
+            payload=item.get("payload") or {},
+            private=item.get("private") or {},
+            processed_at=now,
+            created_at=now,
+        )
+        for item in items
+    ]
+    params = {
+        "session_id": session_id,
+        "count": len(rows),
+        "now": now,
+        "token": token,
+        "ids": [row.id for row in rows],
+        "types": [row.type for row in rows],
+        "payloads": [json.dumps(row.payload) for row in rows],
+        "privates": [json.dumps(row.private) for row in rows],
+    }
+    # As _json_bytes counts them (an empty object dumps to its two braces).
+    params["bytes"] = sum(len(text.encode()) for text in params["payloads"] + params["privates"])
+    conditions = ("AND s.runner_token = %(token)s " if token is not None else "") + (
+        "AND s.deleted_at IS NULL" if unless_deleted else ""
+    )
+    assignments = "usage = s.usage"
+    if usage is not None:
+        assignments = f"usage = COALESCE(s.usage, '{{}}'::jsonb) || jsonb_build_object({_USAGE_TOTALS})"
+        params.update({f"usage_{key}": int(usage.get(key) or 0) for key in USAGE_TOTAL_KEYS})
+    with connection.cursor() as cursor:
+        cursor.execute(_APPEND_SQL.format(usage=assignments, conditions=conditions), params)
+        found = cursor.fetchone()
+    if found is None:
+        _append_refused(session_id=session_id, token=token, unless_deleted=unless_deleted)
+    last_seq = found[0]
+    for offset, row in enumerate(rows):
+        row.seq = last_seq - len(rows) + offset + 1
+    transaction.on_commit(lambda: notify.publish_events(session_id, last_seq))
+    return rows
+
+
+def _append_refused(*, session_id: str, token: str | None, unless_deleted: bool) -> None:
+    """Why events_append wrote nothing: the session is deleted (SessionGone), another runner
+    holds it (LeaseLost), or it does not exist."""
+    state = Session.objects.filter(id=session_id).values_list("runner_token", "deleted_at").first()
+    if state is None:
+        raise Session.DoesNotExist(session_id)
+    if unless_deleted and state[1] is not None:
+        raise SessionGone(session_id)
+    raise LeaseLost(session_id)
+
+
 def session_event_append(
     *, session_id: str, type: str, payload: dict | None = None, private: dict | None = None
 ) -> SessionEvent:
     """Append one server event (processed now). Used by the runner."""
-    with transaction.atomic():
-        session = Session.objects.select_for_update().get(id=session_id)
-        return events_append_locked(
-            session=session, items=[{"type": type, "payload": payload or {}, "private": private or {}}]
-        )[0]
+    return events_append(
+        session_id=session_id, items=[{"type": type, "payload": payload or {}, "private": private or {}}]
+    )[0]
 
 
 def _validate_references(*, session: Session, parsed: list[dict]) -> None:
