@@ -5,7 +5,8 @@ connection first and poll these, so an interrupt never waits for them and a wait
 no connection.
 
 One watcher thread per worker process reads the interrupt flags of all its turns in one Redis
-round trip every POLL_SECONDS, so hundreds of turns cost no more polling than one."""
+round trip every POLL_SECONDS, so hundreds of turns cost no more polling than one; it wakes the
+turn's wait for the model as soon as it sees the flag raised."""
 
 import concurrent.futures
 import logging
@@ -22,6 +23,8 @@ from sessions.selectors import session_interrupt_pending, session_is_deleted
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.1
+# Longest a wait for a blocking call sleeps without looking at the lease (interrupts wake it).
+WAKE_SECONDS = 1.0
 
 
 class Stop(Exception):
@@ -48,6 +51,8 @@ class InterruptWatch:
         self._lock = threading.Lock()
         self._flags: dict[str, threading.Event] = {}
         self._counts: dict[str, int] = {}
+        # Waits to wake as soon as a session's flag is seen raised (TurnControl.interruptible).
+        self._wakers: dict[str, set[threading.Event]] = {}
         self._thread: threading.Thread | None = None
 
     def watch(self, session_id: str) -> threading.Event:
@@ -58,6 +63,17 @@ class InterruptWatch:
                 self._thread = threading.Thread(target=self._run, daemon=True, name="mango-interrupts")
                 self._thread.start()
         return flag
+
+    def wake_on_flag(self, session_id: str, waker: threading.Event) -> None:
+        with self._lock:
+            self._wakers.setdefault(session_id, set()).add(waker)
+
+    def unwake(self, session_id: str, waker: threading.Event) -> None:
+        with self._lock:
+            wakers = self._wakers.get(session_id, set())
+            wakers.discard(waker)
+            if not wakers:
+                self._wakers.pop(session_id, None)
 
     def unwatch(self, session_id: str) -> None:
         with self._lock:
@@ -78,9 +94,13 @@ class InterruptWatch:
             except Exception:
                 logger.exception("reading interrupt flags failed")
                 continue
-            for (_, flag), is_set in zip(watched, flagged, strict=True):
+            for (session_id, flag), is_set in zip(watched, flagged, strict=True):
                 if is_set:
                     flag.set()
+                    with self._lock:
+                        wakers = list(self._wakers.get(session_id, ()))
+                    for waker in wakers:
+                        waker.set()
                 else:
                     flag.clear()
 
@@ -127,22 +147,29 @@ class TurnControl:
             raise Stop()
 
     def interruptible(self, call: Callable[[], object], on_abandon: Callable[[], None] | None = None):
-        """Run a blocking call in a helper thread so an interrupt need not wait for it."""
+        """Run a blocking call in a helper thread so an interrupt need not wait for it. The
+        waiting thread sleeps until the call ends or the watcher sees the session's interrupt
+        flag raised (no polling; a lost lease is seen within WAKE_SECONDS)."""
         db_release()
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        woken = threading.Event()
+        watch.wake_on_flag(self.session_id, woken)
         try:
             future = executor.submit(call)
+            future.add_done_callback(lambda _: woken.set())
             while True:
+                woken.wait(WAKE_SECONDS)
+                woken.clear()
+                if future.done():
+                    return future.result()
                 try:
-                    return future.result(timeout=POLL_SECONDS)
-                except concurrent.futures.TimeoutError:
-                    try:
-                        self.check_stop()
-                    except Stop:
-                        if on_abandon is not None:
-                            on_abandon()
-                        raise
+                    self.check_stop()
+                except Stop:
+                    if on_abandon is not None:
+                        on_abandon()
+                    raise
         finally:
+            watch.unwake(self.session_id, woken)
             executor.shutdown(wait=False)
 
     def sleep(self, seconds: float) -> None:

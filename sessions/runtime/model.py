@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 import anthropic
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from core import metrics
 from core.ids import new_id
 from processors.conversation import build_messages
 from sessions import events as ev
 from sessions import notify
-from sessions.events import ErrorType, EventType
+from sessions.events import MESSAGE_TYPES, ErrorType, EventType
 from sessions.models import Session, SessionEvent
 from sessions.runtime.control import Stop, TurnControl
 from sessions.selectors import session_conversation_events
@@ -195,8 +196,10 @@ class ModelReply:
 
 class Conversation:
     """The events a turn's model calls see, read incrementally: each call reads only what was
-    appended since the previous one. A client event counts once processed, so the events from
-    the first one still unprocessed on are read again next time."""
+    appended since the previous one. Messages the client sent while the turn runs are marked
+    processed as they are read, and join the conversation at that call; other client events
+    count once processed, so the events from the first one still unprocessed on are read again
+    next time."""
 
     def __init__(self, session_id: str):
         self.session_id = session_id
@@ -205,12 +208,22 @@ class Conversation:
 
     def events(self) -> list[SessionEvent]:
         rows = session_conversation_events(session_id=self.session_id, after_seq=self._after_seq)
+        self._absorb([row for row in rows if row.processed_at is None and row.type in MESSAGE_TYPES])
         counted = [row.processed_at is not None or not row.type.startswith("user.") for row in rows]
         settled = counted.index(False) if False in counted else len(rows)
         self._settled.extend(rows[:settled])
         if settled:
             self._after_seq = rows[settled - 1].seq
         return self._settled + [row for row, keep in zip(rows[settled:], counted[settled:], strict=True) if keep]
+
+    def _absorb(self, messages: list[SessionEvent]) -> None:
+        if messages:
+            now = timezone.now()
+            SessionEvent.objects.filter(id__in=[row.id for row in messages], processed_at__isnull=True).update(
+                processed_at=now
+            )
+            for row in messages:
+                row.processed_at = now
 
 
 def model_call(

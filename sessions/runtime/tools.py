@@ -293,7 +293,12 @@ SANDBOX_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
 
 
 def _ensure_sandbox(control: TurnControl, session: Session) -> None:
-    control.check_deleted()
+    if session.sandbox_state == Session.SandboxState.RUNNING:
+        # Deleting the session raises its interrupt flag (and removes the sandbox; what a late
+        # ensure makes again goes with the runner's end, turn._run_leased).
+        control.check_stop()
+    else:
+        control.check_deleted()  # never create a sandbox for a deleted session
     sandbox_admit(session=session)  # the workspace's cap of live sandboxes
     db_release()  # no connection held while dockerd creates and starts the container
     try:

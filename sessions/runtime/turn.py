@@ -23,7 +23,7 @@ from core.ids import new_id
 from sessions import events as ev
 from sessions import notify, sandbox
 from sessions.dispatch import session_run_enqueue
-from sessions.events import CLIENT_ANSWER_TYPES, MESSAGE_TYPES, RUNNER_INPUT_TYPES, ErrorType, EventType, ToolMode
+from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, ErrorType, EventType, ToolMode
 from sessions.models import Session, SessionEvent
 from sessions.runtime.control import Handback, Stop, TurnControl, draining
 from sessions.runtime.fairness import turn_slot
@@ -169,11 +169,10 @@ class Runner:
             message = "The worker running this session stopped; resuming the turn."
             items.append(ev.item(EventType.SESSION_ERROR, ev.session_error(message=message, retrying=True)))
         items.append(ev.item(EventType.SESSION_STATUS_RUNNING))
-        events_append_locked(session=session, items=items)
         session.status = Session.Status.RUNNING
         if session.turn_started_at is None:
             session.turn_started_at = now
-        session.save(update_fields=["status", "turn_started_at"])
+        events_append_locked(session=session, items=items, also_save=("status", "turn_started_at"))
 
     # --- the turn ------------------------------------------------------------------------------
 
@@ -198,7 +197,6 @@ class Runner:
         while True:
             self.control.check_handback()  # a safe point: every tool use so far is answered
             self.control.check_stop()
-            self._absorb_new_messages()
             reply = model_call(
                 control=self.control, session=session, definitions=definitions, conversation=conversation
             )
@@ -242,12 +240,6 @@ class Runner:
                 ).update(processed_at=timezone.now())
         notify.clear_interrupt(self.session_id)
 
-    def _absorb_new_messages(self) -> None:
-        """Messages the client sent while the turn runs join the conversation at the next call."""
-        SessionEvent.objects.filter(
-            session_id=self.session_id, processed_at__isnull=True, type__in=MESSAGE_TYPES
-        ).update(processed_at=timezone.now())
-
     # --- the model's answer → events ---------------------------------------------------------
 
     def _append_response(self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
@@ -269,22 +261,14 @@ class Runner:
     # --- idle --------------------------------------------------------------------------------
 
     def go_idle(self, stop_reason: dict, *, interrupted: bool = False) -> None:
-        """Publish outputs (unless interrupted), then commit session.status_idle."""
+        """Publish outputs (unless interrupted), then commit session.status_idle (with the
+        session's status and active time, in one statement)."""
         session = Session.objects.get(id=self.session_id)
         if session.deleted_at is not None:
             return
         outputs_publish_at_idle(session=session, interrupted=interrupted)
-        with transaction.atomic():
-            session = Session.objects.select_for_update().get(id=self.session_id)
-            now = timezone.now()
-            if session.turn_started_at is not None:
-                session.active_seconds += (now - session.turn_started_at).total_seconds()
-            session.turn_started_at = None
-            session.status = Session.Status.IDLE
-            session.save(update_fields=["status", "turn_started_at", "active_seconds"])
-            events_append_locked(
-                session=session, items=[ev.item(EventType.SESSION_STATUS_IDLE, ev.status_idle(stop_reason))]
-            )
+        idle = ev.item(EventType.SESSION_STATUS_IDLE, ev.status_idle(stop_reason))
+        events_append(session_id=self.session_id, items=[idle], end_turn=True)
 
     def fail(self, exc: Exception) -> None:
         """An unexpected error: report it and never leave the session running."""

@@ -149,6 +149,11 @@ _USAGE_TOTALS = ", ".join(
     f"'{key}', COALESCE((s.usage ->> '{key}')::bigint, 0) + %(usage_{key})s" for key in USAGE_TOTAL_KEYS
 )
 
+_END_TURN = (
+    "status = %(idle)s, turn_started_at = NULL, active_seconds = s.active_seconds"
+    " + COALESCE(EXTRACT(EPOCH FROM (%(now)s - s.turn_started_at))::float8, 0)"
+)
+
 # The runner's append in one statement and one round trip (autocommit): the UPDATE takes the
 # session's row lock (the same lock events_append_locked's SELECT FOR UPDATE takes, so appends
 # stay ordered with the API's) and hands out the sequence numbers; the INSERT numbers the events
@@ -173,11 +178,17 @@ SELECT last_seq FROM s
 
 
 def events_append(
-    *, session_id: str, items: list[dict], usage: dict | None = None, unless_deleted: bool = False
+    *,
+    session_id: str,
+    items: list[dict],
+    usage: dict | None = None,
+    unless_deleted: bool = False,
+    end_turn: bool = False,
 ) -> list[SessionEvent]:
     """Append server `items` ({type, payload, id?, private?}, processed now) in one statement,
     without the ORM's locked read of the session; `usage` ({key: tokens}) is added to the
-    session's totals in the same UPDATE. Fenced like events_append_locked (LeaseLost);
+    session's totals in the same UPDATE, and with end_turn the session goes idle there too (the
+    turn's time added to active_seconds). Fenced like events_append_locked (LeaseLost);
     with unless_deleted, raises SessionGone instead of appending to a deleted session. Streams
     are woken after commit. Returns the appended events (not read back)."""
     fence = getattr(_fence, "value", None)
@@ -210,12 +221,15 @@ def events_append(
     conditions = ("AND s.runner_token = %(token)s " if token is not None else "") + (
         "AND s.deleted_at IS NULL" if unless_deleted else ""
     )
-    assignments = "usage = s.usage"
+    assignments = ["usage = s.usage"]
     if usage is not None:
-        assignments = f"usage = COALESCE(s.usage, '{{}}'::jsonb) || jsonb_build_object({_USAGE_TOTALS})"
+        assignments = [f"usage = COALESCE(s.usage, '{{}}'::jsonb) || jsonb_build_object({_USAGE_TOTALS})"]
         params.update({f"usage_{key}": int(usage.get(key) or 0) for key in USAGE_TOTAL_KEYS})
+    if end_turn:
+        assignments += [_END_TURN]
+        params["idle"] = Session.Status.IDLE.value
     with connection.cursor() as cursor:
-        cursor.execute(_APPEND_SQL.format(usage=assignments, conditions=conditions), params)
+        cursor.execute(_APPEND_SQL.format(usage=", ".join(assignments), conditions=conditions), params)
         found = cursor.fetchone()
     if found is None:
         _append_refused(session_id=session_id, token=token, unless_deleted=unless_deleted)

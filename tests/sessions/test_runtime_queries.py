@@ -24,9 +24,9 @@ from tests.scripted_model import text, tool_use
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 # Statements per model call that ends in one bash tool use and its result (BEGIN/COMMIT included).
-MAX_PER_TOOL_STEP = 7
+MAX_PER_TOOL_STEP = 5
 # Statements of a whole turn without tool use: lease, start, one model call, idle, release.
-MAX_PER_TEXT_TURN = 30
+MAX_PER_TEXT_TURN = 23
 
 
 @pytest.fixture
@@ -86,6 +86,7 @@ def test_statements_per_tool_step_stay_bounded(api_key, local_runner):
     session.refresh_from_db()
     assert session.usage["input_tokens"] == 4 * 10 and session.status == Session.Status.IDLE
     assert session.last_seq == len(types) and session.runner_token is None
+    assert session.turn_started_at is None and session.active_seconds > 0
     # The one-statement appends count their bytes against the workspace's event quota as the
     # locked ones do (an empty object counts its two braces).
     stored = SessionEvent.objects.filter(session=session)
