@@ -133,8 +133,8 @@ MANGO_FILE_S3_REGION = env.str("MANGO_FILE_S3_REGION", default="us-east-1")
 MANGO_FILE_S3_ACCESS_KEY_ID = env.str("MANGO_FILE_S3_ACCESS_KEY_ID", default="") or None
 MANGO_FILE_S3_SECRET_ACCESS_KEY = env.str("MANGO_FILE_S3_SECRET_ACCESS_KEY", default="") or None
 # SHA-256 in the signature of every request body sent to the store. Off: bodies are covered by
-# the CRC32 checksum header the store verifies (botocore's default over https, extended to
-# plain http), which spares a second SHA-256 pass over every uploaded byte.
+# the CRC32C checksum header sent with each (files/storage.py) and verified by the store, which
+# spares a second SHA-256 pass over every uploaded byte.
 MANGO_FILE_S3_SIGN_PAYLOAD = env.bool("MANGO_FILE_S3_SIGN_PAYLOAD", default=False)
 # Downloads under config.asgi move the body from the store's socket to the client's with
 # splice(2) (core/wsgi_files.py) when the store is reached over plain http; off: read in chunks.

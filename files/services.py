@@ -194,7 +194,7 @@ class _PartUploader:
         self.content_type = content_type
         self.upload_id: str | None = None
         self.s3 = storage.client()
-        self._etags: dict[int, str] = {}
+        self._parts: dict[int, dict] = {}
         self._pending: dict[Future, bytearray] = {}
         self._spare: list[bytearray] = []
         self._taken: list[bytearray] = []
@@ -224,15 +224,15 @@ class _PartUploader:
     def _collect(self, done) -> None:
         for future in done:
             self._spare.append(self._pending.pop(future))
-            number, etag = future.result()
-            self._etags[number] = etag
+            number, part = future.result()
+            self._parts[number] = part
 
-    def _upload(self, number: int, buffer: bytearray) -> tuple[int, str]:
-        etag = storage.multipart_upload_part(
+    def _upload(self, number: int, buffer: bytearray) -> tuple[int, dict]:
+        part = storage.multipart_upload_part(
             key=self.key, upload_id=self.upload_id, part_number=number, body=buffer, s3=self.s3
         )
         crash_point("upload_part_stored")
-        return number, etag
+        return number, part
 
     def add_part(self, buffer: bytearray) -> None:
         """Send the buffer as the next part."""
@@ -267,8 +267,8 @@ class _PartUploader:
             self.add_part(buffer)
         done, _ = wait(self._pending)
         self._collect(done)
-        etags = [self._etags[number] for number in range(1, self._next_part)]
-        storage.multipart_complete(key=self.key, upload_id=self.upload_id, etags=etags, s3=self.s3)
+        parts = [self._parts[number] for number in range(1, self._next_part)]
+        storage.multipart_complete(key=self.key, upload_id=self.upload_id, parts=parts, s3=self.s3)
         crash_point("upload_object_stored")
 
     def close(self) -> None:

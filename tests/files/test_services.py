@@ -6,6 +6,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from botocore.exceptions import ClientError
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -308,3 +309,30 @@ def test_upload_cap_is_a_service_argument(workspace):
         )
     assert bucket_keys(workspace.id) == {}
     assert StorageIntent.objects.get().state == "rolled_back"
+
+
+def test_bodies_go_to_the_store_with_a_crc32c_it_verifies(workspace):
+    """What the store keeps is what was sent: every body carries its CRC32C (a small File's
+    object reports it back), and the store refuses a part whose bytes do not match it."""
+    data = b"checked " * 1000
+    small = make_file(workspace, data)
+    head = storage.client().head_object(Bucket=storage.bucket(), Key=small.object_key, ChecksumMode="ENABLED")
+    assert head["ChecksumCRC32C"] == storage.body_checksum(data)
+    key = storage.new_object_key(workspace_id=workspace.id)
+    upload_id = storage.multipart_start(key=key, content_type="text/plain")
+    part = b"p" * (5 * 1024 * 1024)
+    assert storage.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part) == {
+        "ETag": f'"{hashlib.md5(part).hexdigest()}"',
+        "ChecksumCRC32C": storage.body_checksum(part),
+    }
+    with pytest.raises(ClientError) as refused:
+        storage.client().upload_part(
+            Bucket=storage.bucket(),
+            Key=key,
+            UploadId=upload_id,
+            PartNumber=2,
+            Body=part[:-1] + b"q",
+            ChecksumCRC32C=storage.body_checksum(part),
+        )
+    assert refused.value.response["Error"]["Code"] == "BadDigest"
+    storage.multipart_abort(key=key, upload_id=upload_id)
