@@ -35,9 +35,11 @@ def interrupt_key(session_id: str) -> str:
     return f"mango:session-interrupt:{session_id}"
 
 
-def publish_events(session_id: str, last_seq: int) -> None:
+def publish_events(session_id: str, wakeup: bytes) -> None:
+    """Wake the session's streams: `wakeup` is sessions.streams.framing.wakeup of the events
+    just committed (their frames, or the last seq)."""
     try:
-        client().publish(events_channel(session_id), str(last_seq))
+        client().publish(events_channel(session_id), wakeup)
     except redis.RedisError:
         logger.warning("could not publish session events", extra={"session_id": session_id})
 

@@ -1,8 +1,11 @@
 """Reads. Every lookup is scoped to the caller's workspace: a foreign id is the same not-found
 as a missing one (one access gate per resource)."""
 
+import json
 from datetime import datetime
+from typing import NamedTuple
 
+from django.db import connection
 from django.db.models import F, OuterRef, Subquery
 
 from core.errors import InvalidRequest, NotFound
@@ -174,9 +177,43 @@ def session_event_list(
     return rows, next_page
 
 
-def session_events_after(*, session_id: str, after_seq: int, limit: int = 500) -> list[SessionEvent]:
-    """Events appended after `after_seq`, oldest first: what an SSE stream sends next."""
-    return list(SessionEvent.objects.filter(session_id=session_id, seq__gt=after_seq).order_by("seq")[:limit])
+class StreamedEvent(NamedTuple):
+    """What an SSE stream sends of an event (event_to_wire reads these; `private` is not read)."""
+
+    seq: int
+    id: str
+    type: str
+    payload: dict
+    processed_at: datetime | None
+    created_at: datetime
+
+
+def _events_after_many_sql() -> str:
+    table, quote = SessionEvent._meta.db_table, connection.ops.quote_name
+    columns = ", ".join(f"e.{quote(name)}" for name in StreamedEvent._fields)
+    return (
+        f"SELECT w.n, {columns} FROM unnest(%s::varchar[], %s::bigint[]) WITH ORDINALITY AS w(session_id, after, n) "
+        f"CROSS JOIN LATERAL (SELECT * FROM {quote(table)} WHERE session_id = w.session_id AND seq > w.after "
+        "ORDER BY seq LIMIT %s) e ORDER BY w.n, e.seq"
+    )
+
+
+def session_events_after_many(*, wants: list[tuple[str, int]], limit: int = 500) -> list[list[StreamedEvent]]:
+    """For each (session id, after seq) of `wants`: the events appended after that seq, oldest
+    first, at most `limit` — what the SSE streams of those sessions send next. One hand-written
+    query for all of them (the streams of a process read together; compiling a queryset per
+    session cost more CPU than the read)."""
+    found: list[list[StreamedEvent]] = [[] for _ in wants]
+    if not wants:
+        return found
+    session_ids, afters = [w[0] for w in wants], [w[1] for w in wants]
+    with connection.cursor() as cursor:
+        cursor.execute(_events_after_many_sql(), [session_ids, afters, limit])
+        rows = cursor.fetchall()
+    for n, seq, event_id, event_type, payload, processed_at, created_at in rows:
+        payload = json.loads(payload) if isinstance(payload, str) else payload
+        found[n - 1].append(StreamedEvent(seq, event_id, event_type, payload, processed_at, created_at))
+    return found
 
 
 def session_resources_by_session(*, session_ids: list[str]) -> dict[str, list[SessionResource]]:

@@ -25,6 +25,7 @@ from sessions.events import RUNNER_INPUT_TYPES, EventType
 from sessions.models import Session, SessionEvent
 from sessions.selectors import APPEND_FIELDS, session_get
 from sessions.services.admission import events_admit
+from sessions.streams import framing
 
 
 class LeaseLost(Exception):
@@ -80,8 +81,8 @@ def events_append_locked(*, session: Session, items: list[dict], also_save: tupl
     session.event_bytes = F("event_bytes") + added_bytes
     session.save(update_fields=["last_seq", "updated_at", "event_bytes", *also_save])
     session.__dict__.pop("event_bytes")  # deferred again: a later read loads the new total
-    last_seq, session_id = session.last_seq, session.id
-    transaction.on_commit(lambda: notify.publish_events(session_id, last_seq))
+    session_id, message = session.id, framing.wakeup(rows)
+    transaction.on_commit(lambda: notify.publish_events(session_id, message))
     return rows
 
 
@@ -236,7 +237,8 @@ def events_append(
     last_seq = found[0]
     for offset, row in enumerate(rows):
         row.seq = last_seq - len(rows) + offset + 1
-    transaction.on_commit(lambda: notify.publish_events(session_id, last_seq))
+    message = framing.wakeup(rows)
+    transaction.on_commit(lambda: notify.publish_events(session_id, message))
     return rows
 
 

@@ -1,5 +1,6 @@
 """This event loop's share of the live event streams: one Redis pub/sub connection for every
-followed session, one feed per session that reads each batch of new events once and fans the
+followed session, one feed per session that takes each batch of new events once — the frames a
+wake-up carries (framing.wakeup), or else one read of the log (reads.BatchedReads) — and fans the
 encoded frames out to its followers, and `event_frames`, the bytes of one stream.
 
 A feed lives exactly as long as it has followers: the last one to leave cancels it (no more reads,
@@ -18,9 +19,9 @@ from core import metrics
 from core.serving import PerLoop, db_call
 from sessions import notify
 from sessions.models import Session
-from sessions.selectors import session_events_after
-from sessions.serializers.events import event_to_wire
-from sessions.streams.framing import CONNECTED, PING, delta_frame, sse
+from sessions.streams import framing
+from sessions.streams.framing import CONNECTED, PING, delta_frame
+from sessions.streams.reads import EVENT_BATCH, BatchedReads
 
 logger = logging.getLogger(__name__)
 
@@ -28,23 +29,15 @@ logger = logging.getLogger(__name__)
 STREAM_POLL_SECONDS = 2.0
 # Frames a stream may fall behind (a client that stopped reading) before it is ended.
 MAX_QUEUED_FRAMES = 5000
-EVENT_BATCH = 500
 
 _END = None
 
 
-# --- database reads (each through core.serving.db_call) ----------------------------------------
+# --- database reads (through core.serving.db_call; new events through BatchedReads) -------------
 
 
 def _last_seq(*, session_id: str) -> int:
     return Session.objects.filter(id=session_id).values_list("last_seq", flat=True).first() or 0
-
-
-def _frames_after(*, session_id: str, after_seq: int) -> list[tuple[int, str, bytes]]:
-    return [
-        (event.seq, event.type, sse(event.type, event_to_wire(event)))
-        for event in session_events_after(session_id=session_id, after_seq=after_seq, limit=EVENT_BATCH)
-    ]
 
 
 # --- fan-out -----------------------------------------------------------------------------------
@@ -91,27 +84,20 @@ class Feed:
             self.last_seq = await db_call(_last_seq, session_id=self.session_id)
             self.ready.set()
             last_read = loop.time()
-            pending = None
             while not self.ended:
-                if pending is not None:
-                    (kind, data), pending = pending, None
-                else:
-                    wait = max(0.0, last_read + STREAM_POLL_SECONDS - loop.time())
-                    try:
-                        kind, data = await asyncio.wait_for(self.inbox.get(), wait)
-                    except TimeoutError:
-                        kind, data = "events", None
+                wait = max(0.0, last_read + STREAM_POLL_SECONDS - loop.time())
+                try:
+                    # asyncio.timeout, not wait_for: no task per wait (Python 3.11).
+                    async with asyncio.timeout(wait):
+                        kind, data = await self.inbox.get()
+                except TimeoutError:
+                    kind, data = "events", None
                 if kind == "delta":
                     self._fan_out_delta(data)
                     continue
-                # Wake-ups queued meanwhile are served by this one read (order kept for deltas).
-                while not self.inbox.empty():
-                    pending = self.inbox.get_nowait()
-                    if pending[0] != "events":
-                        break
-                    pending = None
                 last_read = loop.time()
-                await self._read()
+                if not self._take_wakeup(data):
+                    await self._read()
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -125,19 +111,44 @@ class Feed:
                 if follower.deltas:
                     follower.offer((None, frame))
 
+    def _take_wakeup(self, data) -> bool:
+        """Serve a wake-up from the frames it carries: True when this feed is up to date after it
+        (they follow on from what it sent, or it has them already), False when it must read the
+        log (a poll, a wake-up without frames, a gap: another append's wake-up still on its way)."""
+        if data is None:
+            return False
+        try:
+            last_seq, frames = framing.parse_wakeup(data)
+        except ValueError:
+            return False
+        if last_seq <= self.last_seq:
+            return True
+        if not frames or frames[0][0] > self.last_seq + 1:
+            return False
+        for seq, frame in frames:
+            if seq > self.last_seq and not self._fan_out(seq, frame):
+                break
+        return True
+
+    def _fan_out(self, seq: int, frame: bytes) -> bool:
+        """Send one event's frame to every follower; False once the feed ended (session.deleted)."""
+        self.last_seq = seq
+        for follower in list(self.followers):
+            follower.offer((seq, frame))
+        if frame.startswith(framing.DELETED_PREFIX):
+            self.end()
+            return False
+        return True
+
     async def _read(self) -> None:
         while True:
             try:
-                batch = await db_call(_frames_after, session_id=self.session_id, after_seq=self.last_seq)
+                batch = await self.hub.reads.after(self, session_id=self.session_id, after_seq=self.last_seq)
             except Exception:
                 logger.warning("event feed read failed", extra={"session_id": self.session_id}, exc_info=True)
                 return
-            for seq, event_type, frame in batch:
-                self.last_seq = seq
-                for follower in list(self.followers):
-                    follower.offer((seq, frame))
-                if event_type == "session.deleted":
-                    self.end()
+            for seq, frame in batch:
+                if not self._fan_out(seq, frame):
                     return
             if len(batch) < EVENT_BATCH:
                 return
@@ -158,6 +169,7 @@ class Hub:
         self.redis = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=None)
         self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         self.feeds: dict[str, Feed] = {}
+        self.reads = BatchedReads()
         self.lock = asyncio.Lock()
         self.reader: asyncio.Task | None = None
         self.events_prefix = notify.events_channel("")
@@ -232,6 +244,7 @@ class Hub:
     async def aclose(self) -> None:
         for feed in list(self.feeds.values()):
             feed.task.cancel()
+        self.reads.cancel()
         if self.reader is not None:
             self.reader.cancel()
         with contextlib.suppress(Exception):
