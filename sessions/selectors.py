@@ -2,6 +2,7 @@
 as a missing one (one access gate per resource)."""
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
@@ -290,15 +291,36 @@ def session_last_idle_seq(*, session_id: str) -> int:
     ) or 0
 
 
-def session_conversation_events(*, session_id: str, after_seq: int = 0) -> list[SessionEvent]:
+@dataclass
+class EventRow:
+    """An event as the runtime's conversation reads it (processors.conversation.Event)."""
+
+    id: str
+    seq: int
+    type: str
+    payload: dict
+    private: dict
+    processed_at: datetime | None
+
+
+_CONVERSATION_SQL = (
+    f"SELECT id, seq, type, payload, private, processed_at FROM {SessionEvent._meta.db_table}"
+    " WHERE session_id = %s AND seq > %s AND type = ANY(%s) ORDER BY seq"
+)
+
+
+def session_conversation_events(*, session_id: str, after_seq: int = 0) -> list[EventRow]:
     """The events the model's conversation is built from (after `after_seq`), oldest first,
     client events included whether processed or not: the conversation has a client event only
-    once processed (runtime.model.Conversation)."""
-    return list(
-        SessionEvent.objects.filter(session_id=session_id, type__in=CONVERSATION_TYPES, seq__gt=after_seq).order_by(
-            "seq"
-        )
-    )
+    once processed (runtime.model.Conversation). Read once per model call, so without the ORM
+    (a plain query on the (session, seq) key; JSON columns arrive as text)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_CONVERSATION_SQL, [session_id, after_seq, list(CONVERSATION_TYPES)])
+        rows = cursor.fetchall()
+    return [
+        EventRow(id, seq, type, json.loads(payload), json.loads(private), processed_at)
+        for id, seq, type, payload, private, processed_at in rows
+    ]
 
 
 def session_outcome_evaluations(*, session_ids: list[str]) -> dict[str, list[dict]]:

@@ -25,7 +25,7 @@ from sessions import notify
 from sessions.events import MESSAGE_TYPES, ErrorType, EventType
 from sessions.models import Session, SessionEvent
 from sessions.runtime.control import Stop, TurnControl
-from sessions.selectors import session_conversation_events
+from sessions.selectors import EventRow, session_conversation_events
 from sessions.services.events import events_append, events_append_locked, session_event_append
 
 logger = logging.getLogger(__name__)
@@ -203,10 +203,10 @@ class Conversation:
 
     def __init__(self, session_id: str):
         self.session_id = session_id
-        self._settled: list[SessionEvent] = []
+        self._settled: list[EventRow] = []
         self._after_seq = 0
 
-    def events(self) -> list[SessionEvent]:
+    def events(self) -> list[EventRow]:
         rows = session_conversation_events(session_id=self.session_id, after_seq=self._after_seq)
         self._absorb([row for row in rows if row.processed_at is None and row.type in MESSAGE_TYPES])
         counted = [row.processed_at is not None or not row.type.startswith("user.") for row in rows]
@@ -216,7 +216,7 @@ class Conversation:
             self._after_seq = rows[settled - 1].seq
         return self._settled + [row for row, keep in zip(rows[settled:], counted[settled:], strict=True) if keep]
 
-    def _absorb(self, messages: list[SessionEvent]) -> None:
+    def _absorb(self, messages: list[EventRow]) -> None:
         if messages:
             now = timezone.now()
             SessionEvent.objects.filter(id__in=[row.id for row in messages], processed_at__isnull=True).update(

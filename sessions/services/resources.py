@@ -10,7 +10,7 @@ the copy; deleting the resource removes it from the sandbox and deletes the copy
 import logging
 import posixpath
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core.errors import InvalidRequest, NotFound
@@ -165,11 +165,20 @@ def resource_delete(*, workspace: Workspace, session_id: str, resource_id: str) 
             pass
 
 
+_UNPLACED_SQL = (
+    f"SELECT 1 FROM {SessionResource._meta.db_table} WHERE session_id = %s AND placed_ref IS DISTINCT FROM %s LIMIT 1"
+)
+
+
 def resources_place(*, session: Session) -> int:
     """Write every resource not yet in the session's current sandbox into it, streamed from the
     store with bounded memory, read-only. Called when a sandbox starts and when a resource is
     added to a running one. Returns how many were placed."""
     ref = session.sandbox_ref
+    with connection.cursor() as cursor:  # the runner asks before every tool call: no ORM for "none"
+        cursor.execute(_UNPLACED_SQL, [session.id, ref])
+        if cursor.fetchone() is None:
+            return 0
     placed = 0
     for row in SessionResource.objects.filter(session=session).exclude(placed_ref=ref).order_by("id"):
         copy = File.objects.filter(pk=row.file_id, state=File.State.READY).first()
