@@ -25,8 +25,9 @@ from sessions.streams.reads import EVENT_BATCH, BatchedReads
 
 logger = logging.getLogger(__name__)
 
-# How often a feed re-reads the log without a Redis wake-up (lost publish, Redis down).
-STREAM_POLL_SECONDS = 2.0
+# How long a feed goes without a Redis wake-up before it reads the log anyway: a backstop for a
+# publish that failed (the subscriber's own lost connection makes every feed read at once).
+STREAM_POLL_SECONDS = 5.0
 # Frames a stream may fall behind (a client that stopped reading) before it is ended.
 MAX_QUEUED_FRAMES = 5000
 
@@ -64,8 +65,10 @@ class Follower:
 
 class Feed:
     """One session's events for every stream following it in this process. Its task subscribes
-    to the session's channels, then reads where the log ends (`ready`), then serves wake-ups and
-    polls; a follower reads its own start only after `ready`, so it misses nothing."""
+    to the session's channels, then reads where the log ends (`ready`), then reads the log when
+    it must (a wake-up without frames or after a gap, a poll); a follower reads its own start only
+    after `ready`, so it misses nothing. A wake-up or preview that finds the feed ready and idle
+    is served where it arrives (`deliver`), without a hop through the feed's task."""
 
     def __init__(self, hub: "Hub", session_id: str):
         self.hub = hub
@@ -75,7 +78,20 @@ class Feed:
         self.ready = asyncio.Event()
         self.last_seq = 0
         self.ended = False
+        self.busy = True  # starting or reading: messages queue in the inbox, in order
+        self.heard = 0.0  # loop time of the last wake-up served or read (polls count from it)
         self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def deliver(self, kind: str, data) -> None:
+        """A message from the session's channels (Hub._read)."""
+        if not self.busy and self.inbox.empty() and not self.ended:
+            if kind == "delta":
+                self._fan_out_delta(data)
+                return
+            if self._take_wakeup(data):
+                self.heard = asyncio.get_running_loop().time()
+                return
+        self.inbox.put_nowait((kind, data))
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -83,19 +99,22 @@ class Feed:
             await self.hub.subscribe(self.session_id)
             self.last_seq = await db_call(_last_seq, session_id=self.session_id)
             self.ready.set()
-            last_read = loop.time()
+            self.heard = loop.time()
             while not self.ended:
-                wait = max(0.0, last_read + STREAM_POLL_SECONDS - loop.time())
+                self.busy = False
                 try:
                     # asyncio.timeout, not wait_for: no task per wait (Python 3.11).
-                    async with asyncio.timeout(wait):
+                    async with asyncio.timeout(max(0.0, self.heard + STREAM_POLL_SECONDS - loop.time())):
                         kind, data = await self.inbox.get()
                 except TimeoutError:
+                    if loop.time() - self.heard < STREAM_POLL_SECONDS:
+                        continue  # a wake-up was served meanwhile (deliver)
                     kind, data = "events", None
+                self.busy = True
                 if kind == "delta":
                     self._fan_out_delta(data)
                     continue
-                last_read = loop.time()
+                self.heard = loop.time()
                 if not self._take_wakeup(data):
                     await self._read()
         except asyncio.CancelledError:
@@ -224,11 +243,14 @@ class Hub:
     async def _read(self) -> None:
         while True:
             try:
-                message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                # Blocking (timeout=None): no timer per message.
+                message = await self.pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 — Redis trouble: feeds still poll; reconnect later
+            except Exception:  # noqa: BLE001 — Redis trouble: reconnect later, then every feed reads
                 await asyncio.sleep(1.0)
+                for feed in list(self.feeds.values()):
+                    feed.inbox.put_nowait(("events", None))  # what was published meanwhile is lost
                 continue
             if message is None:
                 continue
@@ -239,7 +261,7 @@ class Hub:
             else:
                 feed, kind = self.feeds.get(channel[len(self.events_prefix) :]), "events"
             if feed is not None:
-                feed.inbox.put_nowait((kind, message["data"]))
+                feed.deliver(kind, message["data"])
 
     async def aclose(self) -> None:
         for feed in list(self.feeds.values()):
