@@ -12,8 +12,16 @@ each against the API served as `make run` serves it. For each: the wall time fro
 the last session.status_idle vs one turn alone, worker RSS (the workers' whole process trees),
 peak PostgreSQL connections of the deployment (pg_stat_activity of the bench database, sampled
 every 50 ms), SSE delivery latency (event created_at → seen on the session's stream), that
-every session reached idle with its events in order, and the CPU seconds each part used during
-the run next to how busy the whole machine was. Then the sandbox cold start (create + start +
+every session reached idle with its events in order (in the events list, and as its stream
+delivered them), and the CPU seconds each part used during the run next to how busy the whole
+machine was.
+
+The streams are read by StreamReaders, a process of its own holding every stream on one event
+loop (plain HTTP/1.1, the SSE frames parsed as the SDK parses them); its CPU is counted in "bench
+clients". Until 2026-11-30 they were 200 threads of this process each running the anthropic SDK's
+stream reader: the same requests and the same measurement (every event received, in order,
+created_at → seen), but about 3.5 CPU s of the 2 cores the system under test runs on, and one
+interpreter lock shared with this process's senders and database polling. Then the sandbox cold start (create + start +
 first exec) median of 20.
 
     .venv/bin/python bench/sessions_turns.py [--sessions 200] [--delay 2] [--prefork-sessions 10]
@@ -163,6 +171,12 @@ def machine_busy_seconds() -> tuple[float, float]:
     return (sum(values) - idle) / ticks, sum(values) / ticks
 
 
+def _own_and_reaped_cpu() -> float:
+    """CPU seconds of this process and of its children it waited for (the stream readers)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 class CpuMeter:
     """CPU seconds spent by each named process tree (and the machine) between start and stop."""
 
@@ -171,12 +185,12 @@ class CpuMeter:
 
     def start(self):
         self.before = {name: tree_cpu_seconds(pid) for name, pid in self.pids.items()}
-        self.self_before = time.process_time()
+        self.self_before = _own_and_reaped_cpu()
         self.machine_before = machine_busy_seconds()
 
     def stop(self) -> dict:
         used = {name: tree_cpu_seconds(pid) - self.before[name] for name, pid in self.pids.items()}
-        used["bench clients"] = time.process_time() - self.self_before
+        used["bench clients"] = _own_and_reaped_cpu() - self.self_before
         busy, total = machine_busy_seconds()
         used["machine busy %"] = 100 * (busy - self.machine_before[0]) / max(1e-9, total - self.machine_before[1])
         return used
@@ -264,45 +278,127 @@ def start_worker(env: dict, *, pool: str, concurrency: int, queue: str, name: st
     raise RuntimeError(f"worker not ready; see {log}")
 
 
+class StreamReaders:
+    """The sessions' event streams, read in a process of its own on one event loop: plain HTTP/1.1
+    connections to GET /v1/sessions/{id}/events/stream, the SSE frames split and each `data:`
+    parsed as JSON. For every event it keeps the type and id, in the order received; for the
+    agent.* and session.status* events also the delivery latency, the time it was read minus its
+    processed_at (the time it was appended). A stream ends after session.status_idle.
+
+    (Until 2026-11-30 each stream was a thread of this process running the anthropic SDK's
+    stream reader: the same requests and the same measurement, at about 3x the CPU on the
+    2 cores the system under test runs on, and sharing this process's interpreter lock.)"""
+
+    def __init__(self, url: str, api_key: str, session_ids: list[str], timeout: float):
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--read-streams", url, "--timeout", str(timeout)],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, text=True,
+            env={**os.environ, "BENCH_API_KEY": api_key},
+        )  # fmt: skip
+        self.process.stdin.write(json.dumps(session_ids) + "\n")
+        self.process.stdin.flush()
+
+    def wait_open(self) -> None:
+        """Until every stream has its `: connected` comment (its feed is subscribed)."""
+        if self.process.stdout.readline().strip() != "open":
+            raise RuntimeError("the stream readers did not open their streams")
+
+    def results(self) -> dict:
+        """{"seen": {session: [[type, id], ...]}, "latencies": [...], "errors": [...]} once every
+        stream ended (or the readers' timeout passed)."""
+        self.process.stdin.close()  # readers that are still waiting stop now
+        line = self.process.stdout.readline()
+        self.process.wait(30)
+        return json.loads(line)
+
+
+def read_streams(url: str, timeout: float) -> None:
+    """The --read-streams process (see StreamReaders)."""
+    import asyncio
+
+    session_ids = json.loads(sys.stdin.readline())
+    host, port = url.removeprefix("http://").split(":")
+    request_head = (
+        "GET /v1/sessions/{}/events/stream HTTP/1.1\r\nhost: {}\r\nx-api-key: {}\r\n"
+        "accept: text/event-stream\r\nanthropic-version: 2023-06-01\r\n\r\n"
+    )
+    seen: dict[str, list] = {s: [] for s in session_ids}
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    async def follow(session_id: str, opened: asyncio.Event) -> None:
+        reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 22)
+        try:
+            writer.write(request_head.format(session_id, host, os.environ["BENCH_API_KEY"]).encode())
+            head = await reader.readuntil(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(head.split(b"\r\n", 1)[0].decode())
+            await sse_events(reader, session_id, opened)
+        finally:
+            writer.close()
+
+    async def sse_events(reader, session_id: str, opened: asyncio.Event) -> None:
+        buffer = b""
+        while True:
+            size = int(await reader.readuntil(b"\r\n"), 16)  # chunked transfer encoding
+            if size == 0:
+                raise RuntimeError("stream ended before session.status_idle")
+            buffer += (await reader.readexactly(size + 2))[:-2]
+            now = time.time()
+            *frames, buffer = buffer.split(b"\n\n")
+            for frame in frames:
+                if frame.startswith(b": connected"):
+                    opened.set()
+                    continue
+                data = frame.partition(b"\ndata: ")[2]
+                if not data:
+                    continue
+                event = json.loads(data)
+                if event["type"] == "ping":
+                    continue
+                seen[session_id].append([event["type"], event["id"]])
+                if event["type"].startswith(("agent.", "session.status")) and event.get("processed_at"):
+                    latencies.append(now - datetime.fromisoformat(event["processed_at"]).timestamp())
+                if event["type"] == "session.status_idle":
+                    return
+
+    async def guarded(session_id: str, opened: asyncio.Event) -> None:
+        try:
+            await follow(session_id, opened)
+        except Exception as exc:  # noqa: BLE001 — reported with the results
+            errors.append(f"{session_id}: {exc!r}")
+            opened.set()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        opens = [asyncio.Event() for _ in session_ids]
+        tasks = [asyncio.ensure_future(guarded(s, o)) for s, o in zip(session_ids, opens, strict=True)]
+        await asyncio.wait_for(asyncio.gather(*(o.wait() for o in opens)), 120)
+        print("open", flush=True)
+        # Until every stream ended, the timeout passed, or the bench closed stdin (it is done).
+        every = asyncio.gather(*tasks)
+        closed = loop.run_in_executor(None, sys.stdin.read)
+        await asyncio.wait([every, closed], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if not every.done():  # every session is idle in the log: 10 s more for the streams to tell
+            await asyncio.wait([every], timeout=10)
+        for task in tasks:
+            task.cancel()
+
+    asyncio.run(main())
+    print(json.dumps({"seen": seen, "latencies": latencies, "errors": errors[:3]}), flush=True)
+
+
 def run_turns(client, agent_id: str, env_id: str, count: int, *, timeout: float, streams: int) -> dict:
-    """Create `count` sessions, open a stream on `streams` of them, send them all a message at
-    once, wait until every one committed session.status_idle (read from the database). Returns
-    wall time, delivery latencies and the sessions."""
+    """Create `count` sessions, open a stream on `streams` of them (StreamReaders), send them all
+    a message at once, wait until every one committed session.status_idle (read from the
+    database). Returns wall time, delivery latencies, what each stream delivered and the
+    sessions."""
     from sessions.models import SessionEvent
 
     sessions = [client.beta.sessions.create(agent=agent_id, environment_id=env_id) for _ in range(count)]
-    latencies: list[float] = []
-    done: dict[str, list] = {}
-    opened = threading.Semaphore(0)
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-
-    def follow(session_id: str):
-        try:
-            with client.beta.sessions.events.stream(session_id) as stream:
-                opened.release()
-                seen = []
-                for event in stream:
-                    now = time.time()
-                    seen.append(event)
-                    if event.type.startswith(("agent.", "session.status")):
-                        created = _committed_at(event)
-                        if created is not None:
-                            with lock:
-                                latencies.append(now - created)
-                    if event.type == "session.status_idle":
-                        done[session_id] = seen
-                        return
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-            opened.release()
-
-    threads = [threading.Thread(target=follow, args=(s.id,), daemon=True) for s in sessions[:streams]]
-    for thread in threads:
-        thread.start()
-    for _ in threads:
-        opened.acquire(timeout=120)
-    time.sleep(0.5)  # streams subscribed
+    followed = [s.id for s in sessions[:streams]]
+    readers = StreamReaders(str(client.base_url).rstrip("/"), client.api_key, followed, timeout)
+    readers.wait_open()
     message = [{"type": "user.message", "content": [{"type": "text", "text": "run the three steps"}]}]
     senders = [
         threading.Thread(target=client.beta.sessions.events.send, args=(s.id,), kwargs={"events": message})
@@ -319,15 +415,14 @@ def run_turns(client, agent_id: str, env_id: str, count: int, *, timeout: float,
             break
         time.sleep(0.05)
     wall = time.monotonic() - started
-    for thread in threads:
-        thread.join(max(0.0, min(10.0, timeout - wall)))
-    return {"wall": wall, "latencies": latencies, "done": done, "sessions": sessions, "errors": errors}
-
-
-def _committed_at(event) -> float | None:
-    # Server events carry processed_at = the time they were appended (committed just after).
-    stamp = getattr(event, "processed_at", None)
-    return stamp.timestamp() if isinstance(stamp, datetime) else None
+    streamed = readers.results()
+    return {
+        "wall": wall,
+        "latencies": streamed["latencies"],
+        "seen": streamed["seen"],
+        "sessions": sessions,
+        "errors": streamed["errors"],
+    }
 
 
 def check_order(client, result: dict) -> tuple[int, list[str]]:
@@ -337,6 +432,8 @@ def check_order(client, result: dict) -> tuple[int, list[str]]:
     for session in result["sessions"]:
         events = list(client.beta.sessions.events.list(session.id, limit=100))
         types = [e.type for e in events]
+        # A followed session's stream opened before its message: it delivered every event, in order.
+        streamed = result["seen"].get(session.id)
         uses = [e for e in events if e.type == "agent.tool_use"]
         results = [e for e in events if e.type == "agent.tool_result"]
         ok = (
@@ -346,12 +443,17 @@ def check_order(client, result: dict) -> tuple[int, list[str]]:
             and sorted(r.tool_use_id for r in results) == sorted(u.id for u in uses)
             and not any(r.is_error for r in results)
             and types[-2] == "agent.message"
+            and (streamed is None or streamed == [[e.type, e.id] for e in events])
         )
         if ok:
             good += 1
         elif len(problems) < 3:
             failed = [r.content[0].text[:200] for r in results if r.is_error and r.content]
-            problems.append(f"{session.id}: {types}" + (f"; error results: {failed}" if failed else ""))
+            problems.append(
+                f"{session.id}: {types}"
+                + (f"; error results: {failed}" if failed else "")
+                + (f"; streamed: {[t for t, _ in streamed]}" if streamed is not None else "")
+            )
     return good, problems
 
 
@@ -437,9 +539,13 @@ def main() -> None:
     # How many of the sessions are followed over SSE (each stream is a client thread here).
     parser.add_argument("--streams", type=int, default=200)
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--read-streams", help=argparse.SUPPRESS)  # the API's URL
+    parser.add_argument("--timeout", type=float, default=600, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
         return serve_upstream(args.delay)
+    if args.read_streams:
+        return read_streams(args.read_streams, args.timeout)
 
     os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/mango_bench_runtime")
     os.environ.setdefault("MANGO_FILE_S3_BUCKET", "mango-b-runtime")
