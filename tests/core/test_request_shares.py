@@ -88,15 +88,21 @@ def test_a_tenant_at_its_share_waits_then_gets_429_while_others_are_served(serve
     trickler.start()
     try:
         # Once both slow requests hold alpha's places, a third waits out the queue and is refused.
+        # A 429 at once means the one waiting place was taken: by a slow request that arrived
+        # while a probe held a place, until that place is handed over to it. Try again then.
         deadline = time.monotonic() + 30
         while True:
             started = time.monotonic()
             refused = _get(server, api_key)
+            waited_for = time.monotonic() - started
+            if refused.status_code == 429 and waited_for < WAIT_SECONDS * 0.9 and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
             if refused.status_code == 429 or time.monotonic() > deadline:
                 break
             assert refused.status_code == 200
         assert refused.status_code == 429, refused.text
-        assert time.monotonic() - started >= WAIT_SECONDS * 0.9  # it waited on the loop first
+        assert waited_for >= WAIT_SECONDS * 0.9  # it waited on the loop first
         assert refused.json()["error"]["type"] == "rate_limit_error"
         assert refused.headers["retry-after"].isdigit()
         assert refused.headers["request-id"].startswith("req_")
