@@ -56,6 +56,7 @@ _ACTIVE = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
 @dataclass
 class _Work:
     resume: bool
+    session: Session  # as next_work locked and updated it (the turn reads its snapshots)
 
 
 def session_run(*, session_id: str) -> None:
@@ -96,12 +97,19 @@ def _run_leased(*, session_id: str) -> None:
     finally:
         runner.control.close()
         keeper.drop(lease)
-        lease_release(session_id=session_id, token=token)
-        if session_is_deleted(session_id=session_id):
-            try:
-                sandbox.remove(session_id=session_id)
-            except Exception:
-                logger.exception("sandbox removal after delete failed", extra={"session_id": session_id})
+        # A runner that released the lease itself, finding nothing to do, left a session that was
+        # not deleted then, and ran no tool since: nothing to release or remove.
+        if not runner.released:
+            _release_and_clean(session_id=session_id, token=token)
+
+
+def _release_and_clean(*, session_id: str, token: str) -> None:
+    lease_release(session_id=session_id, token=token)
+    if session_is_deleted(session_id=session_id):
+        try:
+            sandbox.remove(session_id=session_id)
+        except Exception:
+            logger.exception("sandbox removal after delete failed", extra={"session_id": session_id})
 
 
 class Runner:
@@ -109,6 +117,7 @@ class Runner:
         self.session_id = session_id
         self.token = token
         self.control = TurnControl(session_id=session_id, lease=lease)
+        self.released = False
 
     # --- work selection ----------------------------------------------------------------------
 
@@ -131,12 +140,13 @@ class Runner:
                     session.runner_token = None
                     session.runner_heartbeat_at = None
                     session.save(update_fields=["runner_token", "runner_heartbeat_at"])
+                    self.released = True
                     return None
                 self._start_turn(session, pending, resume=resume)
         if interrupted_running:
             self.go_idle(ev.stop_end_turn(), interrupted=True)
             return self.next_work()
-        return _Work(resume=resume)
+        return _Work(resume=resume, session=session)
 
     def _flush_until_interrupt(self, session: Session, pending: list[SessionEvent]) -> tuple[list, bool]:
         """Everything up to the last interrupt is flushed: it was sent before the stop. Returns
@@ -177,7 +187,7 @@ class Runner:
     # --- the turn ------------------------------------------------------------------------------
 
     def run_turn(self, work: _Work) -> None:
-        session = Session.objects.get(id=self.session_id)
+        session = work.session
         try:
             if work.resume and session.environment_config.get("type") != "self_hosted":
                 tools_answer_dangling(session_id=self.session_id)

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 # Statements per model call that ends in one bash tool use and its result (BEGIN/COMMIT included).
 MAX_PER_TOOL_STEP = 5
 # Statements of a whole turn without tool use: lease, start, one model call, idle, release.
-MAX_PER_TEXT_TURN = 23
+MAX_PER_TEXT_TURN = 20
 
 
 @pytest.fixture
