@@ -76,9 +76,13 @@ class Feed:
         self.followers: set[Follower] = set()
         self.inbox: asyncio.Queue = asyncio.Queue()
         self.ready = asyncio.Event()
-        self.last_seq = 0
+        self.last_seq = 0  # the last event fanned out
+        self.start_seq = 0  # where the log ended once the feed had subscribed (`ready`)
         self.ended = False
         self.busy = True  # starting or reading: messages queue in the inbox, in order
+        # Previews (the deltas channel) are subscribed to only once a follower asks for them.
+        self.deltas = False
+        self.subscribed = False  # its subscription was sent (a later deltas follower adds one)
         self.heard = 0.0  # loop time of the last wake-up served or read (polls count from it)
         self.task = asyncio.get_running_loop().create_task(self._run())
 
@@ -96,8 +100,9 @@ class Feed:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            await self.hub.subscribe(self.session_id)
-            self.last_seq = await db_call(_last_seq, session_id=self.session_id)
+            self.subscribed = True
+            await self.hub.subscribe(self.session_id, deltas=self.deltas)
+            self.start_seq = self.last_seq = await db_call(_last_seq, session_id=self.session_id)
             self.ready.set()
             self.heard = loop.time()
             while not self.ended:
@@ -124,11 +129,11 @@ class Feed:
             self.end()
 
     def _fan_out_delta(self, data) -> None:
-        frame = delta_frame(data)
+        wanting = [follower for follower in self.followers if follower.deltas]
+        frame = delta_frame(data) if wanting else None
         if frame:
-            for follower in list(self.followers):
-                if follower.deltas:
-                    follower.offer((None, frame))
+            for follower in wanting:
+                follower.offer((None, frame))
 
     def _take_wakeup(self, data) -> bool:
         """Serve a wake-up from the frames it carries: True when this feed is up to date after it
@@ -208,6 +213,10 @@ class Hub:
         if feed is None:
             feed = self.feeds[session_id] = Feed(self, session_id)
         feed.followers.add(follower)
+        if follower.deltas and not feed.deltas:
+            feed.deltas = True
+            if feed.subscribed:  # else the feed's task subscribes to both channels
+                asyncio.get_running_loop().create_task(self.subscribe(session_id, deltas=True, events=False))
         return feed
 
     def unfollow(self, feed: Feed, follower: Follower) -> None:
@@ -222,8 +231,9 @@ class Hub:
             del self.feeds[feed.session_id]
             asyncio.get_running_loop().create_task(self._unsubscribe(feed.session_id))
 
-    async def subscribe(self, session_id: str) -> None:
-        channels = [notify.events_channel(session_id), notify.deltas_channel(session_id)]
+    async def subscribe(self, session_id: str, *, deltas: bool, events: bool = True) -> None:
+        channels = [notify.events_channel(session_id)] if events else []
+        channels += [notify.deltas_channel(session_id)] if deltas else []
         async with self.lock:
             try:
                 await self.pubsub.subscribe(*channels)
@@ -313,16 +323,20 @@ def _take_ready(follower: Follower, first) -> tuple[bytes, bool]:
 
 
 async def event_frames(*, session_id: str, deltas: bool, heartbeat_seconds: float) -> AsyncIterator[bytes]:
-    """The SSE bytes of one stream: reads where the log ends only once its feed is subscribed and
-    has read its own start, so nothing appended in between is missed; ends after session.deleted
-    and when this process stops serving (`Hub.end_all`)."""
+    """The SSE bytes of one stream: it starts where its feed stood when it joined (a starting
+    feed: where the log ended once it had subscribed), so nothing appended after it opened is
+    missed; ends after session.deleted and when this process stops serving (`Hub.end_all`)."""
     current = hub()
     follower = Follower(deltas=deltas)
     feed = current.follow(session_id, follower)
+    # A running feed fans out to this stream exactly what comes after the last event it sent; a
+    # starting one everything after where the log ended once it had subscribed. Either way: the
+    # events appended after this stream opened, without a read of its own.
+    joined_at = feed.last_seq if feed.ready.is_set() else None
     metrics.EVENT_STREAMS_OPEN.inc()
     try:
         await feed.ready.wait()
-        follower.after_seq = await db_call(_last_seq, session_id=session_id)
+        follower.after_seq = feed.start_seq if joined_at is None else joined_at
         yield CONNECTED
         loop = asyncio.get_running_loop()
         last_sent = loop.time()

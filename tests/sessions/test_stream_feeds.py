@@ -27,16 +27,22 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 STREAMS = 20
 
 
+class Reads(list):
+    starts = 0  # reads of where the log ends (a feed's start)
+
+
 @pytest.fixture
 def log_reads(monkeypatch):
     """The queries of this process that read the event log, on any connection. (Feeds poll the
     log after STREAM_POLL_SECONDS without a wake-up, a backstop for lost ones: not counted here.)"""
     monkeypatch.setattr(hub, "STREAM_POLL_SECONDS", 600)
-    seen: list[str] = []
+    seen = Reads()
 
     def count(execute, sql, params, many, context):
         if "sessions_sessionevent" in sql and sql.lstrip().upper().startswith("SELECT"):
             seen.append(sql)
+        elif sql.startswith(f'SELECT "{Session._meta.db_table}"."last_seq"'):  # where a stream starts
+            seen.starts += 1
         return execute(sql, params, many, context)
 
     def install(sender, connection, **kwargs):
@@ -114,6 +120,7 @@ def test_streams_of_a_session_send_each_wakeup_s_frames_without_reading_the_log(
         streams = Streams([session.id], STREAMS)
         try:
             await streams.opened()
+            assert log_reads.starts == 1  # the feed's; the 20 streams start where it stands
             before = len(log_reads)
             appended = [await asyncio.to_thread(_append, session.id, f"step {i}") for i in range(5)]
             expected = [("agent.message", event.id) for event in appended]
@@ -214,3 +221,45 @@ def test_reads_requested_together_go_out_as_one_query(api_key, log_reads):
     for session, frames in zip(sessions, found, strict=True):
         expected = SessionEvent.objects.get(session=session, seq=2)
         assert frames == [(2, framing.event_frame(expected))]
+
+
+def test_previews_are_subscribed_to_only_once_a_stream_asks_for_them(api_key):
+    """Most streams take no event_deltas: their feed does not receive the session's previews at
+    all. A stream that asks for them on a feed already running adds the subscription."""
+    session = make_session(api_key.workspace)
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    deltas_channel = notify.deltas_channel(session.id)
+
+    def subscribers(channel: str) -> int:
+        return dict(client.pubsub_numsub(channel))[channel.encode()]
+
+    async def first_frame(frames) -> bytes:
+        while (chunk := await anext(frames)) == framing.CONNECTED:
+            pass
+        return chunk
+
+    async def scenario():
+        plain = event_frames(session_id=session.id, deltas=False, heartbeat_seconds=60)
+        previews = event_frames(session_id=session.id, deltas=True, heartbeat_seconds=60)
+        try:
+            assert await anext(plain) == framing.CONNECTED
+            before = subscribers(deltas_channel)
+            assert await anext(previews) == framing.CONNECTED
+            for _ in range(500):
+                if subscribers(deltas_channel):
+                    break
+                await asyncio.sleep(0.01)
+            preview = {"type": "event_start", "event": {"type": "agent.message", "id": "sevt_x"}}
+            await asyncio.to_thread(notify.publish_delta, session.id, preview)
+            got_preview = await asyncio.wait_for(first_frame(previews), 5)
+            await asyncio.to_thread(_append, session.id, "after the preview")
+            return before, got_preview, await asyncio.wait_for(first_frame(plain), 5)
+        finally:
+            await plain.aclose()
+            await previews.aclose()
+            await close_hub()
+
+    before, got_preview, plain_first = asyncio.run(scenario())
+    assert before == 0
+    assert got_preview.startswith(b"event: event_start\n")
+    assert plain_first.startswith(b"event: agent.message\n")  # the plain stream never saw the preview
