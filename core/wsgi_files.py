@@ -155,6 +155,7 @@ def _send_file(wrapper: FileWrapper, channel: _Channel) -> None:
                 source, head, count = filelike.splice_source()
                 _write_all(target, head, channel)
                 _splice(source, target, count, channel)
+                filelike.spliced(count)
             finally:
                 os.close(target)
             channel.put_final(("spliced", len(head) + count))

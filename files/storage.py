@@ -10,6 +10,7 @@ import contextlib
 import http.client
 import secrets
 import socket
+import threading
 from collections.abc import Iterator
 
 import crc32c
@@ -221,6 +222,7 @@ class ObjectStream:
         self._raw = _http_response(body)
         self._expected = self._raw.length if self._raw is not None else None
         self._received = 0
+        self._lock = threading.Lock()
 
     def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0:
@@ -236,6 +238,8 @@ class ObjectStream:
             self._received += len(chunk)
         elif self._expected is not None and self._received != self._expected:
             raise StorageUnavailable(details={"store_error": "IncompleteRead"})
+        else:
+            self._release()
         return chunk
 
     def __iter__(self) -> Iterator[bytes]:
@@ -256,7 +260,7 @@ class ObjectStream:
         socket without passing through this process's memory: (the store socket's descriptor,
         the bytes already buffered off it, how many more follow), or None when the body cannot
         be moved that way (TLS, chunked framing, content decoding, already read from). After
-        this the stream is only closed (the store connection is not reused)."""
+        this the stream is only told what was moved (spliced()) and closed."""
         if not self.spliceable:
             return None
         raw = self._raw
@@ -271,11 +275,31 @@ class ObjectStream:
         self._received = len(head)
         return sock.fileno(), head, length - len(head)
 
+    def spliced(self, count: int) -> None:
+        """The server moved the `count` bytes that followed splice_source()'s head: the body
+        was read whole, and the store connection can serve another request."""
+        self._received += count
+        if self._received == self._expected:
+            with self._lock:
+                self._raw._close_conn()  # what http.client does once it read the last byte itself
+            self._release()
+
+    def _release(self) -> None:
+        """Once the whole body was read: the store connection goes back to botocore's pool (it
+        sits at the end of a response) instead of being closed with the stream. A download
+        then costs no new TCP connection to the store (connect, and a close on both sides:
+        ~1 ms of the ~5 ms a download spends before its first byte)."""
+        raw = self._raw
+        with self._lock:  # not while abort() (from another thread) shuts the socket down
+            if raw is not None and raw.fp is None and not raw.will_close:
+                self._body._raw_stream.release_conn()
+
     def abort(self) -> None:
-        sock = getattr(getattr(getattr(self._raw, "fp", None), "raw", None), "_sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            sock = getattr(getattr(getattr(self._raw, "fp", None), "raw", None), "_sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         self._body.close()

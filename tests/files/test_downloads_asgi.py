@@ -210,3 +210,20 @@ def test_head_sends_the_headers_of_a_get_and_reads_nothing_from_the_store(tapped
     assert part.headers["content-range"] == f"bytes 10-19/{big.size_bytes}"
     time.sleep(0.5)
     assert sum(record["to_server"] for record in tap.connections) - before < 64 * 1024  # no object bytes
+
+
+def test_whole_downloads_give_their_store_connection_back(tapped_server, api_key, workspace):
+    """A download read to its end (spliced or in chunks, whole or a range) leaves its store
+    connection at the end of a response: the next download reuses it instead of connecting anew."""
+    server, tap = tapped_server, tapped_server.tap
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    file = make_file(workspace, data, filename="d.bin", mime_type="application/octet-stream", downloadable=True)
+    path = f"/v1/files/{file.id}/content"
+    assert _get(server, api_key, path).content == data  # the worker's first store connection
+    opened = len(tap.connections)
+    for _ in range(5):
+        assert _get(server, api_key, path).content == data
+        part = _get(server, api_key, path, range="bytes=10-1000009")
+        assert part.status_code == 206 and part.content == data[10:1000010]
+    assert len(tap.connections) == opened, "downloads opened new store connections"
+    assert all(record["server_closed_at"] is None for record in tap.connections)
