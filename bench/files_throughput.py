@@ -16,23 +16,40 @@ before the run; "over idle" is the peak over the worker's RSS after warm-up.
 Targets (issue #15): upload >= 0.95 x upload_file, download >= 0.90 x get_object at 100 and
 500 MB; N=8 concurrent >= 0.85 x; RSS growth <= 32 MiB (500 MB upload), <= 64 MiB (8-way).
 
-Where the time goes (py-spy on the uvicorn worker under this script, per-thread CPU from
-/proc; 2-core machine shared with the store, the client and other work):
+Where the time goes (2026-11-30: per-thread CPU of the uvicorn worker from /proc, py-spy on it;
+2-core machine shared with the store, the client and other sessions' test suites,
+load average 4-8 during every measurement, so MB/s ratios swing by +-40 % from run to run and
+the CPU s/GB columns are the figures to compare):
 
-- Downloads: the worker mostly waits on the store's socket; per byte it pays one copy in from
-  the store and one out to the client plus the loopback TCP work of both (~0.4 CPU s/GB, vs
-  ~0.16 for the boto3 client alone). The per-chunk thread -> loop hop of a2wsgi was not the cost
-  (removing it left MB/s unchanged). splice(2) from the store's socket to the client's
-  (core/wsgi_files.py) removes both copies: ~0.25 s/GB. What is left is the extra TCP hop
-  itself, which competes for the same two cores as the store and the client, and ~5 ms per
-  request (key + File lookups, the store's GET round trip).
-- Uploads: the store is the bottleneck (the same ~80-200 MB/s for boto3 as for the API, varying
-  from run to run by more than the gap being measured). Worker CPU ~2 s/GB: the event loop
-  ~0.5 (uvloop's 256 KiB reads, ~4,000 messages per GB, each copied by httptools, uvicorn's
-  body buffer and into the part buffer), SHA-256 ~0.5 (required: the File's digest), CRC32
-  ~0.15 (the checksum the store verifies), sending the parts (kernel copy + loopback TCP), and
-  before part threads were shared, starting four threads per upload (tens of ms on a busy
-  machine).
+- Uploads, ~1.8-2.1 server CPU s/GB (was 2.4-2.5 the same day before these changes; boto3's own
+  upload_file costs 1.0-1.1 for the same bytes). A Content-Length body no longer passes through
+  the event loop (~0.5 s/GB: uvloop reads, httptools, uvicorn's buffer, a copy per ASGI message):
+  config/uvicorn.py hands the socket to the upload's thread (files/uploads.py SocketBody), which
+  reads into the part buffers. The reader thread now spends ~1.2 s/GB: SHA-256 over every byte
+  (required: the File's digest; OpenSSL with SHA-NI, ~0.6 s/GB on this CPU when quiet), the
+  multipart delimiter search (bytes.find) and recv's kernel copy (~0.3 sys). The part threads
+  ~0.85: botocore's per-request work at 5 MiB parts (~2 ms a part, ~0.4 s/GB), the kernel's send
+  (~0.35 sys); CRC32C is ~0.04 (crc32c package, was botocore's zlib CRC32 at ~0.4). The loop
+  thread ~0.04. Part size stays 5 MiB x 4 in flight x 10 pooled buffers: 8 MiB parts saved only
+  ~0.1-0.2 s/GB and broke the 8-way RSS bound (66-74 MiB), 16 MiB parts more so. The store
+  itself is the throughput limit (80-160 MB/s for boto3 and the API alike).
+- Downloads, ~0.25-0.35 server CPU s/GB, nearly all kernel time of splice(2) (store socket ->
+  pipe -> client socket). Pipe sizes 64 KiB-4 MiB made no measurable difference (1 MiB kept,
+  Linux's unprivileged limit). What remains is the extra TCP hop itself (kernel work on the same
+  two cores as the store and the client) and ~5-9 ms per request before the first byte: Django's
+  middleware and the key + File lookups (~3-4 ms, what GET /v1/files/{id} costs), the store's GET
+  through botocore (~1.6 ms CPU, ~3 ms wall; it no longer opens a new TCP connection per
+  download: the connection goes back to the pool once the body was moved whole) and the hop that
+  hands the client socket to the thread (~0.7 ms median). That fixed cost is ~6-10 % of a 100 MB
+  download at 1.2 GB/s, which is why 100 MB ratios sit lower than 500 MB ones on a quiet machine.
+  Nothing serialises 8 downloads: each has its own thread, pipe and store connection (the
+  workspace share is 16 threads, the DB pool 8 connections, held only during the view).
+
+Runs of this script that day (best of 3; ratio of the bests; server CPU s/GB):
+  before, load 0.7-3.5: upload 100/500 MB 0.98/0.95 (2.40/2.46), download 0.91/0.84 (0.30/0.28),
+    8-way upload 0.89 (2.59), 8-way download 0.87 (0.28)
+  after, load 6.8-7.9: upload 0.99/1.29 (1.90/1.80), download 0.66/1.08 (0.30/0.30),
+    8-way upload 0.73 (2.24), 8-way download 1.00 (0.37)
 """
 
 import argparse
