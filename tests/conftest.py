@@ -1,6 +1,8 @@
 """Shared fixtures. Everything here talks to real services: the PostgreSQL test database
 (pytest-django), the embedded SeaweedFS S3 store started by `make test`, Redis."""
 
+import time
+
 import anthropic
 import pytest
 from botocore.exceptions import ClientError
@@ -10,6 +12,7 @@ from django.test import Client
 from core.services import api_key_create
 from files import liveness, storage
 from tests import openapi
+from tests.worker import TEST_LEASE_SECONDS, pending_session_tasks
 
 # Every response any test receives (test client or live server) is checked against the OpenAPI
 # document; a departure fails the test that caused it (below).
@@ -22,6 +25,35 @@ def django_db_setup(django_db_setup):
     before the test database is dropped, which an open session would block."""
     yield
     liveness.release()
+
+
+@pytest.fixture(autouse=True)
+def _runners_settled(request):
+    """After a test, wait (a few seconds at most) until the run's worker has nothing of it left
+    to do: no session task waiting in the queue and no live runner holding a lease (a worker
+    finishes its bookkeeping after session.status_idle). The test database must not be flushed
+    under its writes (the flush's TRUNCATE and those writes can deadlock). Any test may wake the
+    worker (an event posted through the API), not only the sessions tests. Set up after the
+    database fixture, so torn down before its flush."""
+    marker = request.node.get_closest_marker("django_db")
+    if marker is None or not (marker.kwargs.get("transaction") or (marker.args and marker.args[0])):
+        yield
+        return
+    request.getfixturevalue("_django_db_helper")
+    yield
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions.models import Session
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        live = timezone.now() - timedelta(seconds=TEST_LEASE_SECONDS)
+        leased = Session.objects.filter(runner_token__isnull=False, runner_heartbeat_at__gte=live).exists()
+        if not leased and not pending_session_tasks():
+            return
+        time.sleep(0.05)
 
 
 @pytest.fixture(autouse=True)

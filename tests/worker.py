@@ -24,6 +24,24 @@ from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count(1)
+# Short enough that the recovery test does not wait long; leases renew every eighth of it.
+TEST_LEASE_SECONDS = 4
+# The workers this process has started and not yet stopped or killed.
+LIVE: set["CeleryWorker"] = set()
+
+
+def pending_session_tasks() -> int:
+    """Tasks waiting in this run's sessions queue, when a live worker of this process will run
+    them (without one they wait for nobody, and are not counted)."""
+    if not any(worker.queues == settings.MANGO_SESSIONS_QUEUE for worker in LIVE):
+        return 0
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        return client.llen(settings.MANGO_SESSIONS_QUEUE)
+    finally:
+        client.close()
 
 
 def test_database_url() -> str:
@@ -81,12 +99,14 @@ class CeleryWorker:
             if self.process.poll() is not None:
                 raise RuntimeError(f"celery worker exited early; see {self.log_path}")
             if b" ready." in self.log_path.read_bytes():
+                LIVE.add(self)
                 return self
             time.sleep(0.1)
         raise RuntimeError(f"celery worker not ready in {timeout}s; see {self.log_path}")
 
     def kill(self) -> None:
         """SIGKILL the worker and its pool children at once: a machine losing the process."""
+        LIVE.discard(self)
         if self.process and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
@@ -98,6 +118,7 @@ class CeleryWorker:
             os.kill(self.process.pid, signal.SIGTERM)
 
     def stop(self, timeout: float = 15.0) -> None:
+        LIVE.discard(self)
         if self.process and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:

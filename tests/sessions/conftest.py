@@ -10,10 +10,7 @@ import redis
 from django.conf import settings
 
 from tests.scripted_model import ScriptedModel
-from tests.worker import CeleryWorker
-
-# Short enough that the recovery test does not wait long; leases renew every eighth of it.
-TEST_LEASE_SECONDS = 4
+from tests.worker import TEST_LEASE_SECONDS, CeleryWorker
 
 # Session tasks of this pytest process go to a queue of its own: concurrent runs share Redis /14.
 settings.MANGO_SESSIONS_QUEUE = f"mango-test-{os.getpid()}"
@@ -84,32 +81,6 @@ def docker_client():
     client = docker.from_env()
     yield client
     client.close()
-
-
-@pytest.fixture(autouse=True)
-def _runners_settled(request):
-    """After a test, wait (a few seconds at most) until no live runner holds a lease: the run's
-    worker finishes its bookkeeping after session.status_idle (lease release, next-work check),
-    and the test database must not be flushed under its writes (the flush's TRUNCATE and those
-    writes can deadlock). Set up after the database fixture, so torn down before its flush."""
-    marker = request.node.get_closest_marker("django_db")
-    if marker is None or not (marker.kwargs.get("transaction") or (marker.args and marker.args[0])):
-        yield
-        return
-    request.getfixturevalue("_django_db_helper")
-    yield
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from sessions.models import Session
-
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        live = timezone.now() - timedelta(seconds=TEST_LEASE_SECONDS)
-        if not Session.objects.filter(runner_token__isnull=False, runner_heartbeat_at__gte=live).exists():
-            return
-        time.sleep(0.05)
 
 
 @pytest.fixture(autouse=True)
