@@ -52,18 +52,19 @@ def _fence_check(session: Session) -> None:
         raise LeaseLost(session.id)
 
 
-def events_append_locked(*, session: Session, items: list[dict], also_save: tuple[str, ...] = ()) -> list[SessionEvent]:
+def events_append_locked(
+    *, session: Session, items: list[dict], also_save: tuple[str, ...] = (), sizes: tuple[int, int] | None = None
+) -> list[SessionEvent]:
     """Append `items` ({type, payload, processed_at?, private?}) to a session whose row the caller
     holds locked (select_for_update) inside a transaction, saving the session's `also_save`
     fields in the same UPDATE. Streams are woken after commit. Raises LeaseLost inside a
     runner_fence whose token the session no longer names."""
     _fence_check(session)
     now = timezone.now()
+    payload_bytes, private_bytes = sizes or _json_sizes(items)
     rows = []
-    added_bytes = 0
     for item in items:
         session.last_seq += 1
-        added_bytes += _json_bytes(item.get("payload", {})) + _json_bytes(item.get("private", {}))
         rows.append(
             SessionEvent(
                 id=item.get("id") or new_id("sevt"),
@@ -78,18 +79,25 @@ def events_append_locked(*, session: Session, items: list[dict], also_save: tupl
         )
     SessionEvent.objects.bulk_create(rows)
     session.updated_at = now
-    session.event_bytes = F("event_bytes") + added_bytes
+    session.event_bytes = F("event_bytes") + payload_bytes + private_bytes
     session.save(update_fields=["last_seq", "updated_at", "event_bytes", *also_save])
     session.__dict__.pop("event_bytes")  # deferred again: a later read loads the new total
-    session_id, message = session.id, framing.wakeup(rows)
+    session_id, message = session.id, framing.wakeup(rows, payload_bytes=payload_bytes)
     transaction.on_commit(lambda: notify.publish_events(session_id, message))
     return rows
 
 
 def _json_bytes(value: dict) -> int:
     """What a JSON column stores of `value`, as the event-bytes quota counts it (an empty object
-    counts as its two braces, like the backfill in migration 0005)."""
-    return len(json.dumps(value).encode()) if value else 2
+    counts as its two braces, like the backfill in migration 0005). json.dumps escapes to ASCII:
+    its length is its size in bytes."""
+    return len(json.dumps(value)) if value else 2
+
+
+def _json_sizes(items: list[dict]) -> tuple[int, int]:
+    """(bytes of the items' payloads, bytes of their private parts), each item dumped once."""
+    payloads = sum(_json_bytes(item.get("payload", {})) for item in items)
+    return payloads, sum(_json_bytes(item.get("private", {})) for item in items)
 
 
 _USAGE_TTL_SECONDS = 5.0
@@ -109,7 +117,7 @@ def _workspace_event_bytes(workspace_id: str, *, fresh: bool) -> int:
     return total
 
 
-def _events_quota_check(*, session: Session, items: list[dict]) -> None:
+def _events_quota_check(*, session: Session, incoming: int) -> None:
     """Refuse client events that would take the workspace's event logs (all its sessions) over
     MANGO_WORKSPACE_EVENTS_MAX_BYTES. A soft quota, cheap per event: the sum over the sessions is
     read at most every few seconds per process and always before refusing; the runner's own
@@ -118,7 +126,6 @@ def _events_quota_check(*, session: Session, items: list[dict]) -> None:
     limit = settings.MANGO_WORKSPACE_EVENTS_MAX_BYTES
     if not limit:
         return
-    incoming = sum(_json_bytes(item["payload"]) + _json_bytes(item["private"]) for item in items)
     used = _workspace_event_bytes(session.workspace_id, fresh=False)
     if used + incoming > limit:
         used = _workspace_event_bytes(session.workspace_id, fresh=True)
@@ -217,8 +224,9 @@ def events_append(
         "payloads": [json.dumps(row.payload) for row in rows],
         "privates": [json.dumps(row.private) for row in rows],
     }
-    # As _json_bytes counts them (an empty object dumps to its two braces).
-    params["bytes"] = sum(len(text.encode()) for text in params["payloads"] + params["privates"])
+    # As _json_bytes counts them (an empty object dumps to its two braces; ASCII: len is bytes).
+    payload_bytes = sum(map(len, params["payloads"]))
+    params["bytes"] = payload_bytes + sum(map(len, params["privates"]))
     conditions = ("AND s.runner_token = %(token)s " if token is not None else "") + (
         "AND s.deleted_at IS NULL" if unless_deleted else ""
     )
@@ -237,7 +245,7 @@ def events_append(
     last_seq = found[0]
     for offset, row in enumerate(rows):
         row.seq = last_seq - len(rows) + offset + 1
-    message = framing.wakeup(rows)
+    message = framing.wakeup(rows, payload_bytes=payload_bytes)
     transaction.on_commit(lambda: notify.publish_events(session_id, message))
     return rows
 
@@ -292,8 +300,9 @@ def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[S
         items.append(
             {"type": item["type"], "payload": payload, "private": item.get("private") or {}, "processed_at": None}
         )
-    _events_quota_check(session=session, items=items)
-    rows = events_append_locked(session=session, items=items)
+    sizes = _json_sizes(items)
+    _events_quota_check(session=session, incoming=sum(sizes))
+    rows = events_append_locked(session=session, items=items, sizes=sizes)
     session_id = session.id
     if any(item["type"] == EventType.USER_INTERRUPT for item in parsed):
         transaction.on_commit(lambda: notify.set_interrupt(session_id))

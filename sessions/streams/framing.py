@@ -41,8 +41,12 @@ def event_frame(event) -> bytes:
 MAX_WAKEUP_FRAMES_BYTES = 32 * 1024
 
 
-def wakeup(events) -> bytes:
-    """The wake-up for `events`, just appended (contiguous seqs, oldest first)."""
+def wakeup(events, *, payload_bytes: int = 0) -> bytes:
+    """The wake-up for `events`, just appended (contiguous seqs, oldest first). `payload_bytes`:
+    the JSON size of their payloads, when the appender knows it — over the cap, their frames
+    are not even rendered."""
+    if payload_bytes > MAX_WAKEUP_FRAMES_BYTES:
+        return str(events[-1].seq).encode()
     try:
         frames = [event_frame(event) for event in events]
     except (TypeError, ValueError, AttributeError):  # not renderable from memory: read from the log
