@@ -1,0 +1,133 @@
+"""Upload parts sent as one signed PUT each (files/storage.py _PartPut), against the real store."""
+
+import hashlib
+import socket
+
+import boto3
+import pytest
+from botocore.config import Config as BotoConfig
+
+from core.errors import ServiceUnavailable
+from files import storage
+from tests.files.conftest import make_file
+
+PART = 5 * 1024 * 1024
+
+
+@pytest.fixture
+def upload(workspace):
+    key = storage.new_object_key(workspace_id=workspace.id)
+    upload_id = storage.multipart_start(key=key, content_type="application/octet-stream")
+    yield key, upload_id
+    storage.multipart_abort(key=key, upload_id=upload_id)
+
+
+def _count_botocore_part_calls(s3) -> list:
+    calls = []
+    s3.meta.events.register("before-call.s3.UploadPart", lambda **kwargs: calls.append(1))
+    return calls
+
+
+def test_parts_skip_botocore_and_the_object_is_what_was_sent(workspace, settings):
+    """A 2-part File goes up through the raw PUTs (botocore's UploadPart is never called) and
+    reads back byte for byte; with MANGO_FILE_S3_RAW_PARTS off the same upload uses botocore."""
+    data = bytes(range(256)) * (PART * 2 // 256) + b"tail"
+    for raw, expected_calls in ((True, 0), (False, 3)):
+        settings.MANGO_FILE_S3_RAW_PARTS = raw
+        calls = _count_botocore_part_calls(storage.client())
+        file = make_file(workspace, data, filename="two-parts.bin", mime_type="application/octet-stream")
+        assert len(calls) == expected_calls
+        assert file.size_bytes == len(data)
+        assert file.sha256 == hashlib.sha256(data).hexdigest()
+        assert storage.read_bounded(key=file.object_key, max_bytes=len(data)) == data
+
+
+def test_a_part_is_verified_by_the_store_and_errors_are_translated(upload):
+    key, upload_id = upload
+    s3 = storage.client()
+    part = bytearray(b"p" * PART)
+    put = storage._PartPut(s3)
+    etag = put.send(key=key, upload_id=upload_id, part_number=1, body=part, checksum=storage.body_checksum(part))
+    assert etag == f'"{hashlib.md5(part).hexdigest()}"'
+
+    # Bytes that do not match their CRC32C are refused by the store, not retried into success.
+    wrong = storage.body_checksum(b"something else")
+    with pytest.raises(storage.StorageUnavailable) as refused:
+        put.send(key=key, upload_id=upload_id, part_number=2, body=part, checksum=wrong)
+    assert refused.value.details["store_error"] == "BadDigest"
+
+    with pytest.raises(storage.StorageObjectMissing):
+        put.send(key=key, upload_id="no-such-upload", part_number=1, body=part, checksum=storage.body_checksum(part))
+
+    # The connection stays usable after an error answer.
+    assert put.send(key=key, upload_id=upload_id, part_number=3, body=part, checksum=storage.body_checksum(part))
+
+
+def test_a_connection_the_store_closed_is_replaced(upload):
+    """A kept-alive connection that died while idle costs a reconnect, not a failed part."""
+    key, upload_id = upload
+    put = storage._PartPut(storage.client())
+    part = bytearray(b"k" * PART)
+    checksum = storage.body_checksum(part)
+    put.send(key=key, upload_id=upload_id, part_number=1, body=part, checksum=checksum)
+    held = put._connection()
+    held.sock.shutdown(socket.SHUT_RDWR)
+    assert put.send(key=key, upload_id=upload_id, part_number=2, body=part, checksum=checksum)
+    assert put._connection() is not held
+
+
+def test_an_unreachable_store_is_503_after_the_retries(settings):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region_name="us-east-1",
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+        config=BotoConfig(connect_timeout=1, read_timeout=1, s3={"addressing_style": "path"}),
+    )
+    assert storage._PartPut.usable(s3)
+    with pytest.raises(storage.StorageUnavailable) as down:
+        storage.multipart_upload_part(key="files/x/y", upload_id="u", part_number=1, body=b"x", s3=s3)
+    assert isinstance(down.value, ServiceUnavailable)
+    assert down.value.details["store_error"] == "ConnectionRefusedError"
+
+
+def test_signed_payloads_are_accepted(upload):
+    """With MANGO_FILE_S3_SIGN_PAYLOAD's client config the PUT carries the body's SHA-256 in
+    its signature, and the store takes it."""
+    key, upload_id = upload
+    configured = storage.client()
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=configured.meta.endpoint_url,
+        region_name=configured.meta.region_name,
+        aws_access_key_id=configured._request_signer._credentials.access_key,
+        aws_secret_access_key=configured._request_signer._credentials.secret_key,
+        config=BotoConfig(s3={"addressing_style": "path", "payload_signing_enabled": True}),
+    )
+    part = bytearray(b"s" * PART)
+    assert storage.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part, s3=s3) == {
+        "ETag": f'"{hashlib.md5(part).hexdigest()}"',
+        "ChecksumCRC32C": storage.body_checksum(part),
+    }
+
+
+def test_a_bad_signature_is_refused_not_retried(upload):
+    """A PUT signed with the wrong secret fails as the store answers (403 is not retried)."""
+    key, upload_id = upload
+    configured = storage.client()
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=configured.meta.endpoint_url,
+        region_name=configured.meta.region_name,
+        aws_access_key_id=configured._request_signer._credentials.access_key,
+        aws_secret_access_key="not-the-secret",
+        config=BotoConfig(s3={"addressing_style": "path"}),
+    )
+    part = bytearray(b"x" * PART)
+    with pytest.raises(storage.StorageUnavailable) as refused:
+        storage.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part, s3=s3)
+    assert refused.value.details["store_error"] in {"SignatureDoesNotMatch", "AccessDenied", "403"}
