@@ -150,15 +150,7 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the server's processes (master and workers), from /proc."""
-        ticks = 0
-        for pid in self.pids():
-            try:
-                with open(f"/proc/{pid}/stat") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-            except FileNotFoundError:
-                continue
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
-        return ticks / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.pids())
 
     def reset_peak_rss(self) -> None:
         # Writing 5 to clear_refs resets VmHWM (the peak RSS) to the current RSS.
@@ -171,6 +163,46 @@ class Server:
             self.process.wait(15)
         except subprocess.TimeoutExpired:
             os.kill(self.process.pid, signal.SIGKILL)
+
+
+def cpu_seconds(pids) -> float:
+    """User + system CPU time of the given processes (all their threads), from /proc."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def store_pids() -> list[int]:
+    """The local SeaweedFS processes (`weed`), whose CPU the benches report beside their own:
+    on this machine the store shares the cores with the server and the client."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv0 = handle.read().split(b"\0", 1)[0]
+        except OSError:
+            continue
+        if os.path.basename(argv0) == b"weed":
+            found.append(int(entry))
+    return found
+
+
+def machine_busy_seconds() -> tuple[float, float]:
+    """(busy CPU seconds, total CPU seconds) of the whole machine so far, from /proc/stat."""
+    with open("/proc/stat") as handle:
+        values = [int(v) for v in handle.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle, iowait
+    total = sum(values[:8])
+    tick = os.sysconf("SC_CLK_TCK")
+    return (total - idle) / tick, total / tick
 
 
 def post_interrupt(port: int, key: str, session_id: str) -> tuple[dict, float, float]:

@@ -165,6 +165,7 @@ class Measure:
 
     def __init__(self, server):
         self.server = server
+        self.store = _common.store_pids()
 
     def run(self, fn, *args_list):
         """Run fn(*args) for each args in args_list at once (one thread each)."""
@@ -172,6 +173,8 @@ class Measure:
         rss_before = server.memory_kib()["VmRSS"]
         server.reset_peak_rss()
         cpu_server = server.cpu_seconds()
+        cpu_store = _common.cpu_seconds(self.store)
+        busy_before, total_before = _common.machine_busy_seconds()
         cpu_self = time.process_time()
         results = [None] * len(args_list)
         errors = []
@@ -195,10 +198,13 @@ class Measure:
         if errors:
             raise errors[0]
         memory = server.memory_kib()
+        busy_after, total_after = _common.machine_busy_seconds()
         return {
             "seconds": elapsed,
             "server_cpu": server.cpu_seconds() - cpu_server,
             "self_cpu": time.process_time() - cpu_self,
+            "store_cpu": _common.cpu_seconds(self.store) - cpu_store,
+            "busy": (busy_after - busy_before) / max(total_after - total_before, 1e-9),
             "rss_growth_mib": (memory["VmHWM"] - rss_before) / 1024,
             "peak_mib": memory["VmHWM"] / 1024,
             "results": results,
@@ -219,17 +225,24 @@ def summarize(name: str, api: list[dict], direct: list[dict], nbytes: int, how: 
     server_cpu = min(m["server_cpu"] for m in api) / gb
     boto_cpu = min(m["self_cpu"] for m in direct) / gb
     rss = max(m["rss_growth_mib"] for m in api)
+    store_api = min(m["store_cpu"] for m in api) / gb
+    store_direct = min(m["store_cpu"] for m in direct) / gb
+    busy_api = sum(m["busy"] for m in api) / len(api) * 100
+    busy_direct = sum(m["busy"] for m in direct) / len(direct) * 100
     RESULTS.setdefault(name, {"ratio": best_ratio, "rss": rss})
     return [
         f"{name:<22} {max(api_rates):>8.0f} {max(direct_rates):>9.0f} {best_ratio:>6.2f} "
-        f"{min(ratios):>5.2f}-{max(ratios):<5.2f} {server_cpu:>10.2f} {boto_cpu:>9.2f} {rss:>8.1f}   {how}"
+        f"{min(ratios):>5.2f}-{max(ratios):<5.2f} {server_cpu:>10.2f} {boto_cpu:>9.2f} {rss:>8.1f} "
+        f"{store_api:>5.2f}/{store_direct:<5.2f} {busy_api:>4.0f}/{busy_direct:<4.0f}  {how}"
     ]
 
 
 HEADER = (
     f"{'transfer':<22} {'API MB/s':>8} {'direct':>9} {'ratio':>6} {'range':<11} "
-    f"{'srv CPU/GB':>10} {'boto3/GB':>9} {'RSS+MiB':>8}   direct ="
+    f"{'srv CPU/GB':>10} {'boto3/GB':>9} {'RSS+MiB':>8} {'store/GB':<11} {'busy%':<9}  direct ="
 )
+# store/GB: the local store's own CPU s/GB (SeaweedFS, which shares the cores), through the API /
+# direct. busy%: the machine's CPU busy share during the transfers (2 cores = 100 %), API / direct.
 
 
 def load() -> str:
