@@ -77,6 +77,18 @@ def celery_worker(django_db_setup, django_db_blocker, scripted_model):
 
 
 @pytest.fixture
+def no_turns(settings):
+    """This test's sessions send their turns to a queue no worker reads, so that their event
+    logs hold only what the test appends, even when an earlier test of the run started the
+    session-scoped worker (which then keeps reading the run's queue)."""
+    queue = settings.MANGO_SESSIONS_QUEUE = f"mango-test-no-turns-{os.getpid()}"
+    yield
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.delete(queue)
+    client.close()
+
+
+@pytest.fixture
 def docker_client():
     client = docker.from_env()
     yield client

@@ -1,12 +1,13 @@
 """Agents, environments, sessions and events through the official SDK (strict response
-validation) against the live server. No worker needed: nothing here runs a turn."""
+validation) against the live server. No worker needed: nothing here runs a turn (and none may:
+when an earlier test of the run started the worker, the event logs checked here would grow)."""
 
 import anthropic
 import pytest
 
 from sessions.models import SessionEvent
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_turns")]
 
 MODEL = "claude-sonnet-4-5"
 

@@ -4,11 +4,9 @@ workspace over the quota is refused with the Files quota's envelope and stores n
 workspace is untouched; deleting sessions purges their logs and frees the quota."""
 
 import json
-import os
 
 import anthropic
 import pytest
-import redis
 from django.db import connection, transaction
 
 from sessions.models import Session, SessionEvent
@@ -16,18 +14,8 @@ from sessions.services.events import events_append_locked
 from sessions.services.sessions import deleted_session_logs_purge
 from tests.factories import make_session
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _no_turns(settings):
-    """The sessions' turns go to a queue no worker reads (the run's worker may be up): their
-    logs hold only what these tests append."""
-    queue = settings.MANGO_SESSIONS_QUEUE = f"mango-test-quota-{os.getpid()}"
-    yield
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete(queue)
-    client.close()
+# The sessions' turns go to a queue no worker reads: their logs hold only what these tests append.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_turns")]
 
 
 def message(text: str) -> list[dict]:
