@@ -60,6 +60,10 @@ import argparse
 import http.client
 import json
 import os
+import shutil
+import signal
+import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -163,8 +167,9 @@ class Measure:
     """Wall time, server CPU and this process's CPU around one operation (or N at once), and
     the server worker's peak RSS growth."""
 
-    def __init__(self, server):
+    def __init__(self, server, proxy=None):
         self.server = server
+        self.proxy = proxy
         self.store = _common.store_pids()
 
     def run(self, fn, *args_list):
@@ -174,6 +179,7 @@ class Measure:
         server.reset_peak_rss()
         cpu_server = server.cpu_seconds()
         cpu_store = _common.cpu_seconds(self.store)
+        cpu_proxy = self.proxy.cpu_seconds() if self.proxy else 0.0
         busy_before, total_before = _common.machine_busy_seconds()
         cpu_self = time.process_time()
         results = [None] * len(args_list)
@@ -204,6 +210,7 @@ class Measure:
             "server_cpu": server.cpu_seconds() - cpu_server,
             "self_cpu": time.process_time() - cpu_self,
             "store_cpu": _common.cpu_seconds(self.store) - cpu_store,
+            "proxy_cpu": (self.proxy.cpu_seconds() - cpu_proxy) if self.proxy else 0.0,
             "busy": (busy_after - busy_before) / max(total_after - total_before, 1e-9),
             "rss_growth_mib": (memory["VmHWM"] - rss_before) / 1024,
             "peak_mib": memory["VmHWM"] / 1024,
@@ -211,25 +218,90 @@ class Measure:
         }
 
 
+class ProxyHop:
+    """The cost of one extra TCP hop alone, for reference: socat (a C proxy: read/write with
+    1 MiB buffers, no Python, no HTTP parsing) between boto3 and the store. The direct boto3
+    transfer through it, next to the same transfer straight to the store, is the best ratio any
+    server that passes the bytes through itself could reach on this machine, where the store,
+    the client and the hop share two cores (rows "via C proxy"; skipped without socat)."""
+
+    def __init__(self, s3):
+        import boto3
+
+        self.port = _common.free_port()
+        self.process = subprocess.Popen(
+            ["socat", "-b", str(MIB), f"TCP-LISTEN:{self.port},bind=127.0.0.1,fork,reuseaddr", f"TCP:{_netloc(s3)}"],
+            start_new_session=True,
+        )
+        credentials = s3._request_signer._credentials
+        self.s3 = boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{self.port}",
+            region_name=s3.meta.region_name,
+            aws_access_key_id=credentials.access_key,
+            aws_secret_access_key=credentials.secret_key,
+            aws_session_token=credentials.token,
+            config=s3.meta.config,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("socat did not start")
+
+    def cpu_seconds(self) -> float:
+        """socat's listener and the child it forks per connection."""
+        pids, todo = [], [self.process.pid]
+        while todo:
+            pid = todo.pop()
+            pids.append(pid)
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                    todo.extend(int(child) for child in handle.read().split())
+            except FileNotFoundError:
+                pass
+        return _common.cpu_seconds(pids)
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, signal.SIGTERM)
+        self.process.wait(5)
+
+
+def _netloc(s3) -> str:
+    from urllib.parse import urlsplit
+
+    endpoint = urlsplit(s3.meta.endpoint_url)
+    return f"{endpoint.hostname}:{endpoint.port or 80}"
+
+
 RESULTS: dict[str, dict] = {}
+HOP_UP = "ref: upload_file via socat / direct"
+HOP_DOWN = "ref: get_object via socat / direct"
 
 
-def summarize(name: str, api: list[dict], direct: list[dict], nbytes: int, how: str) -> list[str]:
+def summarize(name: str, api: list[dict], direct: list[dict], nbytes: int, how: str, *, hop: bool = False) -> list[str]:
     """One row: best API and direct rates, ratio of the bests and the range over rounds, CPU s/GB.
-    The first row of a name is also kept in RESULTS (for the targets)."""
+    The first row of a name is also kept in RESULTS (for the targets). `hop`: the "API" side is
+    the direct transfer through the reference proxy, whose CPU fills the server column."""
     gb = nbytes / 1e9
     api_rates = [nbytes / MB / m["seconds"] for m in api]
     direct_rates = [nbytes / MB / m["seconds"] for m in direct]
     ratios = [a / d for a, d in zip(api_rates, direct_rates, strict=True)]
     best_ratio = max(api_rates) / max(direct_rates)
-    server_cpu = min(m["server_cpu"] for m in api) / gb
+    server_cpu = min(m["proxy_cpu" if hop else "server_cpu"] for m in api) / gb
+    if hop:
+        name = f"  {name.split()[-1]} via C proxy"
     boto_cpu = min(m["self_cpu"] for m in direct) / gb
     rss = max(m["rss_growth_mib"] for m in api)
     store_api = min(m["store_cpu"] for m in api) / gb
     store_direct = min(m["store_cpu"] for m in direct) / gb
     busy_api = sum(m["busy"] for m in api) / len(api) * 100
     busy_direct = sum(m["busy"] for m in direct) / len(direct) * 100
-    RESULTS.setdefault(name, {"ratio": best_ratio, "rss": rss})
+    if not hop:
+        RESULTS.setdefault(name, {"ratio": best_ratio, "rss": rss})
     return [
         f"{name:<22} {max(api_rates):>8.0f} {max(direct_rates):>9.0f} {best_ratio:>6.2f} "
         f"{min(ratios):>5.2f}-{max(ratios):<5.2f} {server_cpu:>10.2f} {boto_cpu:>9.2f} {rss:>8.1f} "
@@ -281,6 +353,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="transfers at once (0 to skip)")
     parser.add_argument("--concurrent-mib", type=int, default=64, help="size of each concurrent transfer")
     parser.add_argument("--layout", default="asgi", choices=["asgi", "wsgi"], help="asgi = make run's server")
+    parser.add_argument("--no-hop", action="store_true", help="skip the C proxy reference rows (socat)")
     args = parser.parse_args()
 
     _common.setup()
@@ -293,7 +366,8 @@ def main() -> None:
     data_dir = _common.ROOT / "var" / "bench"
     data_dir.mkdir(parents=True, exist_ok=True)
     server = _common.Server(layout=args.layout)
-    measure = Measure(server)
+    hop = ProxyHop(s3) if shutil.which("socat") and not args.no_hop else None
+    measure = Measure(server, hop)
     created: list[str] = []
 
     def make_downloadable(file_id):
@@ -314,13 +388,15 @@ def main() -> None:
         print(f"server: {server.describe()}, pid {server.worker_pid()}; store {endpoint}; best of {args.rounds}")
         print(f"start: {load()}")
         print(f"worker RSS after warm-up: {idle_rss:.1f} MiB")
+        if hop is None:
+            print("no socat (apt-get install socat): the C proxy reference rows are skipped")
         print(HEADER)
         peaks = {}
         for size_mb in [int(s) for s in args.sizes.split(",") if s]:
             size = size_mb * MB
             path = data_dir / f"data-{size_mb}MB.bin"
             make_data(path, size)
-            runs = {"up": [], "down": [], "d_up": [], "d_stream": [], "d_transfer": []}
+            runs = {"up": [], "down": [], "d_up": [], "d_stream": [], "d_transfer": [], "p_up": [], "p_stream": []}
             for round_number in range(args.rounds):
                 up = measure.run(api_upload, (server, raw_key, path))
                 file_id = up["results"][0]
@@ -331,6 +407,9 @@ def main() -> None:
                 runs["d_up"].append(measure.run(direct_upload, (s3, bucket, path, direct_key)))
                 runs["d_stream"].append(measure.run(direct_download_stream, (s3, bucket, direct_key)))
                 runs["d_transfer"].append(measure.run(direct_download_transfer, (s3, bucket, direct_key)))
+                if hop:
+                    runs["p_up"].append(measure.run(direct_upload, (hop.s3, bucket, path, direct_key)))
+                    runs["p_stream"].append(measure.run(direct_download_stream, (hop.s3, bucket, direct_key)))
                 s3.delete_object(Bucket=bucket, Key=direct_key)
                 runs["up"].append(up)
                 runs["down"].append(down)
@@ -340,6 +419,12 @@ def main() -> None:
                 summarize(f"{size_mb}MB upload", runs["up"], runs["d_up"], size, "upload_file (8 MiB, 10 threads)")
                 + summarize(f"{size_mb}MB download", runs["down"], runs["d_stream"], size, "one get_object stream")
                 + summarize(f"{size_mb}MB download", runs["down"], runs["d_transfer"], size, "download_fileobj (info)")
+                + (
+                    summarize(f"{size_mb}MB upload", runs["p_up"], runs["d_up"], size, HOP_UP, hop=True)
+                    + summarize(f"{size_mb}MB download", runs["p_stream"], runs["d_stream"], size, HOP_DOWN, hop=True)
+                    if hop
+                    else []
+                )
             ):
                 print(line, flush=True)
 
@@ -348,7 +433,7 @@ def main() -> None:
             size = args.concurrent_mib * MIB
             path = data_dir / f"data-{args.concurrent_mib}MiB.bin"
             make_data(path, size)
-            runs = {"up": [], "down": [], "d_up": [], "d_stream": []}
+            runs = {"up": [], "down": [], "d_up": [], "d_stream": [], "p_up": [], "p_stream": []}
             for round_number in range(args.rounds):
                 up = measure.run(api_upload, *[(server, raw_key, path)] * n)
                 for file_id in up["results"]:
@@ -358,6 +443,10 @@ def main() -> None:
                 keys = [f"bench-direct/c{i}-{round_number}-{time.time_ns()}" for i in range(n)]
                 runs["d_up"].append(measure.run(direct_upload, *[(s3, bucket, path, key) for key in keys]))
                 runs["d_stream"].append(measure.run(direct_download_stream, *[(s3, bucket, key) for key in keys]))
+                if hop:
+                    runs["p_up"].append(measure.run(direct_upload, *[(hop.s3, bucket, path, key) for key in keys]))
+                    streams = [(hop.s3, bucket, key) for key in keys]
+                    runs["p_stream"].append(measure.run(direct_download_stream, *streams))
                 for key in keys:
                     s3.delete_object(Bucket=bucket, Key=key)
                 runs["up"].append(up)
@@ -365,9 +454,13 @@ def main() -> None:
             peaks[f"{n}x{args.concurrent_mib}MiB upload"] = max(m["peak_mib"] for m in runs["up"])
             peaks[f"{n}x{args.concurrent_mib}MiB download"] = max(m["peak_mib"] for m in runs["down"])
             label = f"{n}x{args.concurrent_mib}MiB"
-            for line in summarize(
-                f"{label} upload", runs["up"], runs["d_up"], n * size, f"{n} x upload_file at once"
-            ) + summarize(f"{label} download", runs["down"], runs["d_stream"], n * size, f"{n} x get_object at once"):
+            total = n * size
+            lines = summarize(f"{label} upload", runs["up"], runs["d_up"], total, f"{n} x upload_file at once")
+            lines += summarize(f"{label} download", runs["down"], runs["d_stream"], total, f"{n} x get_object at once")
+            if hop:
+                lines += summarize(f"{label} upload", runs["p_up"], runs["d_up"], total, HOP_UP, hop=True)
+                lines += summarize(f"{label} download", runs["p_stream"], runs["d_stream"], total, HOP_DOWN, hop=True)
+            for line in lines:
                 print(line, flush=True)
         print(
             "worker peak RSS over its RSS after warm-up (MiB): "
@@ -376,6 +469,8 @@ def main() -> None:
         print_targets(args.concurrency, args.concurrent_mib)
         print(f"end: {load()}")
     finally:
+        if hop:
+            hop.stop()
         for file_id in created:
             conn = http.client.HTTPConnection("127.0.0.1", server.port)
             conn.request("DELETE", f"/v1/files/{file_id}", headers={"Authorization": f"Bearer {raw_key}"})
