@@ -195,6 +195,25 @@ def store_pids() -> list[int]:
     return found
 
 
+def vacuum_store() -> str:
+    """Ask the local SeaweedFS master to compact its volumes, and say how that went. SeaweedFS
+    frees a deleted object's bytes only when it vacuums a volume (by default when 30 % of it is
+    garbage, every 15 minutes): each run of bench/files_throughput.py deletes all it wrote, ~12 GB,
+    and six runs in a row once filled this machine's disk (the store then answered InternalError:
+    no free volumes). MANGO_BENCH_STORE_MASTER names the master (default 127.0.0.1:9333, where
+    `weed mini` puts it unless that port was taken)."""
+    master = os.environ.get("MANGO_BENCH_STORE_MASTER", "127.0.0.1:9333")
+    host, _, port = master.partition(":")
+    try:
+        conn = http.client.HTTPConnection(host, int(port or 9333), timeout=300)
+        conn.request("GET", "/vol/vacuum?garbageThreshold=0.01")
+        status = conn.getresponse().status
+        conn.close()
+    except OSError as exc:
+        return f"store vacuum: no SeaweedFS master at {master} ({type(exc).__name__})"
+    return f"store vacuum: {master} answered {status}"
+
+
 def machine_busy_seconds() -> tuple[float, float]:
     """(busy CPU seconds, total CPU seconds) of the whole machine so far, from /proc/stat."""
     with open("/proc/stat") as handle:

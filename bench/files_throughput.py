@@ -16,44 +16,36 @@ before the run; "over idle" is the peak over the worker's RSS after warm-up.
 Targets (issue #15): upload >= 0.95 x upload_file, download >= 0.90 x get_object at 100 and
 500 MB; N=8 concurrent >= 0.85 x; RSS growth <= 32 MiB (500 MB upload), <= 64 MiB (8-way).
 
-Where the time goes (2026-11-30: per-thread CPU of the uvicorn worker from /proc, py-spy on it;
-2-core machine shared with the store, the client and other sessions' test suites,
-load average 4-8 during every measurement, so MB/s ratios swing by +-40 % from run to run and
-the CPU s/GB columns are the figures to compare):
+Where the time goes (2026-11-30, per-thread CPU of the uvicorn worker from /proc, py-spy on it;
+2-core machine shared with the store and the client; the CPU s/GB columns are the figures to
+compare, MB/s ratios swing by +-0.15 from run to run):
 
-- Uploads, ~1.8-2.1 server CPU s/GB (was 2.4-2.5 the same day before these changes; boto3's own
-  upload_file costs 1.0-1.1 for the same bytes). A Content-Length body no longer passes through
-  the event loop (~0.5 s/GB: uvloop reads, httptools, uvicorn's buffer, a copy per ASGI message):
-  config/uvicorn.py hands the socket to the upload's thread (files/uploads.py SocketBody), which
-  reads into the part buffers. The reader thread now spends ~1.2 s/GB: SHA-256 over every byte
-  (required: the File's digest; OpenSSL with SHA-NI, ~0.6 s/GB on this CPU when quiet), the
-  multipart delimiter search (bytes.find) and recv's kernel copy (~0.3 sys). The part threads
-  ~0.85: botocore's per-request work at 5 MiB parts (~2 ms a part, ~0.4 s/GB), the kernel's send
-  (~0.35 sys); CRC32C is ~0.04 (crc32c package, was botocore's zlib CRC32 at ~0.4). The loop
-  thread ~0.04. Part size stays 5 MiB x 4 in flight x 10 pooled buffers: 8 MiB parts saved only
-  ~0.1-0.2 s/GB and broke the 8-way RSS bound (66-74 MiB), 16 MiB parts more so. The store
-  itself is the throughput limit (80-160 MB/s for boto3 and the API alike).
-- Downloads, ~0.25-0.35 server CPU s/GB, nearly all kernel time of splice(2) (store socket ->
-  pipe -> client socket). Pipe sizes 64 KiB-4 MiB made no measurable difference (1 MiB kept,
-  Linux's unprivileged limit). What remains is the extra TCP hop itself (kernel work on the same
-  two cores as the store and the client) and ~5-9 ms per request before the first byte: Django's
-  middleware and the key + File lookups (~3-4 ms, what GET /v1/files/{id} costs), the store's GET
-  through botocore (~1.6 ms CPU, ~3 ms wall; it no longer opens a new TCP connection per
-  download: the connection goes back to the pool once the body was moved whole) and the hop that
-  hands the client socket to the thread (~0.7 ms median). That fixed cost is ~6-10 % of a 100 MB
-  download at 1.2 GB/s, which is why 100 MB ratios sit lower than 500 MB ones on a quiet machine.
-  Nothing serialises 8 downloads: each has its own thread, pipe and store connection (the
-  workspace share is 16 threads, the DB pool 8 connections, held only during the view).
-
-Runs of this script that day (best of 3; ratio of the bests; server CPU s/GB):
-  before, load 0.7-3.5: upload 100/500 MB 0.98/0.95 (2.40/2.46), download 0.91/0.84 (0.30/0.28),
-    8-way upload 0.89 (2.59), 8-way download 0.87 (0.28)
-  after, load 6.8-7.9: upload 0.99/1.29 (1.90/1.80), download 0.66/1.08 (0.30/0.30),
-    8-way upload 0.73 (2.24), 8-way download 1.00 (0.37)
-  after, load 9.1-6.3: upload 0.72/0.91 (2.10/1.98), download 0.65/0.66 (0.20/0.38),
-    8-way upload 1.34 (2.16), 8-way download 1.13 (0.35)
-The two "after" runs, minutes apart on the same code, disagree by up to 0.6 in a ratio: on this
-machine under that load no ratio target can be told met or missed; the CPU figures can.
+- The machine is CPU-bound in every transfer (busy 84-98 %), and the store is most of it:
+  SeaweedFS spends 10-14 CPU s/GB on an upload and 1.4-2.4 on a download (column store/GB),
+  the same through the API as direct. A ratio is therefore about (store + boto3) / (store +
+  client + server) CPU per GB: whatever the server spends per byte comes straight off it.
+- Uploads, 2.4-3.4 server CPU s/GB (boto3's upload_file: 1.6-2.4 for the same bytes). The reader
+  thread (~1.7): SHA-256 of every byte (required: the File's digest; ~0.64 with SHA-NI), the
+  multipart delimiter search (bytearray.find, ~0.17), recv's kernel copy (~0.3-0.4; reads average
+  ~740 KB, so the Python steps per read do not count). The part threads (~0.8): the kernel's send
+  to the store (~0.3-0.35 sys), CRC32C (~0.05) and what is left of the request (~0.1-0.2): each
+  part is one signed PUT on the thread's own connection (files/storage.py _PartPut), where
+  botocore's request pipeline cost ~0.5 s/GB more (3.12-3.50 -> 2.64-2.82 s/GB side by side).
+  Part size stays 5 MiB x 4 in flight x 10 pooled buffers (8 MiB parts broke the 8-way RSS bound).
+- Downloads, 0.3-0.5 server CPU s/GB: splice(2) store socket -> pipe -> client socket, nearly all
+  kernel time, plus ~5 ms CPU per request (Django, key and File lookups ~3.3 ms, the store's GET
+  through botocore ~1.7 ms): a 1000-byte download takes 6.7 ms against 2.5 ms for get_object.
+  A read/write relay instead of splice cost more (0.40-0.48 vs 0.30-0.34), SO_RCVLOWAT on the
+  store socket, gc.freeze() and pipe sizes changed nothing measurable.
+- "via C proxy" rows: the same boto3 transfers through socat (C, read/write, 1 MiB buffers), i.e.
+  the cost of one more TCP hop and nothing else. Best-of-3 ratios of that hop on 2026-11-30:
+  download 100 MB 0.74 / 0.84 / 1.03, 500 MB 0.89 / 0.93 / 0.91, 8 x 64 MiB 0.70 / 0.80 / 0.80;
+  upload 100 MB 0.91 / 0.97 / 0.98, 500 MB 1.03 / 0.95 / 0.97, 8-way 1.02 / 1.02 / 1.01. The API
+  in the same runs: download 0.70 / 0.71 / 1.05, 0.85 / 0.92 / 0.80, 8-way 0.67 / 0.78 / 0.71;
+  upload 0.77 / 0.93 / 0.93, 0.93 / 0.94 / 1.00, 8-way 1.01 / 1.02 / 0.89. On this machine even
+  a bare C hop does not reach 0.85 on 8 downloads at once, nor 0.90 on single ones every time.
+- The store keeps deleted objects' bytes until it vacuums: the script asks it to at the end
+  (_common.vacuum_store); six runs without that filled the disk with ~75 GB of volumes.
 """
 
 import argparse
@@ -477,6 +469,7 @@ def main() -> None:
             conn.getresponse().read()
             conn.close()
         server.stop()
+        print(_common.vacuum_store())
 
 
 if __name__ == "__main__":
