@@ -8,6 +8,7 @@ a missing object is StorageObjectMissing.
 import base64
 import contextlib
 import http.client
+import os
 import random
 import re
 import secrets
@@ -215,6 +216,18 @@ class _PartPut:
         raise AssertionError("unreachable")
 
     def _put(self, target: str, body, checksum: str) -> tuple[int, str | None, str | None]:
+        """One attempt; a kept-alive connection the store closed while it sat idle is replaced
+        at once (the part is sent again on a new one: a part PUT is idempotent)."""
+        reused = getattr(self._connections, "conn", None) is not None
+        try:
+            return self._put_on(self._connection(), target, body, checksum)
+        except (ConnectionError, http.client.RemoteDisconnected):
+            if not reused:
+                raise
+            self._drop()
+            return self._put_on(self._connection(), target, body, checksum)
+
+    def _put_on(self, conn, target: str, body, checksum: str) -> tuple[int, str | None, str | None]:
         request = AWSRequest(
             method="PUT",
             url=self.base_url + target,
@@ -225,7 +238,6 @@ class _PartPut:
         signer = self.s3._request_signer
         credentials = signer._credentials.get_frozen_credentials()
         S3SigV4Auth(credentials, signer.signing_name, signer.region_name).add_auth(request)
-        conn = self._connection()
         conn.putrequest("PUT", target, skip_host=True, skip_accept_encoding=True)
         conn.putheader("Host", self.netloc)
         for name, value in request.headers.items():
@@ -256,6 +268,14 @@ class _PartPut:
         self._connections.conn = None
         if held is not None:
             held[1].close()
+
+    @classmethod
+    def forget_connections(cls) -> None:
+        """In a forked child: the parent's connections are not this process's to use."""
+        cls._connections = threading.local()
+
+
+os.register_at_fork(after_in_child=_PartPut.forget_connections)
 
 
 def multipart_complete(*, key: str, upload_id: str, parts: list[dict], s3=None) -> None:

@@ -1,6 +1,7 @@
 """Upload parts sent as one signed PUT each (files/storage.py _PartPut), against the real store."""
 
 import hashlib
+import os
 import socket
 
 import boto3
@@ -131,3 +132,18 @@ def test_a_bad_signature_is_refused_not_retried(upload):
     with pytest.raises(storage.StorageUnavailable) as refused:
         storage.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part, s3=s3)
     assert refused.value.details["store_error"] in {"SignatureDoesNotMatch", "AccessDenied", "403"}
+
+
+def test_a_forked_child_does_not_share_the_parents_connections(upload):
+    """A prefork worker's child opens its own: two processes on one socket would mix answers."""
+    key, upload_id = upload
+    put = storage._PartPut(storage.client())
+    part = bytearray(b"f" * PART)
+    put.send(key=key, upload_id=upload_id, part_number=1, body=part, checksum=storage.body_checksum(part))
+    assert getattr(put._connections, "conn", None) is not None
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        os._exit(0 if getattr(storage._PartPut._connections, "conn", None) is None else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert getattr(put._connections, "conn", None) is not None  # the parent keeps its own
