@@ -136,9 +136,10 @@ MANGO_FILE_S3_SECRET_ACCESS_KEY = env.str("MANGO_FILE_S3_SECRET_ACCESS_KEY", def
 # the CRC32C checksum header sent with each (files/storage.py) and verified by the store, which
 # spares a second SHA-256 pass over every uploaded byte.
 MANGO_FILE_S3_SIGN_PAYLOAD = env.bool("MANGO_FILE_S3_SIGN_PAYLOAD", default=False)
-# Upload parts as one signed PUT each on a thread's own connection (files/storage.py _PartPut)
-# instead of through botocore's request pipeline, when the store is reached over plain http.
-MANGO_FILE_S3_RAW_PARTS = env.bool("MANGO_FILE_S3_RAW_PARTS", default=True)
+# Upload parts and object GETs as one signed request each on kept-alive connections
+# (files/storage.py _SignedRequests) instead of through botocore's request pipeline, when the
+# store is reached over plain http.
+MANGO_FILE_S3_RAW_REQUESTS = env.bool("MANGO_FILE_S3_RAW_REQUESTS", default=True)
 # Downloads under config.asgi move the body from the store's socket to the client's with
 # splice(2) (core/wsgi_files.py) when the store is reached over plain http; off: read in chunks.
 MANGO_FILE_DOWNLOAD_SPLICE = env.bool("MANGO_FILE_DOWNLOAD_SPLICE", default=True)

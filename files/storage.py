@@ -140,7 +140,7 @@ def multipart_upload_part(*, key: str, upload_id: str, part_number: int, body: b
     """Store one part; returns what multipart_complete needs of it (its ETag and checksum)."""
     checksum = body_checksum(body)
     s3 = s3 or client()
-    if _PartPut.usable(s3):
+    if _SignedRequests.usable(s3):
         etag = _PartPut(s3).send(key=key, upload_id=upload_id, part_number=part_number, body=body, checksum=checksum)
         return {"ETag": etag, "ChecksumCRC32C": checksum}
     with _translate_errors():
@@ -150,22 +150,25 @@ def multipart_upload_part(*, key: str, upload_id: str, part_number: int, body: b
     return {"ETag": response["ETag"], "ChecksumCRC32C": checksum}
 
 
-class _PartPut:
-    """UploadPart as one signed PUT on a kept-alive connection of the calling thread's own.
+class _SignedRequests:
+    """S3 requests of the hot paths (UploadPart, GetObject) sent as one signed request each on a
+    kept-alive http.client connection, instead of through botocore's request pipeline.
 
     botocore takes each call through parameter validation, serialisation, a score of event
-    hooks, its retry handler, urllib3's pool and an `Expect: 100-continue` round trip: ~2-3 ms
-    of CPU a call, ~0.4-0.6 CPU s/GB at 5 MiB parts, a fifth of all the CPU an upload costs
-    the server (bench/files_throughput.py). Here the request is the same one (same headers,
-    CRC32C included), signed by botocore's own SigV4 signer with the client's credentials,
-    fetched as the client does (refreshed when they expire), and its answer is read as botocore
-    reads an error: `<Code>` of the XML body. Retries follow the client's standard mode: a
-    connection error, 5xx or throttling is tried again (3 attempts, jittered backoff).
+    hooks, its retry handler, urllib3's pool (and, for a part, an `Expect: 100-continue` round
+    trip): ~2-3 ms of CPU a call. That is ~0.5 CPU s/GB of an upload at 5 MiB parts, and a third
+    of what a download costs the server before its first byte (bench/files_throughput.py). Here
+    the request is the same one (same headers and checksum), signed by botocore's own SigV4
+    signer with the client's credentials, fetched as the client does (refreshed when they
+    expire), and an error answer is read as botocore reads it: `<Code>` of the XML body. Retries
+    follow the client's standard mode: a connection error, 5xx or throttling is tried again (3
+    attempts, jittered backoff); a kept-alive connection the store closed while it sat idle is
+    replaced at once.
 
     Used when the store is reached over plain http, path-style and without a proxy (what
-    MANGO_FILE_S3_* configures); any other setup goes through the client's upload_part."""
+    MANGO_FILE_S3_* configures) and MANGO_FILE_S3_RAW_REQUESTS is on; any other setup goes
+    through the client's own calls."""
 
-    _connections = threading.local()
     ATTEMPTS = 3
     _RETRY_STATUS = {429, 500, 502, 503, 504}
     _RETRY_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError"}
@@ -183,7 +186,7 @@ class _PartPut:
 
     @staticmethod
     def usable(s3) -> bool:
-        if not settings.MANGO_FILE_S3_RAW_PARTS:
+        if not settings.MANGO_FILE_S3_RAW_REQUESTS:
             return False
         config = s3.meta.config
         return (
@@ -193,11 +196,54 @@ class _PartPut:
             and getattr(getattr(s3, "_request_signer", None), "_credentials", None) is not None
         )
 
+    @staticmethod
+    def object_path(key: str) -> str:
+        return f"/{quote(bucket(), safe='')}/{quote(key, safe='/-_.~')}"
+
+    def _new_connection(self) -> http.client.HTTPConnection:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
+        conn.connect()
+        conn.sock.settimeout(self.read_timeout)
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
+
+    def _send_request(self, conn, method: str, target: str, headers: dict, body=None) -> http.client.HTTPResponse:
+        """Sign and send; the response with its status line and headers read."""
+        request = AWSRequest(method=method, url=self.base_url + target, headers=headers, data=body)
+        request.context["client_config"] = self.s3.meta.config  # payload signing as configured
+        signer = self.s3._request_signer
+        credentials = signer._credentials.get_frozen_credentials()
+        S3SigV4Auth(credentials, signer.signing_name, signer.region_name).add_auth(request)
+        conn.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+        conn.putheader("Host", self.netloc)
+        for name, value in request.headers.items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        if body is not None:
+            conn.send(body)
+        return conn.getresponse()
+
+    def _error_code(self, response: http.client.HTTPResponse) -> str | None:
+        found = self._CODE.search(response.read(64 * 1024))
+        return found.group(1).decode("ascii", "replace") if found else None
+
+    def _should_retry(self, status: int, code: str | None) -> bool:
+        return status in self._RETRY_STATUS or code in self._RETRY_CODES
+
+    @staticmethod
+    def _backoff(attempt: int) -> None:
+        time.sleep(random.uniform(0, 0.1 * 2**attempt))
+
+
+class _PartPut(_SignedRequests):
+    """UploadPart on a connection of the calling (part) thread's own."""
+
+    _connections = threading.local()
+
     def send(self, *, key: str, upload_id: str, part_number: int, body, checksum: str) -> str:
         """The part's ETag. StorageObjectMissing when the upload is gone, StorageUnavailable for
         anything else the store refuses or cannot be reached for."""
-        path = f"/{quote(bucket(), safe='')}/{quote(key, safe='/-_.~')}"
-        target = f"{path}?partNumber={part_number}&uploadId={quote(upload_id, safe='')}"
+        target = f"{self.object_path(key)}?partNumber={part_number}&uploadId={quote(upload_id, safe='')}"
         for attempt in range(1, self.ATTEMPTS + 1):
             try:
                 status, etag, code = self._put(target, body, checksum)
@@ -210,14 +256,14 @@ class _PartPut:
                     return etag
                 if code in _MISSING_CODES or status == 404:
                     raise StorageObjectMissing(code or "404")
-                if attempt == self.ATTEMPTS or not (status in self._RETRY_STATUS or code in self._RETRY_CODES):
+                if attempt == self.ATTEMPTS or not self._should_retry(status, code):
                     raise StorageUnavailable(details={"store_error": code or str(status)})
-            time.sleep(random.uniform(0, 0.1 * 2**attempt))
+            self._backoff(attempt)
         raise AssertionError("unreachable")
 
     def _put(self, target: str, body, checksum: str) -> tuple[int, str | None, str | None]:
-        """One attempt; a kept-alive connection the store closed while it sat idle is replaced
-        at once (the part is sent again on a new one: a part PUT is idempotent)."""
+        """One attempt (a stale kept-alive connection is replaced at once: a part PUT is
+        idempotent)."""
         reused = getattr(self._connections, "conn", None) is not None
         try:
             return self._put_on(self._connection(), target, body, checksum)
@@ -228,38 +274,21 @@ class _PartPut:
             return self._put_on(self._connection(), target, body, checksum)
 
     def _put_on(self, conn, target: str, body, checksum: str) -> tuple[int, str | None, str | None]:
-        request = AWSRequest(
-            method="PUT",
-            url=self.base_url + target,
-            headers={"Content-Length": str(len(body)), "x-amz-checksum-crc32c": checksum},
-            data=body,
-        )
-        request.context["client_config"] = self.s3.meta.config  # payload signing as configured
-        signer = self.s3._request_signer
-        credentials = signer._credentials.get_frozen_credentials()
-        S3SigV4Auth(credentials, signer.signing_name, signer.region_name).add_auth(request)
-        conn.putrequest("PUT", target, skip_host=True, skip_accept_encoding=True)
-        conn.putheader("Host", self.netloc)
-        for name, value in request.headers.items():
-            conn.putheader(name, value)
-        conn.endheaders()
-        conn.send(body)
-        response = conn.getresponse()
-        payload = response.read(64 * 1024)
+        headers = {"Content-Length": str(len(body)), "x-amz-checksum-crc32c": checksum}
+        response = self._send_request(conn, "PUT", target, headers, body)
+        code = self._error_code(response) if response.status != 200 else None
+        if response.status == 200:
+            response.read()
         if response.will_close or not response.isclosed():
             self._drop()
-        found = self._CODE.search(payload) if response.status != 200 else None
-        return response.status, response.getheader("ETag"), found.group(1).decode("ascii", "replace") if found else None
+        return response.status, response.getheader("ETag"), code
 
     def _connection(self) -> http.client.HTTPConnection:
         held = getattr(self._connections, "conn", None)
         if held is not None and held[0] == self.netloc:
             return held[1]
         self._drop()
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
-        conn.connect()
-        conn.sock.settimeout(self.read_timeout)
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = self._new_connection()
         self._connections.conn = (self.netloc, conn)
         return conn
 
@@ -275,7 +304,107 @@ class _PartPut:
         cls._connections = threading.local()
 
 
-os.register_at_fork(after_in_child=_PartPut.forget_connections)
+class _ObjectGet(_SignedRequests):
+    """GetObject; its connection serves the body until it was read to its end (then it waits in
+    a pool shared by the process's downloads, for the next one) or the stream is closed."""
+
+    _idle: dict[str, list[http.client.HTTPConnection]] = {}
+    _lock = threading.Lock()
+
+    def open(self, *, key: str, first: int | None, last: int | None) -> "_RawObject":
+        headers = {}
+        if first is not None:
+            headers["Range"] = f"bytes={first}-{'' if last is None else last}"
+        target = self.object_path(key)
+        for attempt in range(1, self.ATTEMPTS + 1):
+            conn = None
+            try:
+                conn, reused = self._take()
+                try:
+                    response = self._send_request(conn, "GET", target, headers)
+                except (ConnectionError, http.client.RemoteDisconnected):
+                    if not reused:
+                        raise
+                    conn.close()  # closed by the store while it sat in the pool: once more, anew
+                    conn = self._new_connection()
+                    response = self._send_request(conn, "GET", target, headers)
+            except (OSError, http.client.HTTPException) as exc:
+                if conn is not None:
+                    conn.close()
+                if attempt == self.ATTEMPTS:
+                    raise StorageUnavailable(details={"store_error": type(exc).__name__}) from exc
+                self._backoff(attempt)
+                continue
+            if response.status in (200, 206):
+                return _RawObject(response, conn, self)
+            try:
+                code = self._error_code(response)
+            except (OSError, http.client.HTTPException):
+                code = None
+            self._finish(conn, response)
+            if code in _MISSING_CODES or response.status == 404:
+                raise StorageObjectMissing(code or "404")
+            if attempt == self.ATTEMPTS or not self._should_retry(response.status, code):
+                raise StorageUnavailable(details={"store_error": code or str(response.status)})
+            self._backoff(attempt)
+        raise AssertionError("unreachable")
+
+    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
+        with self._lock:
+            idle = self._idle.get(self.netloc)
+            if idle:
+                return idle.pop(), True
+        return self._new_connection(), False
+
+    def _finish(self, conn, response: http.client.HTTPResponse) -> None:
+        """The response was read to its end: keep the connection for the next GET if it may be."""
+        if response.will_close or not response.isclosed():
+            conn.close()
+            return
+        with self._lock:
+            idle = self._idle.setdefault(self.netloc, [])
+            if len(idle) < (self.s3.meta.config.max_pool_connections or 10):
+                idle.append(conn)
+                return
+        conn.close()
+
+    @classmethod
+    def forget_connections(cls) -> None:
+        cls._idle = {}
+        cls._lock = threading.Lock()
+
+
+class _RawObject:
+    """open_object()'s body on the raw path: the store's http.client response (read by
+    ObjectStream, or moved by splice from its socket), and its connection."""
+
+    def __init__(self, response: http.client.HTTPResponse, conn: http.client.HTTPConnection, getter: _ObjectGet):
+        self.response = response
+        self._conn = conn
+        self._getter = getter
+
+    def read(self, size: int = -1) -> bytes:
+        return self.response.read(size)
+
+    def release(self) -> None:
+        """The body was read to its end: the connection serves a later GET."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._getter._finish(conn, self.response)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        self.response.close()
+        if conn is not None:
+            conn.close()
+
+
+def _forget_connections() -> None:
+    _PartPut.forget_connections()
+    _ObjectGet.forget_connections()
+
+
+os.register_at_fork(after_in_child=_forget_connections)
 
 
 def multipart_complete(*, key: str, upload_id: str, parts: list[dict], s3=None) -> None:
@@ -330,8 +459,11 @@ def open_object(*, key: str, first: int | None = None, last: int | None = None):
     kwargs = {"Bucket": bucket(), "Key": key}
     if first is not None:
         kwargs["Range"] = f"bytes={first}-{'' if last is None else last}"
+    s3 = client()
+    if _SignedRequests.usable(s3):
+        return _ObjectGet(s3).open(key=key, first=first, last=last)
     with _translate_errors():
-        return client().get_object(**kwargs)["Body"]
+        return s3.get_object(**kwargs)["Body"]
 
 
 def iter_object(body, *, chunk_size: int = 1024 * 1024) -> Iterator[bytes]:
@@ -367,8 +499,11 @@ class ObjectStream:
         if size is None or size < 0:
             size = self.chunk_size
         if self._raw is None:
-            with _translate_errors():
-                return self._body.read(size)
+            try:
+                with _translate_errors():
+                    return self._body.read(size)
+            except (OSError, http.client.HTTPException) as exc:  # a _RawObject's own errors
+                raise StorageUnavailable(details={"store_error": type(exc).__name__}) from exc
         try:
             chunk = self._raw.read(size)
         except (OSError, ValueError, http.client.HTTPException) as exc:
@@ -431,7 +566,10 @@ class ObjectStream:
         raw = self._raw
         with self._lock:  # not while abort() (from another thread) shuts the socket down
             if raw is not None and raw.fp is None and not raw.will_close:
-                self._body._raw_stream.release_conn()
+                if type(self._body) is _RawObject:
+                    self._body.release()
+                else:
+                    self._body._raw_stream.release_conn()
 
     def abort(self) -> None:
         with self._lock:
@@ -445,8 +583,13 @@ class ObjectStream:
 
 
 def _http_response(body) -> http.client.HTTPResponse | None:
-    """The http.client response under a botocore StreamingBody, when its bytes can be read
-    from it directly: not yet read from, no content decoding in between."""
+    """The http.client response under a botocore StreamingBody (or a _RawObject), when its bytes
+    can be read from it directly: not yet read from, no content decoding in between."""
+    if type(body) is _RawObject:
+        raw = body.response
+        if raw.fp is None or raw.getheader("Content-Encoding", "identity") != "identity":
+            return None
+        return raw
     stream = getattr(body, "_raw_stream", None)
     raw = getattr(stream, "_fp", None)
     if not isinstance(raw, http.client.HTTPResponse) or getattr(body, "_amount_read", None) != 0:

@@ -1,5 +1,7 @@
-"""Upload parts sent as one signed PUT each (files/storage.py _PartPut), against the real store."""
+"""Upload parts and object GETs sent as one signed request each (files/storage.py _SignedRequests), against
+the real store."""
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -23,20 +25,30 @@ def upload(workspace):
     storage.multipart_abort(key=key, upload_id=upload_id)
 
 
-def _count_botocore_part_calls(s3) -> list:
+@contextlib.contextmanager
+def _botocore_calls(s3, operation: str):
+    """The calls botocore makes of `operation` on the client while the block runs."""
     calls = []
-    s3.meta.events.register("before-call.s3.UploadPart", lambda **kwargs: calls.append(1))
-    return calls
+
+    def count(**kwargs):
+        calls.append(1)
+
+    event = f"before-call.s3.{operation}"
+    s3.meta.events.register(event, count)
+    try:
+        yield calls
+    finally:
+        s3.meta.events.unregister(event, count)
 
 
 def test_parts_skip_botocore_and_the_object_is_what_was_sent(workspace, settings):
     """A 2-part File goes up through the raw PUTs (botocore's UploadPart is never called) and
-    reads back byte for byte; with MANGO_FILE_S3_RAW_PARTS off the same upload uses botocore."""
+    reads back byte for byte; with MANGO_FILE_S3_RAW_REQUESTS off the same upload uses botocore."""
     data = bytes(range(256)) * (PART * 2 // 256) + b"tail"
     for raw, expected_calls in ((True, 0), (False, 3)):
-        settings.MANGO_FILE_S3_RAW_PARTS = raw
-        calls = _count_botocore_part_calls(storage.client())
-        file = make_file(workspace, data, filename="two-parts.bin", mime_type="application/octet-stream")
+        settings.MANGO_FILE_S3_RAW_REQUESTS = raw
+        with _botocore_calls(storage.client(), "UploadPart") as calls:
+            file = make_file(workspace, data, filename="two-parts.bin", mime_type="application/octet-stream")
         assert len(calls) == expected_calls
         assert file.size_bytes == len(data)
         assert file.sha256 == hashlib.sha256(data).hexdigest()
@@ -89,7 +101,7 @@ def test_an_unreachable_store_is_503_after_the_retries(settings):
         aws_secret_access_key="s",
         config=BotoConfig(connect_timeout=1, read_timeout=1, s3={"addressing_style": "path"}),
     )
-    assert storage._PartPut.usable(s3)
+    assert storage._SignedRequests.usable(s3)
     with pytest.raises(storage.StorageUnavailable) as down:
         storage.multipart_upload_part(key="files/x/y", upload_id="u", part_number=1, body=b"x", s3=s3)
     assert isinstance(down.value, ServiceUnavailable)
@@ -147,3 +159,51 @@ def test_a_forked_child_does_not_share_the_parents_connections(upload):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert getattr(put._connections, "conn", None) is not None  # the parent keeps its own
+
+
+# --- GETs ------------------------------------------------------------------------------------
+
+
+def test_reads_skip_botocore_and_reuse_one_connection(workspace, settings):
+    """Whole and ranged reads come back exact without botocore's GetObject, and one kept-alive
+    connection serves them one after another; with the setting off, botocore serves them."""
+    data = os.urandom(300_000)
+    file = make_file(workspace, data, filename="r.bin", mime_type="application/octet-stream")
+    s3 = storage.client()
+    for raw, expected_calls in ((True, 0), (False, 3)):
+        settings.MANGO_FILE_S3_RAW_REQUESTS = raw
+        storage._ObjectGet.forget_connections()
+        with _botocore_calls(s3, "GetObject") as calls:
+            assert b"".join(storage.iter_object(storage.open_object(key=file.object_key))) == data
+            ranged = storage.open_object(key=file.object_key, first=10, last=19)
+            assert b"".join(storage.iter_object(ranged)) == data[10:20]
+            assert storage.read_bounded(key=file.object_key, max_bytes=99) == data[:100]
+        assert len(calls) == expected_calls
+        if raw:
+            assert len(storage._ObjectGet._idle[storage._ObjectGet(s3).netloc]) == 1
+
+
+def test_a_missing_object_and_an_empty_one(workspace):
+    with pytest.raises(storage.StorageObjectMissing):
+        storage.open_object(key=storage.new_object_key(workspace_id=workspace.id))
+    empty = make_file(workspace, b"", filename="empty.txt")
+    assert storage.read_bounded(key=empty.object_key, max_bytes=10) == b""  # the store's 416 InvalidRange
+
+
+def test_a_read_left_unfinished_closes_its_connection(workspace):
+    """A body closed before its end leaves its connection out of the pool (the rest of the bytes
+    would be read as the next answer); a pooled connection the store closed is replaced."""
+    data = os.urandom(2 * 1024 * 1024)
+    file = make_file(workspace, data, filename="big.bin", mime_type="application/octet-stream")
+    s3 = storage.client()
+    storage._ObjectGet.forget_connections()
+    netloc = storage._ObjectGet(s3).netloc
+    stream = storage.ObjectStream(storage.open_object(key=file.object_key), chunk_size=64 * 1024)
+    assert stream.read(1000) == data[:1000]
+    stream.close()
+    assert storage._ObjectGet._idle.get(netloc, []) == []
+    assert storage.read_bounded(key=file.object_key, max_bytes=10) == data[:11]
+    (pooled,) = storage._ObjectGet._idle[netloc]
+    pooled.sock.shutdown(socket.SHUT_RDWR)
+    assert storage.read_bounded(key=file.object_key, max_bytes=10) == data[:11]
+    assert storage._ObjectGet._idle[netloc] != [pooled]
