@@ -32,18 +32,21 @@ compare, MB/s ratios swing by +-0.15 from run to run):
   part is one signed PUT on the thread's own connection (files/storage.py _PartPut), where
   botocore's request pipeline cost ~0.5 s/GB more (3.12-3.50 -> 2.64-2.82 s/GB side by side).
   Part size stays 5 MiB x 4 in flight x 10 pooled buffers (8 MiB parts broke the 8-way RSS bound).
-- Downloads, 0.3-0.5 server CPU s/GB: splice(2) store socket -> pipe -> client socket, nearly all
-  kernel time, plus ~5 ms CPU per request (Django, key and File lookups ~3.3 ms, the store's GET
-  through botocore ~1.7 ms): a 1000-byte download takes 6.7 ms against 2.5 ms for get_object.
-  A read/write relay instead of splice cost more (0.40-0.48 vs 0.30-0.34), SO_RCVLOWAT on the
-  store socket, gc.freeze() and pipe sizes changed nothing measurable.
+- Downloads, 0.2-0.5 server CPU s/GB: splice(2) store socket -> pipe -> client socket, nearly all
+  kernel time, plus the request: a 1000-byte download takes 5.5 ms (get_object: 2.5 ms) and
+  3.7-3.9 ms of server CPU, of which Django and the key and File lookups ~3.3 (the store's GET
+  is a signed request of our own, files/storage.py _ObjectGet: through botocore it was 6.5-6.9 ms
+  and 4.7-5.2 ms of CPU). A read/write relay instead of splice cost more (0.40-0.48 vs 0.30-0.34);
+  SO_RCVLOWAT on the store socket, gc.freeze() and pipe sizes changed nothing measurable.
 - "via C proxy" rows: the same boto3 transfers through socat (C, read/write, 1 MiB buffers), i.e.
-  the cost of one more TCP hop and nothing else. Best-of-3 ratios of that hop on 2026-11-30:
-  download 100 MB 0.74 / 0.84 / 1.03, 500 MB 0.89 / 0.93 / 0.91, 8 x 64 MiB 0.70 / 0.80 / 0.80;
-  upload 100 MB 0.91 / 0.97 / 0.98, 500 MB 1.03 / 0.95 / 0.97, 8-way 1.02 / 1.02 / 1.01. The API
-  in the same runs: download 0.70 / 0.71 / 1.05, 0.85 / 0.92 / 0.80, 8-way 0.67 / 0.78 / 0.71;
-  upload 0.77 / 0.93 / 0.93, 0.93 / 0.94 / 1.00, 8-way 1.01 / 1.02 / 0.89. On this machine even
-  a bare C hop does not reach 0.85 on 8 downloads at once, nor 0.90 on single ones every time.
+  the cost of one more TCP hop and nothing else. Best-of-3 ratios on the final code of
+  2026-11-30 (three runs, 21:34-21:41, load 1.0-4.4), hop / API:
+    download 100 MB  0.82 0.83 0.84 / 0.74 0.85 0.70    500 MB 0.97 0.99 0.91 / 0.92 0.93 0.80
+    8 x 64 MiB down  0.72 0.70 0.82 / 0.81 0.68 0.77
+    upload 100 MB    0.96 0.97 0.95 / 1.00 0.88 0.94    500 MB 0.96 1.05 1.01 / 0.90 0.97 0.97
+    8 x 64 MiB up    0.80 0.95 0.97 / 0.90 0.93 0.91
+  In none of those runs does a bare C hop reach 0.90 on a 100 MB download or 0.85 on eight
+  downloads at once.
 - The store keeps deleted objects' bytes until it vacuums: the script asks it to at the end
   (_common.vacuum_store); six runs without that filled the disk with ~75 GB of volumes.
 """
