@@ -137,16 +137,7 @@ class Server:
 
     def pids(self) -> list[int]:
         """The master and every process below it."""
-        found, todo = [], [self.process.pid]
-        while todo:
-            pid = todo.pop()
-            found.append(pid)
-            try:
-                with open(f"/proc/{pid}/task/{pid}/children") as handle:
-                    todo.extend(int(child) for child in handle.read().split())
-            except FileNotFoundError:
-                pass
-        return found
+        return process_tree(self.process.pid)
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the server's processes (master and workers), from /proc."""
@@ -163,6 +154,20 @@ class Server:
             self.process.wait(15)
         except subprocess.TimeoutExpired:
             os.kill(self.process.pid, signal.SIGKILL)
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and every process below it, from /proc."""
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                todo.extend(int(child) for child in handle.read().split())
+        except FileNotFoundError:
+            pass
+    return found
 
 
 def cpu_seconds(pids) -> float:

@@ -249,16 +249,7 @@ class ProxyHop:
 
     def cpu_seconds(self) -> float:
         """socat's listener and the child it forks per connection."""
-        pids, todo = [], [self.process.pid]
-        while todo:
-            pid = todo.pop()
-            pids.append(pid)
-            try:
-                with open(f"/proc/{pid}/task/{pid}/children") as handle:
-                    todo.extend(int(child) for child in handle.read().split())
-            except FileNotFoundError:
-                pass
-        return _common.cpu_seconds(pids)
+        return _common.cpu_seconds(_common.process_tree(self.process.pid))
 
     def stop(self) -> None:
         os.killpg(self.process.pid, signal.SIGTERM)

@@ -223,12 +223,38 @@ class _SignedRequests:
             conn.send(body)
         return conn.getresponse()
 
+    def _send_fresh_if_stale(self, conn, reused: bool, method: str, target: str, headers: dict, body=None):
+        """(the connection used, the response). A kept-alive connection the store closed while
+        it sat idle fails at once: the request is sent again on a new one (both S3 requests
+        sent this way are idempotent)."""
+        try:
+            return conn, self._send_request(conn, method, target, headers, body)
+        except (ConnectionError, http.client.RemoteDisconnected):
+            if not reused:
+                raise
+            conn.close()
+            conn = self._new_connection()
+            try:
+                return conn, self._send_request(conn, method, target, headers, body)
+            except BaseException:
+                conn.close()
+                raise
+
+    def _give_up_unless_retryable(self, attempt: int, status: int, code: str | None) -> None:
+        """After an error answer: StorageObjectMissing, StorageUnavailable, or return to retry."""
+        if code in _MISSING_CODES or status == 404:
+            raise StorageObjectMissing(code or "404")
+        if attempt == self.ATTEMPTS or not (status in self._RETRY_STATUS or code in self._RETRY_CODES):
+            raise StorageUnavailable(details={"store_error": code or str(status)})
+
+    def _give_up_if_last(self, attempt: int, exc: Exception) -> None:
+        """After the store could not be reached (or answered nothing usable)."""
+        if attempt == self.ATTEMPTS:
+            raise StorageUnavailable(details={"store_error": type(exc).__name__}) from exc
+
     def _error_code(self, response: http.client.HTTPResponse) -> str | None:
         found = self._CODE.search(response.read(64 * 1024))
         return found.group(1).decode("ascii", "replace") if found else None
-
-    def _should_retry(self, status: int, code: str | None) -> bool:
-        return status in self._RETRY_STATUS or code in self._RETRY_CODES
 
     @staticmethod
     def _backoff(attempt: int) -> None:
@@ -244,38 +270,24 @@ class _PartPut(_SignedRequests):
         """The part's ETag. StorageObjectMissing when the upload is gone, StorageUnavailable for
         anything else the store refuses or cannot be reached for."""
         target = f"{self.object_path(key)}?partNumber={part_number}&uploadId={quote(upload_id, safe='')}"
+        headers = {"Content-Length": str(len(body)), "x-amz-checksum-crc32c": checksum}
         for attempt in range(1, self.ATTEMPTS + 1):
             try:
-                status, etag, code = self._put(target, body, checksum)
+                status, etag, code = self._put(target, headers, body)
             except (OSError, http.client.HTTPException) as exc:
                 self._drop()
-                if attempt == self.ATTEMPTS:
-                    raise StorageUnavailable(details={"store_error": type(exc).__name__}) from exc
+                self._give_up_if_last(attempt, exc)
             else:
                 if status == 200 and etag:
                     return etag
-                if code in _MISSING_CODES or status == 404:
-                    raise StorageObjectMissing(code or "404")
-                if attempt == self.ATTEMPTS or not self._should_retry(status, code):
-                    raise StorageUnavailable(details={"store_error": code or str(status)})
+                self._give_up_unless_retryable(attempt, status, code)
             self._backoff(attempt)
         raise AssertionError("unreachable")
 
-    def _put(self, target: str, body, checksum: str) -> tuple[int, str | None, str | None]:
-        """One attempt (a stale kept-alive connection is replaced at once: a part PUT is
-        idempotent)."""
+    def _put(self, target: str, headers: dict, body) -> tuple[int, str | None, str | None]:
         reused = getattr(self._connections, "conn", None) is not None
-        try:
-            return self._put_on(self._connection(), target, body, checksum)
-        except (ConnectionError, http.client.RemoteDisconnected):
-            if not reused:
-                raise
-            self._drop()
-            return self._put_on(self._connection(), target, body, checksum)
-
-    def _put_on(self, conn, target: str, body, checksum: str) -> tuple[int, str | None, str | None]:
-        headers = {"Content-Length": str(len(body)), "x-amz-checksum-crc32c": checksum}
-        response = self._send_request(conn, "PUT", target, headers, body)
+        conn, response = self._send_fresh_if_stale(self._connection(), reused, "PUT", target, headers, body)
+        self._connections.conn = (self.netloc, conn)
         code = self._error_code(response) if response.status != 200 else None
         if response.status == 200:
             response.read()
@@ -320,32 +332,17 @@ class _ObjectGet(_SignedRequests):
             conn = None
             try:
                 conn, reused = self._take()
-                try:
-                    response = self._send_request(conn, "GET", target, headers)
-                except (ConnectionError, http.client.RemoteDisconnected):
-                    if not reused:
-                        raise
-                    conn.close()  # closed by the store while it sat in the pool: once more, anew
-                    conn = self._new_connection()
-                    response = self._send_request(conn, "GET", target, headers)
+                conn, response = self._send_fresh_if_stale(conn, reused, "GET", target, headers)
+                if response.status in (200, 206):
+                    return _RawObject(response, conn, self)
+                code = self._error_code(response)
             except (OSError, http.client.HTTPException) as exc:
                 if conn is not None:
                     conn.close()
-                if attempt == self.ATTEMPTS:
-                    raise StorageUnavailable(details={"store_error": type(exc).__name__}) from exc
-                self._backoff(attempt)
-                continue
-            if response.status in (200, 206):
-                return _RawObject(response, conn, self)
-            try:
-                code = self._error_code(response)
-            except (OSError, http.client.HTTPException):
-                code = None
-            self._finish(conn, response)
-            if code in _MISSING_CODES or response.status == 404:
-                raise StorageObjectMissing(code or "404")
-            if attempt == self.ATTEMPTS or not self._should_retry(response.status, code):
-                raise StorageUnavailable(details={"store_error": code or str(response.status)})
+                self._give_up_if_last(attempt, exc)
+            else:
+                self._finish(conn, response)
+                self._give_up_unless_retryable(attempt, response.status, code)
             self._backoff(attempt)
         raise AssertionError("unreachable")
 
