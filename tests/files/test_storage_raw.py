@@ -108,19 +108,25 @@ def test_an_unreachable_store_is_503_after_the_retries(settings):
     assert down.value.details["store_error"] == "ConnectionRefusedError"
 
 
+def _client_like_the_configured_one(*, secret: str | None = None, max_pool_connections: int = 10, **s3_config):
+    """A boto3 client for the same store and bucket, with other S3 settings (or another secret)."""
+    configured = storage.client()
+    credentials = configured._request_signer._credentials
+    return boto3.client(
+        "s3",
+        endpoint_url=configured.meta.endpoint_url,
+        region_name=configured.meta.region_name,
+        aws_access_key_id=credentials.access_key,
+        aws_secret_access_key=secret or credentials.secret_key,
+        config=BotoConfig(s3={"addressing_style": "path", **s3_config}, max_pool_connections=max_pool_connections),
+    )
+
+
 def test_signed_payloads_are_accepted(upload):
     """With MANGO_FILE_S3_SIGN_PAYLOAD's client config the PUT carries the body's SHA-256 in
     its signature, and the store takes it."""
     key, upload_id = upload
-    configured = storage.client()
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=configured.meta.endpoint_url,
-        region_name=configured.meta.region_name,
-        aws_access_key_id=configured._request_signer._credentials.access_key,
-        aws_secret_access_key=configured._request_signer._credentials.secret_key,
-        config=BotoConfig(s3={"addressing_style": "path", "payload_signing_enabled": True}),
-    )
+    s3 = _client_like_the_configured_one(payload_signing_enabled=True)
     part = bytearray(b"s" * PART)
     assert storage.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part, s3=s3) == {
         "ETag": f'"{hashlib.md5(part).hexdigest()}"',
@@ -131,15 +137,7 @@ def test_signed_payloads_are_accepted(upload):
 def test_a_bad_signature_is_refused_not_retried(upload):
     """A PUT signed with the wrong secret fails as the store answers (403 is not retried)."""
     key, upload_id = upload
-    configured = storage.client()
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=configured.meta.endpoint_url,
-        region_name=configured.meta.region_name,
-        aws_access_key_id=configured._request_signer._credentials.access_key,
-        aws_secret_access_key="not-the-secret",
-        config=BotoConfig(s3={"addressing_style": "path"}),
-    )
+    s3 = _client_like_the_configured_one(secret="not-the-secret")
     part = bytearray(b"x" * PART)
     with pytest.raises(storage.StorageUnavailable) as refused:
         storage.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part, s3=s3)
@@ -207,3 +205,17 @@ def test_a_read_left_unfinished_closes_its_connection(workspace):
     pooled.sock.shutdown(socket.SHUT_RDWR)
     assert storage.read_bounded(key=file.object_key, max_bytes=10) == data[:11]
     assert storage._ObjectGet._idle[netloc] != [pooled]
+
+
+def test_the_idle_pool_keeps_at_most_the_clients_pool_size(workspace):
+    """However many downloads ran at once, at most max_pool_connections stay open afterwards."""
+    file = make_file(workspace, b"pooled", filename="p.txt")
+    s3 = _client_like_the_configured_one(max_pool_connections=2)
+    storage._ObjectGet.forget_connections()
+    getter = storage._ObjectGet(s3)
+    bodies = [getter.open(key=file.object_key, first=None, last=None) for _ in range(5)]
+    for body in bodies:
+        stream = storage.ObjectStream(body, chunk_size=1024)
+        assert b"".join(stream) == b"pooled"
+        stream.close()
+    assert len(storage._ObjectGet._idle[getter.netloc]) == 2
