@@ -23,7 +23,17 @@ if ENV_FILE and Path(ENV_FILE).is_file():
     environ.Env.read_env(ENV_FILE)
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="mango-dev-insecure-secret-key-change-me")
+# No secret default outside DEBUG: a deployment that forgot the key must not sign sessions and
+# CSRF tokens with a value published in this file. One line, not a traceback (`make run` writes
+# a random key into its .env; the tests set their own in pyproject.toml).
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise SystemExit(
+            "[mango] DJANGO_SECRET_KEY is not set: set it to a long random value"
+            " (or DJANGO_DEBUG=true for a development-only default)."
+        )
+    SECRET_KEY = "mango-dev-insecure-secret-key-debug-only"
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["*"])
 PORT = env.int("PORT", default=8000)
 
