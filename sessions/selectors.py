@@ -244,6 +244,11 @@ def session_workspace_id(*, session_id: str) -> str | None:
     return Session.objects.filter(id=session_id).values_list("workspace_id", flat=True).first()
 
 
+def session_by_id(*, session_id: str) -> Session:
+    """The runner's read of its own session (no workspace: the runner holds its lease)."""
+    return Session.objects.get(id=session_id)
+
+
 def session_is_deleted(*, session_id: str) -> bool:
     """Whether the session was deleted (a running turn stops and logs nothing more)."""
     return Session.objects.filter(id=session_id, deleted_at__isnull=False).exists()
@@ -289,6 +294,37 @@ def session_last_idle_seq(*, session_id: str) -> int:
         .values_list("seq", flat=True)
         .first()
     ) or 0
+
+
+def session_tool_confirmations(*, session_id: str) -> dict[str, dict]:
+    """The user.tool_confirmation payloads of the session, by the tool use they answer."""
+    rows = SessionEvent.objects.filter(session_id=session_id, type=EventType.USER_TOOL_CONFIRMATION)
+    return {event.payload["tool_use_id"]: event.payload for event in rows}
+
+
+def session_tool_uses(*, session_id: str, ids: list[str] | None = None, after_seq: int = 0) -> list[SessionEvent]:
+    """The session's agent.tool_use events, oldest first: those of `ids`, or those after `after_seq`."""
+    rows = SessionEvent.objects.filter(session_id=session_id, type=EventType.AGENT_TOOL_USE, seq__gt=after_seq)
+    if ids is not None:
+        rows = rows.filter(id__in=ids)
+    return list(rows.order_by("seq"))
+
+
+def session_latest_outcome(*, session_id: str) -> tuple[SessionEvent, list[str]] | None:
+    """The latest processed user.define_outcome and the results of its evaluations so far."""
+    events = SessionEvent.objects.filter(session_id=session_id)
+    define = events.filter(type=EventType.USER_DEFINE_OUTCOME, processed_at__isnull=False).order_by("-seq").first()
+    if define is None:
+        return None
+    outcome_id = define.payload["outcome_id"]
+    results = events.filter(type=EventType.SPAN_OUTCOME_EVALUATION_END, payload__outcome_id=outcome_id).values_list(
+        "payload__result", flat=True
+    )
+    return define, list(results)
+
+
+def session_events_since(*, session_id: str, after_seq: int) -> list[SessionEvent]:
+    return list(SessionEvent.objects.filter(session_id=session_id, seq__gt=after_seq).order_by("seq"))
 
 
 @dataclass

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import anthropic
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from core import metrics
@@ -23,10 +22,11 @@ from processors.conversation import build_messages
 from sessions import events as ev
 from sessions import notify
 from sessions.events import MESSAGE_TYPES, ErrorType, EventType
-from sessions.models import Session, SessionEvent
+from sessions.models import Session
 from sessions.runtime.control import Stop, TurnControl
 from sessions.selectors import EventRow, session_conversation_events
-from sessions.services.events import events_append, events_append_locked, session_event_append
+from sessions.services.events import events_append, session_event_append
+from sessions.services.runner import session_error_record, session_events_mark_processed, session_status_running_set
 
 logger = logging.getLogger(__name__)
 
@@ -218,10 +218,8 @@ class Conversation:
 
     def _absorb(self, messages: list[EventRow]) -> None:
         if messages:
+            session_events_mark_processed(event_ids=[row.id for row in messages], only_unprocessed=True)
             now = timezone.now()
-            SessionEvent.objects.filter(id__in=[row.id for row in messages], processed_at__isnull=True).update(
-                processed_at=now
-            )
             for row in messages:
                 row.processed_at = now
 
@@ -254,7 +252,7 @@ def model_call(
             if not retrying:
                 return None
             control.sleep(settings.MANGO_MODEL_RETRY_BACKOFF_SECONDS * (2**attempt))
-            _status_running(control.session_id)
+            session_status_running_set(session_id=control.session_id)
             continue
         except Stop:
             _span_end(control.session_id, start.id, None)
@@ -282,25 +280,9 @@ def model_error_record(*, session_id: str, exc: ModelError, retrying: bool) -> N
     """session.error for a failed call (+ session.status_rescheduled when retrying). The detail
     goes to the log and the session's last_error (operators), never to the event."""
     logger.warning("model call failed: %s", exc.detail, extra={"session_id": session_id})
-    with transaction.atomic():
-        session = Session.objects.select_for_update().get(id=session_id)
-        payload = ev.session_error(message=exc.message, error_type=exc.error_type, retrying=retrying)
-        items = [ev.item(EventType.SESSION_ERROR, payload)]
-        session.last_error = f"{exc.error_type}: {exc.detail}"
-        fields = ["last_error"]
-        if retrying:
-            items.append(ev.item(EventType.SESSION_STATUS_RESCHEDULED))
-            session.status = Session.Status.RESCHEDULING
-            fields.append("status")
-        session.save(update_fields=fields)
-        events_append_locked(session=session, items=items)
-
-
-def _status_running(session_id: str) -> None:
-    with transaction.atomic():
-        session = Session.objects.select_for_update().get(id=session_id)
-        if session.status == Session.Status.RUNNING:
-            return
-        session.status = Session.Status.RUNNING
-        session.save(update_fields=["status"])
-        events_append_locked(session=session, items=[ev.item(EventType.SESSION_STATUS_RUNNING)])
+    session_error_record(
+        session_id=session_id,
+        payload=ev.session_error(message=exc.message, error_type=exc.error_type, retrying=retrying),
+        last_error=f"{exc.error_type}: {exc.detail}",
+        rescheduling=retrying,
+    )
