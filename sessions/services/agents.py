@@ -2,9 +2,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import Conflict
+from sessions.configs import metadata_patch_apply
 from sessions.models import Agent, AgentVersion
 from sessions.selectors import agent_get, agent_version_get
-from sessions.serializers.common import apply_metadata_patch
 
 
 @transaction.atomic
@@ -31,7 +31,7 @@ def agent_update(*, workspace, agent_id: str, fields: dict, expected_version: in
     patch = fields.pop("metadata", None)
     config.update(fields)
     if patch is not None:
-        config["metadata"] = apply_metadata_patch(current.config.get("metadata", {}), patch)
+        config["metadata"] = metadata_patch_apply(current.config.get("metadata", {}), patch)
     now = timezone.now()
     agent.version += 1
     agent.updated_at = now

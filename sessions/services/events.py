@@ -25,7 +25,6 @@ from sessions.events import RUNNER_INPUT_TYPES, EventType
 from sessions.models import Session, SessionEvent
 from sessions.selectors import APPEND_FIELDS, session_get
 from sessions.services.admission import events_admit
-from sessions.streams import framing
 
 
 class LeaseLost(Exception):
@@ -82,8 +81,8 @@ def events_append_locked(
     session.event_bytes = F("event_bytes") + payload_bytes + private_bytes
     session.save(update_fields=["last_seq", "updated_at", "event_bytes", *also_save])
     session.__dict__.pop("event_bytes")  # deferred again: a later read loads the new total
-    session_id, message = session.id, framing.wakeup(rows, payload_bytes=payload_bytes)
-    transaction.on_commit(lambda: notify.publish_events(session_id, message))
+    session_id = session.id
+    transaction.on_commit(lambda: notify.events_committed(session_id, rows, payload_bytes=payload_bytes))
     return rows
 
 
@@ -245,8 +244,7 @@ def events_append(
     last_seq = found[0]
     for offset, row in enumerate(rows):
         row.seq = last_seq - len(rows) + offset + 1
-    message = framing.wakeup(rows, payload_bytes=payload_bytes)
-    transaction.on_commit(lambda: notify.publish_events(session_id, message))
+    transaction.on_commit(lambda: notify.events_committed(session_id, rows, payload_bytes=payload_bytes))
     return rows
 
 

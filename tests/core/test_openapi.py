@@ -173,3 +173,16 @@ def test_every_operation_replayed_answers_as_documented(api, api_key, s3_bucket)
     expected = {f"{method.upper()} {path}" for method, path in OPERATIONS}
     assert seen >= expected, expected - seen
     assert not openapi.violations, openapi.violations
+
+
+def test_what_the_services_require_the_document_states(served, api):
+    """Validation lives in the serializers, so the schema states it: a session needs an agent and
+    an environment, and a request without either is the 400 the document promises."""
+    ref = served["paths"]["/v1/sessions"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    schema = served["components"]["schemas"][ref.rsplit("/", 1)[-1]]
+    assert {"agent", "environment_id"} <= set(schema["required"])
+    agent = _post(api, "/v1/agents", {"name": "a", "model": "claude-sonnet-4-5"}).json()
+    for body, field in (({"agent": agent["id"]}, "environment_id"), ({"environment_id": "env_x"}, "agent")):
+        response = _post(api, "/v1/sessions", body)
+        assert response.status_code == 400, response.content
+        assert field in response.json()["error"]["message"]
