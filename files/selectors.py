@@ -61,6 +61,30 @@ def file_get_for_admission(*, workspace: Workspace, file_id: str) -> File | None
     return file
 
 
+def session_file_copy_get(*, file_id: str) -> File | None:
+    """A session's own File (a resource copy it holds by id), if still ready; None otherwise.
+    The session row that names it is the access check (the caller holds it)."""
+    return File.objects.filter(pk=file_id, state=File.State.READY, scope_session_id__isnull=False).first()
+
+
+def session_outputs_current(*, workspace: Workspace, session_id: str) -> dict[str, File]:
+    """The session's published outputs, by their path under the outputs directory."""
+    rows = _visible(workspace).filter(scope_session_id=session_id, origin=File.Origin.SESSION_OUTPUT)
+    return {file.output_path: file for file in rows}
+
+
+def session_scoped_files_orphaned(*, live_session_ids, created_before: datetime, limit: int) -> list[tuple[str, str]]:
+    """(workspace id, session id) of session-scoped Files older than `created_before` whose
+    session is not among `live_session_ids` (a queryset or a list)."""
+    rows = (
+        File.objects.filter(scope_session_id__isnull=False, state=File.State.READY, created_at__lt=created_before)
+        .exclude(scope_session_id__in=live_session_ids)
+        .values_list("workspace_id", "scope_session_id")
+        .distinct()
+    )
+    return list(rows[:limit])
+
+
 # --- listing --------------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from core.streams import buffered_reader
 from files import storage
 from files.models import File
 from files.quotas import StorageQuotaExceeded
+from files.selectors import session_outputs_current
 from files.services import ObjectStager, session_outputs_apply
 from processors.outputs import (
     ARCHIVE_ROOT,
@@ -184,15 +185,7 @@ def outputs_publish(*, session: Session) -> PublishReport:
         raise OutputsMountMissing(OutputsMountMissing.message)
     workspace = session.workspace
     max_bytes = settings.MANGO_FILE_MAX_BYTES
-    current = {
-        file.output_path: file
-        for file in File.objects.filter(
-            workspace=workspace,
-            scope_session_id=session.id,
-            origin=File.Origin.SESSION_OUTPUT,
-            state=File.State.READY,
-        )
-    }
+    current = session_outputs_current(workspace=workspace, session_id=session.id)
     with ObjectStager(workspace=workspace, max_bytes=max_bytes) as stager:
         tree = _TreeReader(session=session, stager=stager, current=current, max_bytes=max_bytes)
         tree.read_tree()

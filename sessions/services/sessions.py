@@ -8,7 +8,7 @@ from core.errors import InvalidRequest
 from core.ids import new_id
 from core.models import Workspace
 from core.updates import model_update
-from files.models import File
+from files.selectors import session_scoped_files_orphaned
 from files.services import session_files_delete
 from sessions import events as ev
 from sessions import notify, sandbox
@@ -176,14 +176,9 @@ def session_orphan_files_delete(*, older_than_seconds: float) -> int:
     Returns how many sessions' Files were cleaned up."""
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     live = Session.objects.filter(deleted_at__isnull=True).values("id")
-    orphans = (
-        File.objects.filter(scope_session_id__isnull=False, state=File.State.READY, created_at__lt=cutoff)
-        .exclude(scope_session_id__in=live)
-        .values_list("workspace_id", "scope_session_id")
-        .distinct()
-    )
+    orphans = session_scoped_files_orphaned(live_session_ids=live, created_before=cutoff, limit=500)
     count = 0
-    for workspace_id, session_id in list(orphans[:500]):
+    for workspace_id, session_id in orphans:
         logger.warning("deleting orphaned session files", extra={"session_id": session_id})
         session_files_delete(workspace=Workspace.objects.get(pk=workspace_id), session_id=session_id)
         count += 1

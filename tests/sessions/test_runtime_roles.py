@@ -41,3 +41,21 @@ def test_the_rule_sees_a_query():
         assert len(_uses(probe)) == 2
     finally:
         probe.unlink()
+
+
+def test_sessions_and_processors_reach_file_rows_only_through_the_files_gate():
+    """One gate per resource, for callers in other apps too: no File.objects outside files/."""
+    found = []
+    for app in ("sessions", "processors"):
+        for path in sorted((ROOT / app).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and node.attr == "objects"
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "File"
+                ):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, "File rows come from files.selectors:\n" + "\n".join(found)
