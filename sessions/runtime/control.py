@@ -20,7 +20,7 @@ from django.db import connection
 
 from sessions import notify
 from sessions.runtime.lease import Lease
-from sessions.selectors import session_interrupt_pending, session_is_deleted
+from sessions.selectors.runner import session_interrupt_pending, session_is_deleted
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from processors.conversation import grader_transcript
 from sessions.events import TERMINAL_RESULTS, EventType
 from sessions.models import SessionEvent
 from sessions.runtime.model import ModelError, messages_create
-from sessions.selectors import session_events_since, session_latest_outcome
+from sessions.selectors.runner import session_events_since, session_latest_outcome
 from sessions.services.events import session_event_append
 
 DEFAULT_MAX_ITERATIONS = 3

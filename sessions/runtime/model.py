@@ -24,7 +24,7 @@ from sessions import notify
 from sessions.events import MESSAGE_TYPES, ErrorType, EventType
 from sessions.models import Session
 from sessions.runtime.control import Stop, TurnControl
-from sessions.selectors import EventRow, session_conversation_events
+from sessions.selectors.runner import EventRow, session_conversation_events
 from sessions.services.events import events_append, session_event_append
 from sessions.services.runner import session_error_record, session_events_mark_processed, session_status_running_set
 

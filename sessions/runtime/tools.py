@@ -16,7 +16,7 @@ from sessions import sandbox
 from sessions.events import TOOLSET_TYPE, EventType
 from sessions.models import Session, SessionEvent
 from sessions.runtime.control import Stop, TurnControl, db_release
-from sessions.selectors import (
+from sessions.selectors.runner import (
     session_answered_tool_use_ids,
     session_last_idle_seq,
     session_tool_confirmations,

@@ -14,7 +14,7 @@ from sessions import events as ev
 from sessions import notify
 from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, EventType
 from sessions.models import Session, SessionEvent
-from sessions.selectors import session_answered_tool_use_ids, session_pending_input, session_required_action_ids
+from sessions.selectors.runner import session_answered_tool_use_ids, session_pending_input, session_required_action_ids
 from sessions.services.events import events_append_locked
 
 ACTIVE = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
