@@ -226,18 +226,11 @@ def events_append(
     # As _json_bytes counts them (an empty object dumps to its two braces; ASCII: len is bytes).
     payload_bytes = sum(map(len, params["payloads"]))
     params["bytes"] = payload_bytes + sum(map(len, params["privates"]))
-    conditions = ("AND s.runner_token = %(token)s " if token is not None else "") + (
-        "AND s.deleted_at IS NULL" if unless_deleted else ""
+    statement = _append_statement(
+        params, fenced=token is not None, unless_deleted=unless_deleted, usage=usage, end_turn=end_turn
     )
-    assignments = ["usage = s.usage"]
-    if usage is not None:
-        assignments = [f"usage = COALESCE(s.usage, '{{}}'::jsonb) || jsonb_build_object({_USAGE_TOTALS})"]
-        params.update({f"usage_{key}": int(usage.get(key) or 0) for key in USAGE_TOTAL_KEYS})
-    if end_turn:
-        assignments += [_END_TURN]
-        params["idle"] = Session.Status.IDLE.value
     with connection.cursor() as cursor:
-        cursor.execute(_APPEND_SQL.format(usage=", ".join(assignments), conditions=conditions), params)
+        cursor.execute(statement, params)
         found = cursor.fetchone()
     if found is None:
         _append_refused(session_id=session_id, token=token, unless_deleted=unless_deleted)
@@ -246,6 +239,22 @@ def events_append(
         row.seq = last_seq - len(rows) + offset + 1
     transaction.on_commit(lambda: notify.events_committed(session_id, rows, payload_bytes=payload_bytes))
     return rows
+
+
+def _append_statement(params: dict, *, fenced: bool, unless_deleted: bool, usage: dict | None, end_turn: bool) -> str:
+    """_APPEND_SQL with the fence and deleted conditions, the usage totals and the end of the
+    turn it needs (their values added to `params`)."""
+    conditions = ("AND s.runner_token = %(token)s " if fenced else "") + (
+        "AND s.deleted_at IS NULL" if unless_deleted else ""
+    )
+    assignments = ["usage = s.usage"]
+    if usage is not None:
+        assignments = [f"usage = COALESCE(s.usage, '{{}}'::jsonb) || jsonb_build_object({_USAGE_TOTALS})"]
+        params.update({f"usage_{key}": int(usage.get(key) or 0) for key in USAGE_TOTAL_KEYS})
+    if end_turn:
+        assignments.append(_END_TURN)
+        params["idle"] = Session.Status.IDLE.value
+    return _APPEND_SQL.format(usage=", ".join(assignments), conditions=conditions)
 
 
 def _append_refused(*, session_id: str, token: str | None, unless_deleted: bool) -> None:
