@@ -192,6 +192,17 @@ STORAGES = {
 MANGO_STRICT = env.bool("MANGO_STRICT", default=False)
 MANGO_FILES_BETA = "files-api-2025-04-14"
 MANGO_AGENTS_BETA = "managed-agents-2026-04-01"
+MANGO_SKILLS_BETA = "skills-2025-10-02"
+
+# Skills (sessions/services/skills.py; README "Skills"): what one upload may hold, checked while
+# it streams and again before anything is stored; versions per skill and skills per workspace.
+MANGO_SKILL_MAX_FILES = env.int("MANGO_SKILL_MAX_FILES", default=500)
+MANGO_SKILL_FILE_MAX_BYTES = env.int("MANGO_SKILL_FILE_MAX_BYTES", default=8 * 1024 * 1024)
+MANGO_SKILL_MAX_BYTES = env.int("MANGO_SKILL_MAX_BYTES", default=32 * 1024 * 1024)
+MANGO_SKILL_MAX_VERSIONS = env.int("MANGO_SKILL_MAX_VERSIONS", default=100)
+MANGO_WORKSPACE_MAX_SKILLS = env.int("MANGO_WORKSPACE_MAX_SKILLS", default=1000)
+# Django counts a multipart request's files before our own skill limit does: let ours speak.
+DATA_UPLOAD_MAX_NUMBER_FILES = max(100, MANGO_SKILL_MAX_FILES + 1)
 
 # --- Serving (config/asgi.py) and per-workspace caps ---------------------------------------
 MANGO_SSE_HEARTBEAT_SECONDS = env.float("MANGO_SSE_HEARTBEAT_SECONDS", default=15.0)
@@ -316,6 +327,7 @@ CELERY_BEAT_SCHEDULE = {
     "files-expire": {"task": "files.expire", "schedule": timedelta(minutes=1)},
     "sessions-recover": {"task": "sessions.recover_stuck", "schedule": timedelta(minutes=1)},
     "sessions-orphan-files": {"task": "sessions.orphan_files_sweep", "schedule": timedelta(minutes=10)},
+    "skills-unfinished": {"task": "sessions.skills_unfinished_sweep", "schedule": timedelta(minutes=10)},
 }
 
 # Worker/beat liveness (core/heartbeats.py): renewed every MANGO_HEARTBEAT_SECONDS, gone after

@@ -10,12 +10,11 @@ from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import metrics
-from core.api import query_int, query_list, require_beta_in_strict_mode, rfc3339
+from core.api import IgnoreAccept, query_int, query_list, require_beta_in_strict_mode, rfc3339
 from core.errors import InvalidRequest, RequestTooLarge
 from core.serializers import deleted_output, page_output
 from files import selectors, services, storage, uploads
@@ -88,17 +87,6 @@ _LIST_PARAMETERS = [
     OpenApiParameter("ids[]", str, many=True, description="At most 100 ids; one page; unknown ids left out."),
     OpenApiParameter("scope_id", str, description="Only Files scoped to this session."),
 ]
-
-
-class IgnoreAccept(BaseContentNegotiation):
-    """The SDK sends `Accept: application/binary` for downloads and `application/json` for
-    everything else; responses have one fixed type, so Accept is not negotiated."""
-
-    def select_parser(self, request, parsers):
-        return parsers[0] if parsers else None
-
-    def select_renderer(self, request, renderers, format_suffix=None):
-        return renderers[0], renderers[0].media_type
 
 
 class FilesApiView(APIView):

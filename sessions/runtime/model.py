@@ -19,12 +19,14 @@ from django.utils import timezone
 from core import metrics
 from core.ids import new_id
 from processors.conversation import build_messages
+from processors.skills import skills_prompt_section
 from sessions import events as ev
 from sessions import notify
 from sessions.events import MESSAGE_TYPES, ErrorType, EventType
 from sessions.models import Session
 from sessions.runtime.control import Stop, TurnControl
 from sessions.selectors.runner import EventRow, session_conversation_events
+from sessions.selectors.skills import session_skills
 from sessions.services.events import events_append, session_event_append
 from sessions.services.runner import session_error_record, session_events_mark_processed, session_status_running_set
 
@@ -224,8 +226,20 @@ class Conversation:
                 row.processed_at = now
 
 
+def system_prompt(session: Session) -> str | None:
+    """The agent's system prompt, then the skills section (each pinned skill's name,
+    description and path), read once per turn."""
+    skills = [
+        {"name": version.name, "description": version.description, "path": path}
+        for version, path in session_skills(session=session)
+    ]
+    section = skills_prompt_section(skills)
+    system = session.agent_snapshot.get("system")
+    return "\n\n".join(part for part in (system, section) if part) or None
+
+
 def model_call(
-    *, control: TurnControl, session: Session, definitions: list[dict], conversation: Conversation
+    *, control: TurnControl, session: Session, definitions: list[dict], conversation: Conversation, system: str | None
 ) -> ModelReply | None:
     """Call the model with the conversation so far, retrying retryable failures
     (MANGO_MODEL_MAX_RETRIES, exponential back-off). None once retries are exhausted."""
@@ -237,7 +251,7 @@ def model_call(
         previews = PreviewPublisher(control.session_id)
         params = {
             "model": snapshot["model"]["id"],
-            "system": snapshot.get("system"),
+            "system": system,
             "messages": messages,
             "tools": definitions,
             "max_tokens": settings.MANGO_MODEL_MAX_TOKENS,

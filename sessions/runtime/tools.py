@@ -26,6 +26,7 @@ from sessions.services.events import SessionGone, events_append
 from sessions.services.resources import resources_place
 from sessions.services.runner import session_sandbox_failed, session_sandbox_running
 from sessions.services.sandboxes import sandbox_admit
+from sessions.services.skills import session_skills_place
 
 MAX_RESULT_CHARS = 100_000
 DEFAULT_BASH_TIMEOUT_SECONDS = 120.0
@@ -316,6 +317,11 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
     except sandbox.SandboxError as exc:
         session_sandbox_failed(session_id=session.id, error=f"sandbox: {exc}")
         raise
+    if ref != session.sandbox_ref:  # a new container: its skills first, before it is recorded
+        try:
+            session_skills_place(session=session)
+        except Exception as exc:
+            raise sandbox.SandboxError(f"skills could not be placed: {exc}") from exc
     session_sandbox_running(session=session, ref=ref)
     try:
         resources_place(session=session)  # file resources not yet in this sandbox

@@ -28,7 +28,15 @@ from sessions.runtime.control import Handback, Stop, TurnControl, draining
 from sessions.runtime.fairness import turn_slot
 from sessions.runtime.grader import outcome_evaluate
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
-from sessions.runtime.model import Conversation, ModelError, ModelReply, model_call, model_error_record, span_end_item
+from sessions.runtime.model import (
+    Conversation,
+    ModelError,
+    ModelReply,
+    model_call,
+    model_error_record,
+    span_end_item,
+    system_prompt,
+)
 from sessions.runtime.tools import ToolSpec, session_tools, tool_run, tools_answer_dangling, tools_run_confirmed
 from sessions.selectors.runner import session_by_id, session_is_deleted
 from sessions.services.events import LeaseLost, events_append, runner_fence, session_event_append
@@ -145,11 +153,12 @@ class Runner:
         self_hosted = session.environment_config.get("type") == "self_hosted"
         model_calls = 0
         conversation = Conversation(self.session_id)
+        system = system_prompt(session)
         while True:
             self.control.check_handback()  # a safe point: every tool use so far is answered
             self.control.check_stop()
             reply = model_call(
-                control=self.control, session=session, definitions=definitions, conversation=conversation
+                control=self.control, session=session, definitions=definitions, conversation=conversation, system=system
             )
             if reply is None:
                 return self.go_idle(ev.stop_retries_exhausted())

@@ -17,8 +17,8 @@ from core.serializers import (
     validated,
 )
 from processors.resources import MAX_FILE_RESOURCES, MAX_MOUNT_PATH_LENGTH
-from sessions.serializers.agents import ModelField
-from sessions.serializers.common import ID_MAX_CHARS, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
+from sessions.serializers.agents import ModelField, SkillSerializer
+from sessions.serializers.common import ID_MAX_CHARS, SKILLS_MAX, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
 from sessions.serializers.events import InitialEventsField, initial_events
 from sessions.serializers.tools import ToolsField
 
@@ -35,6 +35,7 @@ class AgentRefSerializer(InputSerializer):
     system = Text(max_length=SYSTEM_MAX_CHARS, required=False, allow_null=True, allow_blank=True)
     tools = ToolsField(required=False)
     model = ModelField(required=False, allow_null=True)
+    skills = Array(child=SkillSerializer(), max_length=SKILLS_MAX, required=False, allow_null=True)
 
 
 class AgentRefField(StringOrObject):
@@ -55,7 +56,8 @@ class AgentRefField(StringOrObject):
         if not ref.is_valid():
             raise serializers.ValidationError(ref.errors)
         # Overrides parsed as the agent routes parse them; other keys as sent.
-        parsed = {key: ref.validated_data[key] for key in ("tools", "model") if ref.validated_data.get(key) is not None}
+        fields = ("tools", "model", "skills")
+        parsed = {key: ref.validated_data[key] for key in fields if ref.validated_data.get(key) is not None}
         return {**data, **parsed}
 
 

@@ -18,6 +18,7 @@ from sessions.events import EventType
 from sessions.models import Session
 from sessions.selectors import agent_get, agent_version_get, environment_get, session_get
 from sessions.services.admission import events_admit
+from sessions.services.agents import agent_skills_resolve
 from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
 from sessions.services.resources import resource_rows_create, resources_admit, resources_copy
 
@@ -88,6 +89,13 @@ def _session_create(
             snapshot["tools"] = agent["tools"] or []
         if agent.get("model") is not None:
             snapshot["model"] = agent["model"]
+        if agent.get("skills") is not None:
+            snapshot["skills"] = agent["skills"]
+    # Skills are pinned at session start: `latest` becomes the version it is now.
+    resolved = agent_skills_resolve(workspace=workspace, skills=snapshot.get("skills") or [])
+    snapshot["skills"] = [
+        {"type": "custom", "skill_id": ref["skill_id"], "version": row.version} for ref, row in resolved
+    ]
     now = timezone.now()
     session = Session.objects.create(
         id=session_id,
