@@ -248,9 +248,7 @@ def _object_response(file, *, status: int, first: int | None = None, last: int |
     """The object's bytes as a streaming response. The open stream is also the response's
     `file_to_stream`: a server that offers wsgi.file_wrapper (config.asgi's download path,
     gunicorn) reads it in DOWNLOAD_CHUNK_BYTES pieces itself; Django closes it either way."""
-    stream = storage.ObjectStream(
-        storage.open_object(key=file.object_key, first=first, last=last), chunk_size=DOWNLOAD_CHUNK_BYTES
-    )
+    stream = storage.open_object(key=file.object_key, first=first, last=last, chunk_size=DOWNLOAD_CHUNK_BYTES)
     response = StreamingHttpResponse(stream, content_type=file.mime_type, status=status)
     response.file_to_stream = stream
     response.block_size = DOWNLOAD_CHUNK_BYTES

@@ -193,7 +193,6 @@ class _PartUploader:
         self.key = key
         self.content_type = content_type
         self.upload_id: str | None = None
-        self.s3 = storage.client()
         self._parts: dict[int, dict] = {}
         self._pending: dict[Future, bytearray] = {}
         self._spare: list[bytearray] = []
@@ -202,7 +201,7 @@ class _PartUploader:
         self._last_heartbeat = time.monotonic()
 
     def _start(self) -> None:
-        self.upload_id = storage.multipart_start(key=self.key, content_type=self.content_type, s3=self.s3)
+        self.upload_id = storage.multipart_start(key=self.key, content_type=self.content_type)
         crash_point("upload_multipart_started")
         _intent_heartbeat(self.intent_id, upload_id=self.upload_id)
         self._last_heartbeat = time.monotonic()
@@ -228,9 +227,7 @@ class _PartUploader:
             self._parts[number] = part
 
     def _upload(self, number: int, buffer: bytearray) -> tuple[int, dict]:
-        part = storage.multipart_upload_part(
-            key=self.key, upload_id=self.upload_id, part_number=number, body=buffer, s3=self.s3
-        )
+        part = storage.multipart_upload_part(key=self.key, upload_id=self.upload_id, part_number=number, body=buffer)
         crash_point("upload_part_stored")
         return number, part
 
@@ -260,7 +257,7 @@ class _PartUploader:
         except BufferError:  # still viewed somewhere: send a copy
             buffer = bytearray(memoryview(buffer)[:length])
         if self.upload_id is None:
-            storage.put_object(key=self.key, body=buffer, content_type=self.content_type, s3=self.s3)
+            storage.put_object(key=self.key, body=buffer, content_type=self.content_type)
             crash_point("upload_object_stored")
             return
         if length:
@@ -268,7 +265,7 @@ class _PartUploader:
         done, _ = wait(self._pending)
         self._collect(done)
         parts = [self._parts[number] for number in range(1, self._next_part)]
-        storage.multipart_complete(key=self.key, upload_id=self.upload_id, parts=parts, s3=self.s3)
+        storage.multipart_complete(key=self.key, upload_id=self.upload_id, parts=parts)
         crash_point("upload_object_stored")
 
     def close(self) -> None:
@@ -409,7 +406,6 @@ class ObjectStager:
         storage.require_configured()
         self.workspace = workspace
         self.max_bytes = settings.MANGO_FILE_MAX_BYTES if max_bytes is None else max_bytes
-        self.s3 = storage.client()
         self._reserved: list[tuple[int, str]] = []
         self._used: dict[str, tuple[int, str]] = {}
         self._futures: dict[str, Future] = {}
@@ -435,7 +431,7 @@ class ObjectStager:
         return self._reserved.pop()
 
     def _put(self, intent_id: int, key: str, body: bytes, mime_type: str) -> StagedObject:
-        storage.put_object(key=key, body=body, content_type=mime_type, s3=self.s3)
+        storage.put_object(key=key, body=body, content_type=mime_type)
         crash_point("stager_object_stored")
         return StagedObject(
             intent_id=intent_id, object_key=key, size_bytes=len(body), sha256=hashlib.sha256(body).hexdigest()

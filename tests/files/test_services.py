@@ -316,7 +316,9 @@ def test_bodies_go_to_the_store_with_a_crc32c_it_verifies(workspace):
     object reports it back), and the store refuses a part whose bytes do not match it."""
     data = b"checked " * 1000
     small = make_file(workspace, data)
-    head = storage.client().head_object(Bucket=storage.bucket(), Key=small.object_key, ChecksumMode="ENABLED")
+    head = storage.backend().client.head_object(
+        Bucket=storage.backend().bucket, Key=small.object_key, ChecksumMode="ENABLED"
+    )
     assert head["ChecksumCRC32C"] == storage.body_checksum(data)
     key = storage.new_object_key(workspace_id=workspace.id)
     upload_id = storage.multipart_start(key=key, content_type="text/plain")
@@ -326,8 +328,8 @@ def test_bodies_go_to_the_store_with_a_crc32c_it_verifies(workspace):
         "ChecksumCRC32C": storage.body_checksum(part),
     }
     with pytest.raises(ClientError) as refused:
-        storage.client().upload_part(
-            Bucket=storage.bucket(),
+        storage.backend().client.upload_part(
+            Bucket=storage.backend().bucket,
             Key=key,
             UploadId=upload_id,
             PartNumber=2,
