@@ -32,6 +32,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
 
+from core.bodies import content_length
+
 
 class SpliceSink:
     """The client connection of one response, for a body written to it directly (splice(2))
@@ -291,16 +293,11 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
 
 
 def _content_length(scope) -> int | None:
-    """The request body's Content-Length, unless it is chunked (or absent, or invalid)."""
-    length = None
-    for name, value in scope["headers"]:
-        if name == b"transfer-encoding":
-            return None
-        if name == b"content-length":
-            if not value.isdigit() or length is not None:
-                return None
-            length = int(value)
-    return length
+    """The request body's Content-Length, unless it is chunked (or absent, invalid, repeated)."""
+    lengths = [value for name, value in scope["headers"] if name == b"content-length"]
+    if len(lengths) != 1 or any(name == b"transfer-encoding" for name, _ in scope["headers"]):
+        return None
+    return content_length(lengths[0])
 
 
 class StreamEndingServer(Server):

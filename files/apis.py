@@ -18,7 +18,7 @@ from core import metrics
 from core.api import query_int, query_list, require_beta_in_strict_mode, rfc3339
 from core.errors import InvalidRequest, RequestTooLarge
 from core.serializers import deleted_output, page_output
-from files import selectors, services, storage, uploads
+from files import naming, selectors, services, storage, uploads
 from files.exceptions import FileNotDownloadable, RangeNotSatisfiable
 
 EXPIRES_MIN_SECONDS = 3600
@@ -162,12 +162,12 @@ class FileListCreateApi(FilesApiView):
         if "expires_in_seconds" in form.fields:
             seconds = _parse_expires(form.fields["expires_in_seconds"])
             expires_at = timezone.now() + timedelta(seconds=seconds)
-        mime_type = uploads.resolve_mime_type(form.file_part.content_type, form.file_part.filename)
+        mime_type = naming.resolve_mime_type(form.file_part.content_type, form.file_part.filename)
         try:
             file = services.file_upload_stream(
                 workspace=request.user,
                 chunks=form,
-                filename=uploads.clean_filename(form.file_part.filename, mime_type),
+                filename=naming.clean_filename(form.file_part.filename, mime_type),
                 mime_type=mime_type,
                 max_bytes=max_bytes,
                 expires_at=expires_at,
