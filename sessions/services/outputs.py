@@ -19,8 +19,9 @@ from django.conf import settings
 from core.streams import buffered_reader
 from files import storage
 from files.models import File
+from files.outputs import session_outputs_apply
 from files.quotas import StorageQuotaExceeded
-from files.services import ObjectStager, session_outputs_apply
+from files.transfers import ObjectStager
 from processors.outputs import (
     ARCHIVE_ROOT,
     MAX_OUTPUT_FILES,
