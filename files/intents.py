@@ -64,16 +64,19 @@ def upload_discard(*, intent_id: int, key: str, upload_id: str | None) -> None:
     intent_close(intent_id, state=StorageIntent.State.ROLLED_BACK)
 
 
-def delete_finish(intent: StorageIntent) -> bool:
-    """Delete the object, then (in one transaction) the row and the intent. False, with the
-    intent left open, if the store is unreachable."""
+def delete_finish(intent: StorageIntent, *, defer: bool = True, crash_at: str = "delete_object_deleted") -> bool:
+    """Delete the object, then (in one transaction) the row and the intent. If the store is
+    unreachable: with `defer`, False, the intent left open for reconciliation (ownerless);
+    without (reconciliation itself), the store's error is raised."""
     try:
         storage.delete_object(key=intent.object_key)
-    except Exception as exc:  # noqa: BLE001 — the file is already hidden; reconciliation retries
+    except Exception as exc:
+        if not defer:
+            raise
         logger.warning("file delete deferred to reconciliation", extra={"file_id": intent.file_id})
         intent_disown(intent.pk, exc)
         return False
-    crash_point("delete_object_deleted")
+    crash_point(crash_at)
     with transaction.atomic():
         File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
         intent_close(intent.pk, state=StorageIntent.State.COMMITTED)

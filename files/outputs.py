@@ -1,6 +1,6 @@
 """Session outputs on the Files side: the swap that makes a session's visible output Files
 exactly the current tree, in one transaction (sessions/services/outputs.py stages the objects
-with files.transfers.ObjectStager and calls session_outputs_apply)."""
+with files.transfers.ObjectStager and calls session_outputs_swap)."""
 
 from dataclasses import dataclass, field
 
@@ -24,7 +24,7 @@ class OutputsApplied:
     unchanged: list[str] = field(default_factory=list)
 
 
-def session_outputs_apply(
+def session_outputs_swap(
     *, workspace: Workspace, session_id: str, staged: dict[str, tuple[StagedObject, str]], keep: set[str]
 ) -> OutputsApplied:
     """Make a session's visible output Files exactly `keep` (relative paths), in one

@@ -19,7 +19,7 @@ from django.conf import settings
 from core.streams import buffered_reader
 from files import storage
 from files.models import File
-from files.outputs import session_outputs_apply
+from files.outputs import session_outputs_swap
 from files.quotas import StorageQuotaExceeded
 from files.transfers import ObjectStager
 from processors.outputs import (
@@ -200,7 +200,7 @@ def outputs_publish(*, session: Session) -> PublishReport:
         tree.read_changed()
         tree.drop_unpublishable()
         objects = stager.results()
-        result = session_outputs_apply(
+        result = session_outputs_swap(
             workspace=workspace,
             session_id=session.id,
             staged={path: (objects[path], _mime_type(path)) for path in tree.staged},
