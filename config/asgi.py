@@ -11,7 +11,7 @@ workers, one public port).
   keep streaming into the object store with bounded memory and no temp file (Django's own ASGI
   handler would spool the whole body to a temp file first).
 - `GET /v1/files/{id}/content` → the same Django in a thread of that pool (MANGO_API_THREADS),
-  its object-store stream then sent by core.wsgi_files: chunks queued to the loop without a
+  its object-store stream then sent by config.downloads: chunks queued to the loop without a
   round trip each, the store read stopped as soon as the client goes away.
 - everything else → the same Django through another pool (MANGO_API_THREADS).
 
@@ -37,8 +37,9 @@ django_wsgi = get_wsgi_application()
 from a2wsgi import WSGIMiddleware  # noqa: E402 — after Django is set up
 from django.conf import settings  # noqa: E402
 
+from config import downloads  # noqa: E402
 from config.bodies import RECEIVE_KEY, UploadBodies  # noqa: E402
-from core import caps, wsgi_files  # noqa: E402
+from core import caps  # noqa: E402
 from core.bodies import content_length  # noqa: E402
 from core.errors import ApiError  # noqa: E402
 from core.serving import ReleaseDatabaseWhileWaiting, idle_limited  # noqa: E402
@@ -170,7 +171,7 @@ async def _threaded(scope, receive, send) -> None:
     """A request on this process's API threads: a download, or any other Django view."""
     if scope["method"] == "GET" and DOWNLOAD_PATH.match(scope["path"]):
         # The client's next message is its disconnect, however long the download takes.
-        await wsgi_files.serve(
+        await downloads.serve(
             _django,
             api_app.executor,
             scope,

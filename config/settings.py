@@ -142,7 +142,7 @@ MANGO_FILE_S3_SIGN_PAYLOAD = env.bool("MANGO_FILE_S3_SIGN_PAYLOAD", default=Fals
 # reached over plain http; off, every request goes through boto3 (files/storage/boto.py).
 MANGO_FILE_S3_RAW_REQUESTS = env.bool("MANGO_FILE_S3_RAW_REQUESTS", default=True)
 # Downloads under config.asgi move the body from the store's socket to the client's with
-# splice(2) (core/wsgi_files.py) when the store is reached over plain http; off: read in chunks.
+# splice(2) (config/downloads.py) when the store is reached over plain http; off: read in chunks.
 MANGO_FILE_DOWNLOAD_SPLICE = env.bool("MANGO_FILE_DOWNLOAD_SPLICE", default=True)
 MANGO_FILE_MAX_BYTES = env.int("MANGO_FILE_MAX_BYTES", default=500_000_000)
 # Per-workspace Files quota (files/quotas.py): bytes and count of ready Files, all origins.

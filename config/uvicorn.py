@@ -1,7 +1,7 @@
 """The uvicorn worker class `make run` serves with (config/gunicorn.conf.py): uvicorn's, except
 
 - its event streams end cleanly when it shuts down (StreamEndingServer);
-- every request's scope offers the `mango.splice` extension (SpliceSink): core.wsgi_files moves
+- every request's scope offers the `mango.splice` extension (SpliceSink): config.downloads moves
   a File download's body from the object store's socket to the client's with splice(2);
 - a request with a Content-Length body offers the `mango.body` extension (BodySocket): an upload
   (files/uploads.py's SocketBody) reads the body in its own thread straight from the client's
