@@ -45,6 +45,17 @@ class RequestBody:
         del buffer[count:]
         return bytes(buffer)
 
+    def readline(self, size: int | None = -1) -> bytes:
+        """One line (at most `size` bytes). A byte at a time: WSGI requires it, the apps' readers
+        never use it (Django's LimitedStream wraps wsgi.input with it)."""
+        line = bytearray()
+        byte = bytearray(1)
+        while (size is None or size < 0 or len(line) < size) and self.readinto(byte):
+            line += byte
+            if byte == b"\n":
+                break
+        return bytes(line)
+
     def readable(self) -> bool:
         return True
 
