@@ -19,12 +19,10 @@
   new connection's first request, so silent or trickling connections would pile up unbounded."""
 
 import asyncio
-import json
 import os
 import select
 import sys
 import threading
-import uuid
 
 import httptools
 from gunicorn.arbiter import Arbiter
@@ -267,14 +265,12 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
         self._send_error(400, "Bad Request", f"Malformed HTTP request: {msg}")
 
     def _send_error(self, status: int, reason: str, message: str) -> None:
-        from core.errors import error_body  # Django is set up once the app is loaded
+        from core.errors import InvalidRequest, error_json, new_request_id  # Django is set up once the app is loaded
 
-        request_id = f"req_{uuid.uuid4().hex}"
-        body = json.dumps(
-            error_body(
-                status=status, type="invalid_request_error", message=message, details=None, request_id=request_id
-            )
-        ).encode()
+        request_id = new_request_id()
+        error = InvalidRequest(message)
+        error.status = status
+        body = error_json(error, request_id)
         content = [f"HTTP/1.1 {status} {reason}\r\n".encode("ascii")]
         for name, value in self.server_state.default_headers:
             content.extend([name, b": ", value, b"\r\n"])

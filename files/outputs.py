@@ -10,7 +10,7 @@ from django.utils import timezone
 from core.crashpoints import crash_point
 from core.models import Workspace
 from files.intents import UploadReclaimed, delete_finish, hide_for_delete
-from files.models import File, StorageIntent, file_id_time, new_file_id
+from files.models import File, StorageIntent
 from files.quotas import quota_enforce
 from files.transfers import StagedObject
 from processors.outputs import plan_outputs
@@ -66,28 +66,23 @@ def session_outputs_swap(
         files, closed = [], []
         for path in sorted(staged):
             obj, mime_type = staged[path]
-            file_id = new_file_id()
-            files.append(
-                File(
-                    id=file_id,
-                    workspace=workspace,
-                    created_at=file_id_time(file_id),
-                    object_key=obj.object_key,
-                    state=File.State.READY,
-                    filename=path,
-                    mime_type=mime_type,
-                    size_bytes=obj.size_bytes,
-                    sha256=obj.sha256,
-                    downloadable=True,
-                    scope_session_id=session_id,
-                    origin=File.Origin.SESSION_OUTPUT,
-                    output_path=path,
-                )
+            file = File.new_ready(
+                workspace=workspace,
+                object_key=obj.object_key,
+                filename=path,
+                mime_type=mime_type,
+                size_bytes=obj.size_bytes,
+                sha256=obj.sha256,
+                downloadable=True,
+                scope_session_id=session_id,
+                origin=File.Origin.SESSION_OUTPUT,
+                output_path=path,
             )
+            files.append(file)
             intent = intents[obj.intent_id]
             intent.state, intent.file_id, intent.closed_at, intent.updated_at = (
                 StorageIntent.State.COMMITTED,
-                file_id,
+                file.id,
                 now,
                 now,
             )

@@ -21,7 +21,7 @@ from files.intents import (
     intent_error,
     upload_discard,
 )
-from files.models import File, StorageIntent, file_id_time, new_file_id
+from files.models import File, StorageIntent
 from files.quotas import quota_enforce
 from files.transfers import StagedObject, stage_stream
 from processors.filenames import filename_strip
@@ -35,17 +35,10 @@ def create_visible_file(*, intent_id: int, workspace: Workspace, **fields) -> Fi
         intent = StorageIntent.objects.select_for_update().get(pk=intent_id)
         if intent.state != StorageIntent.State.OPEN or intent.attempts:
             raise UploadReclaimed()
-        file_id = new_file_id()
-        file = File.objects.create(
-            id=file_id,
-            workspace=workspace,
-            created_at=file_id_time(file_id),
-            object_key=intent.object_key,
-            state=File.State.READY,
-            **fields,
-        )
+        file = File.new_ready(workspace=workspace, object_key=intent.object_key, **fields)
+        file.save(force_insert=True)
         intent.state = StorageIntent.State.COMMITTED
-        intent.file_id = file_id
+        intent.file_id = file.id
         intent.closed_at = timezone.now()
         intent.save(update_fields=["state", "file_id", "closed_at", "updated_at"])
         quota_enforce(workspace_id=workspace.id)

@@ -29,6 +29,7 @@ from urllib.parse import quote, urlsplit
 
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
+from botocore.exceptions import BotoCoreError
 
 from files.storage.base import ObjectStream, StorageObjectMissing, body_checksum, unavailable
 from files.storage.boto import MISSING_CODES, Boto3Backend
@@ -88,7 +89,7 @@ class SignedS3Backend(Boto3Backend):
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 status, etag, code = self._put(target, headers, body)
-            except (OSError, http.client.HTTPException) as exc:
+            except (OSError, http.client.HTTPException, BotoCoreError) as exc:  # BotoCoreError: credentials
                 self._drop_part_connection()
                 _give_up_if_last(attempt, exc)
             else:
@@ -137,7 +138,7 @@ class SignedS3Backend(Boto3Backend):
                 if response.status in (200, 206):
                     return SignedObjectStream(response, conn, self, chunk_size=chunk_size)
                 code = _error_code(response)
-            except (OSError, http.client.HTTPException) as exc:
+            except (OSError, http.client.HTTPException, BotoCoreError) as exc:  # BotoCoreError: credentials
                 if conn is not None:
                     conn.close()
                 _give_up_if_last(attempt, exc)
