@@ -59,9 +59,9 @@ def setup() -> None:
     from files import storage
 
     try:
-        storage.client().head_bucket(Bucket=storage.bucket())
+        storage.backend().client.head_bucket(Bucket=storage.backend().bucket)
     except ClientError:
-        storage.client().create_bucket(Bucket=storage.bucket())
+        storage.backend().client.create_bucket(Bucket=storage.backend().bucket)
 
 
 def api_key(workspace_name: str) -> tuple[str, object]:

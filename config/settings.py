@@ -143,15 +143,16 @@ MANGO_FILE_S3_REGION = env.str("MANGO_FILE_S3_REGION", default="us-east-1")
 MANGO_FILE_S3_ACCESS_KEY_ID = env.str("MANGO_FILE_S3_ACCESS_KEY_ID", default="") or None
 MANGO_FILE_S3_SECRET_ACCESS_KEY = env.str("MANGO_FILE_S3_SECRET_ACCESS_KEY", default="") or None
 # SHA-256 in the signature of every request body sent to the store. Off: bodies are covered by
-# the CRC32C checksum header sent with each (files/storage.py) and verified by the store, which
+# the CRC32C checksum header sent with each (files/storage/base.py) and verified by the store, which
 # spares a second SHA-256 pass over every uploaded byte.
 MANGO_FILE_S3_SIGN_PAYLOAD = env.bool("MANGO_FILE_S3_SIGN_PAYLOAD", default=False)
-# Upload parts and object GETs as one signed request each on kept-alive connections
-# (files/storage.py _SignedRequests) instead of through botocore's request pipeline, when the
-# store is reached over plain http.
+# The object store's backend (files/storage/__init__.py), chosen once per process: on, upload
+# parts and object GETs go as one signed request each on kept-alive connections
+# (files/storage/signed.py) instead of through botocore's request pipeline, when the store is
+# reached over plain http; off, every request goes through boto3 (files/storage/boto.py).
 MANGO_FILE_S3_RAW_REQUESTS = env.bool("MANGO_FILE_S3_RAW_REQUESTS", default=True)
 # Downloads under config.asgi move the body from the store's socket to the client's with
-# splice(2) (core/wsgi_files.py) when the store is reached over plain http; off: read in chunks.
+# splice(2) (config/downloads.py) when the store is reached over plain http; off: read in chunks.
 MANGO_FILE_DOWNLOAD_SPLICE = env.bool("MANGO_FILE_DOWNLOAD_SPLICE", default=True)
 MANGO_FILE_MAX_BYTES = env.int("MANGO_FILE_MAX_BYTES", default=500_000_000)
 # Per-workspace Files quota (files/quotas.py): bytes and count of ready Files, all origins.

@@ -116,6 +116,20 @@ class File(models.Model):
     def scope(self) -> dict | None:
         return {"type": "session", "id": self.scope_session_id} if self.scope_session_id else None
 
+    @classmethod
+    def new_ready(cls, *, workspace, object_key: str, **fields) -> "File":
+        """An unsaved, ready File with a new id (its created_at is the id's time) for an object
+        already in the store."""
+        file_id = new_file_id()
+        return cls(
+            id=file_id,
+            workspace=workspace,
+            created_at=file_id_time(file_id),
+            object_key=object_key,
+            state=cls.State.READY,
+            **fields,
+        )
+
 
 class StorageIntent(models.Model):
     """An object-store operation recorded (and committed) before it starts.

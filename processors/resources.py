@@ -8,11 +8,11 @@ from collections.abc import Iterable, Iterator
 
 from processors.errors import InvalidMountPath, ProcessorError
 from processors.filenames import filename_shown, path_problem
+from processors.outputs import OUTPUTS_DIR
 
 MAX_FILE_RESOURCES = 100
 MAX_MOUNT_PATH_LENGTH = 1024
 UPLOADS_DIR = "/mnt/session/uploads"
-OUTPUTS_DIR = "/mnt/session/outputs"
 SKILLS_DIR = "/mnt/skills"  # skills are placed at /mnt/skills/<name>/ (sessions/services/skills.py)
 FILE_MODE = 0o444
 DIR_MODE = 0o755

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import IgnoreAccept, Paging, require_beta_in_strict_mode
+from core.bodies import content_length
 from core.errors import InvalidRequest
 from core.parsers import JSONParser
 from files import storage
@@ -97,10 +98,7 @@ class SkillUploadParser(BaseParser):
         request = parser_context["request"]
         meta = request.META.copy()
         meta["CONTENT_TYPE"] = media_type
-        try:
-            declared = int(meta.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            declared = 0
+        declared = content_length(meta.get("CONTENT_LENGTH")) or 0
         if declared > settings.MANGO_SKILL_MAX_BYTES + _FRAMING_SLACK_BYTES:
             raise skill_services.SkillTooLarge(f"A skill upload holds at most {settings.MANGO_SKILL_MAX_BYTES} bytes.")
         limits = _Limits()

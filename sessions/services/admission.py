@@ -14,8 +14,10 @@ from core.models import Workspace
 from files import storage
 from files.models import File
 from files.selectors import file_get_for_admission, file_read_bounded
-from processors.admission import Admission, FileRef, render_message_for_model
+from processors.admission import Admission
 from processors.errors import ProcessorError
+from processors.file_text import FileRef
+from processors.rendering import render_message_for_model
 
 
 def _file_access(

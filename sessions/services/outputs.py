@@ -12,16 +12,17 @@ import logging
 import mimetypes
 import tarfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from django.conf import settings
 
 from core.streams import buffered_reader
 from files import storage
 from files.models import File
+from files.outputs import OutputsApplied, session_outputs_swap
 from files.quotas import StorageQuotaExceeded
 from files.selectors import session_outputs_current
-from files.services import ObjectStager, session_outputs_apply
+from files.transfers import ObjectStager
 from processors.outputs import (
     ARCHIVE_ROOT,
     MAX_OUTPUT_FILES,
@@ -50,11 +51,10 @@ class OutputsMountMissing(Exception):
 
 
 @dataclass
-class PublishReport:
-    added: list[str] = field(default_factory=list)
-    replaced: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
+class PublishReport(OutputsApplied):
+    """What the swap applied (added, replaced, removed, unchanged paths), and what the tree read
+    found wrong."""
+
     # One human-readable reason per offending path, naming the path.
     invalid: list[str] = field(default_factory=list)
     uploads: int = 0
@@ -192,15 +192,15 @@ def outputs_publish(*, session: Session) -> PublishReport:
         tree.read_changed()
         tree.drop_unpublishable()
         objects = stager.results()
-        result = session_outputs_apply(
+        result = session_outputs_swap(
             workspace=workspace,
             session_id=session.id,
             staged={path: (objects[path], _mime_type(path)) for path in tree.staged},
             keep=tree.keep,
         )
     report = tree.report
-    report.added, report.replaced, report.removed = result.added, result.replaced, result.removed
-    report.unchanged = result.unchanged
+    for applied in fields(OutputsApplied):
+        setattr(report, applied.name, getattr(result, applied.name))
     logger.info(
         "outputs published: %d added, %d replaced, %d unchanged, %d removed, %d invalid, %d uploads",
         len(report.added),

@@ -4,18 +4,17 @@ import json
 
 import pytest
 
-from processors import admission as adm
-from processors.admission import (
+from processors import file_text as adm
+from processors.admission import Admission, check_tool_result_content
+from processors.file_text import (
     MAX_CHARS,
     MAX_RUBRIC_BYTES,
-    Admission,
     AdmissionError,
     FileRef,
-    check_tool_result_content,
     not_found_error,
     read_verified_text,
-    render_message_for_model,
 )
+from processors.rendering import render_message_for_model
 from tests.processors.store import Store
 
 FOUR_BYTE = "\U0001f600"  # 😀, 4 bytes in UTF-8
