@@ -195,6 +195,11 @@ MANGO_FILES_BETA = "files-api-2025-04-14"
 MANGO_AGENTS_BETA = "managed-agents-2026-04-01"
 MANGO_SKILLS_BETA = "skills-2025-10-02"
 
+# PDFs and images from Files sent to the model as base64 (processors/media.py): the upstream's
+# per-image limit, and a PDF size whose base64 fits the Messages API's 32 MB request limit.
+MANGO_MODEL_IMAGE_MAX_BYTES = env.int("MANGO_MODEL_IMAGE_MAX_BYTES", default=5 * 1024 * 1024)
+MANGO_MODEL_PDF_MAX_BYTES = env.int("MANGO_MODEL_PDF_MAX_BYTES", default=24 * 1024 * 1024)
+
 # Skills (sessions/services/skills.py; README "Skills"): what one upload may hold, checked while
 # it streams and again before anything is stored; versions per skill and skills per workspace.
 MANGO_SKILL_MAX_FILES = env.int("MANGO_SKILL_MAX_FILES", default=500)

@@ -52,6 +52,9 @@ class File(models.Model):
         UPLOAD = "upload"
         RESOURCE_COPY = "resource_copy"
         SESSION_OUTPUT = "session_output"
+        # A private copy of a PDF or image admitted into a session event (sent to the model as
+        # base64 at each call): never listed or addressable by clients, deleted with the session.
+        EVENT_SNAPSHOT = "event_snapshot"
 
     id = models.CharField(primary_key=True, max_length=40, default=new_file_id, editable=False)
     # PROTECT: dropping a workspace must go through file deletion, or its objects would leak.
@@ -76,7 +79,8 @@ class File(models.Model):
             models.CheckConstraint(condition=Q(size_bytes__gte=0), name="files_file_size_nonnegative"),
             models.CheckConstraint(condition=Q(state__in=["ready", "deleting"]), name="files_file_state_valid"),
             models.CheckConstraint(
-                condition=Q(origin__in=["upload", "resource_copy", "session_output"]), name="files_file_origin_valid"
+                condition=Q(origin__in=["upload", "resource_copy", "session_output", "event_snapshot"]),
+                name="files_file_origin_valid",
             ),
             models.CheckConstraint(
                 condition=Q(output_path__isnull=True) | Q(origin="session_output"),

@@ -112,7 +112,9 @@ def file_upload_stream(
         raise
 
 
-def file_copy(*, source: File, scope_session_id: str, origin: str = File.Origin.RESOURCE_COPY) -> File:
+def file_copy(
+    *, source: File, scope_session_id: str, origin: str = File.Origin.RESOURCE_COPY, downloadable: bool = True
+) -> File:
     """An independent, downloadable, session-scoped copy of `source` (a new id and a new object,
     copied inside the store: no bytes pass through this process). Same intent discipline as
     file_upload_stream: the copy is visible only once its object exists."""
@@ -143,7 +145,7 @@ def file_copy(*, source: File, scope_session_id: str, origin: str = File.Origin.
             mime_type=source.mime_type,
             size_bytes=source.size_bytes,
             sha256=source.sha256,
-            downloadable=True,
+            downloadable=downloadable,
             scope_session_id=scope_session_id,
             origin=origin,
             output_path=None,

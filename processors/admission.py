@@ -22,7 +22,6 @@ from processors.file_text import (
     INVALID,
     MAX_CHARS,
     OVERSIZED,
-    UNSUPPORTED,
     AdmissionError,
     LoadedText,
     Lookup,
@@ -30,6 +29,7 @@ from processors.file_text import (
     read_verified_text,
     shown_name,
 )
+from processors.media import MEDIA_LIMITS, LoadedMedia, check_inline_source, media_kind, read_verified_media
 
 
 def file_source_id(block: dict) -> str | bool | None:
@@ -45,6 +45,11 @@ def is_file_document(block) -> bool:
     return isinstance(block, dict) and block.get("type") == "document" and bool(file_source_id(block))
 
 
+def is_file_block(block) -> bool:
+    """A `document` or `image` block whose source is a File."""
+    return isinstance(block, dict) and block.get("type") in ("document", "image") and bool(file_source_id(block))
+
+
 @dataclass(frozen=True)
 class AdmittedMessage:
     """`content` is the public content (unchanged: file documents keep their file_id only);
@@ -56,7 +61,7 @@ class AdmittedMessage:
 
     @property
     def chars(self) -> int:
-        return sum(len(s["text"]) for s in self.snapshots)
+        return sum(len(s.get("text", "")) for s in self.snapshots)
 
 
 @dataclass(frozen=True)
@@ -89,35 +94,16 @@ class AdmittedEvent:
     private: dict | None = None
 
 
-def _check_unsupported_file_blocks(content: list, *, location: str, in_tool_result: bool) -> None:
+def _check_file_blocks(content: list, *, location: str, limits: dict[str, int]) -> None:
+    """Every `image` / `document` source is checked before anything is stored: a file source
+    must name a File, and an inline one must be what it claims (processors/media.py)."""
     for index, block in enumerate(content):
-        if not isinstance(block, dict):
-            continue
-        file_id = file_source_id(block)
-        if file_id is None:
+        if not isinstance(block, dict) or block.get("type") not in ("document", "image"):
             continue
         where = f"{location}[{index}]"
-        kind = block.get("type")
-        if file_id is False and kind in ("document", "image"):
+        if file_source_id(block) is False:
             raise AdmissionError(f"{where}: source.file_id must be a non-empty string.", reason=INVALID)
-        if kind == "image":
-            raise AdmissionError(
-                f"{where}: images with a file source are not supported; send the image as base64 or url.",
-                file_id=file_id,
-                reason=UNSUPPORTED,
-            )
-        if kind == "document" and in_tool_result:
-            raise AdmissionError(
-                f"{where}: File documents inside tool results are not supported.", file_id=file_id, reason=UNSUPPORTED
-            )
-
-
-def check_tool_result_content(content: list[dict] | None, *, location: str = "content") -> None:
-    """`user.tool_result` / `user.custom_tool_result` content: File documents and file-sourced
-    images are rejected as unsupported; everything else passes."""
-    if not content or not isinstance(content, list):
-        return
-    _check_unsupported_file_blocks(content, location=location, in_tool_result=True)
+        check_inline_source(block, location=where, limits=limits)
 
 
 class Admission:
@@ -134,13 +120,34 @@ class Admission:
         read_bytes: ReadBytes,
         aggregate_limit: int = MAX_CHARS,
         max_chars: int = MAX_CHARS,
+        media_limits: dict[str, int] | None = None,
     ):
         self.lookup = lookup
         self.read_bytes = read_bytes
         self.aggregate_limit = aggregate_limit
         self.max_chars = max_chars
+        self.media_limits = media_limits or MEDIA_LIMITS
         self.used_chars = 0
         self._loaded: dict[str, LoadedText] = {}
+        self._media: dict[tuple[str, str], LoadedMedia] = {}
+
+    def load_media(self, file_id: str, *, kind: str, location: str) -> LoadedMedia:
+        """A PDF or image File, verified once per admission however often it is referenced."""
+        if (file_id, kind) not in self._media:
+            ref = self.lookup(file_id)
+            if ref is None:
+                read_verified_text(None, read_bytes=self.read_bytes, file_id=file_id, location=location)
+            self._media[(file_id, kind)] = read_verified_media(
+                ref, kind=kind, read_bytes=self.read_bytes, limits=self.media_limits, location=location
+            )
+        return self._media[(file_id, kind)]
+
+    def _media_kind(self, block: dict) -> str | None:
+        """ "image"/"pdf" for a Files-sourced block sent to the model as bytes; None otherwise."""
+        if block.get("type") == "image":
+            return "image"
+        ref = self.lookup(block["source"]["file_id"])
+        return media_kind("document", ref.mime_type) if ref is not None else None
 
     def load_document(self, file_id: str, *, location: str | None = None) -> LoadedText:
         if file_id in self._loaded:
@@ -162,13 +169,17 @@ class Admission:
         """Admit a `user.message` content list. Usage is added to the aggregate only on success."""
         if not isinstance(content, list):
             raise AdmissionError(f"{location}: must be a list of content blocks.", reason=INVALID)
-        _check_unsupported_file_blocks(content, location=location, in_tool_result=False)
+        _check_file_blocks(content, location=location, limits=self.media_limits)
         used = self.used_chars
         snapshots = []
         for index, block in enumerate(content):
-            if not is_file_document(block):
+            if not is_file_block(block):
                 continue
             where = f"{location}[{index}]"
+            kind = self._media_kind(block)
+            if kind is not None:
+                snapshots.append(self.load_media(block["source"]["file_id"], kind=kind, location=where).snapshot(index))
+                continue
             loaded = self.load_document(block["source"]["file_id"], location=where)
             used += len(loaded.text)
             if used > self.aggregate_limit:
@@ -232,6 +243,8 @@ class Admission:
         if kind == "user.define_outcome":
             rubric = self.rubric(event.get("rubric"), location=f"{location}.rubric")
             return AdmittedEvent(copy.deepcopy(event), {"rubric": rubric.snapshot()})
-        if kind in ("user.tool_result", "user.custom_tool_result"):
-            check_tool_result_content(event.get("content"), location=f"{location}.content")
+        if kind in ("user.tool_result", "user.custom_tool_result") and isinstance(event.get("content"), list):
+            admitted = self.message_content(event["content"], location=f"{location}.content")
+            private = {"documents": admitted.snapshots} if admitted.snapshots else None
+            return AdmittedEvent(copy.deepcopy(event), private)
         return AdmittedEvent(copy.deepcopy(event))

@@ -6,7 +6,7 @@ Pure, as all of processors/; admission itself (what may be admitted) is processo
 import copy
 import html
 
-from processors.admission import file_source_id, is_file_document
+from processors.admission import is_file_block
 
 
 def _attr(value: str) -> str:
@@ -36,14 +36,18 @@ def render_message_for_model(content: list[dict], snapshots: list[dict]) -> list
     for index, block in enumerate(content):
         if isinstance(block, dict) and block.get("type") == "redacted":
             continue
-        if not is_file_document(block):
-            if isinstance(block, dict) and block.get("type") == "image" and file_source_id(block):
-                raise ValueError(f"content[{index}]: file-sourced images are never admitted")
+        if not is_file_block(block):
             rendered.append(copy.deepcopy(block))
             continue
         snapshot = by_index.get(index)
         if snapshot is None or snapshot.get("file_id") != block["source"]["file_id"]:
-            raise ValueError(f"content[{index}]: no admitted snapshot for this File document")
+            raise ValueError(f"content[{index}]: no admitted snapshot for this File block")
+        if "kind" in snapshot:  # a PDF or image: its private copy, sent as base64 at each call
+            if not snapshot.get("copy_id"):
+                raise ValueError(f"content[{index}]: the admitted {snapshot['kind']} has no private copy")
+            source = {"type": "snapshot", "file_id": snapshot["copy_id"], "media_type": snapshot["media_type"]}
+            rendered.append({**copy.deepcopy(block), "source": source})
+            continue
         text_block = {
             "type": "text",
             "text": render_document_text(snapshot, title=block.get("title"), context=block.get("context")),

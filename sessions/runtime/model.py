@@ -18,7 +18,9 @@ from django.utils import timezone
 
 from core import metrics
 from core.ids import new_id
+from files.selectors import event_snapshot_read
 from processors.conversation import build_messages
+from processors.media import inline_snapshots
 from processors.skills import skills_prompt_section
 from sessions import events as ev
 from sessions import notify
@@ -207,6 +209,14 @@ class Conversation:
         self.session_id = session_id
         self._settled: list[EventRow] = []
         self._after_seq = 0
+        # The admitted PDFs and images, read once per turn (each call sends them again).
+        self._media: dict[str, bytes] = {}
+
+    def media(self, file_id: str) -> bytes:
+        if file_id not in self._media:
+            limit = max(settings.MANGO_MODEL_PDF_MAX_BYTES, settings.MANGO_MODEL_IMAGE_MAX_BYTES)
+            self._media[file_id] = event_snapshot_read(file_id=file_id, max_bytes=limit)
+        return self._media[file_id]
 
     def events(self) -> list[EventRow]:
         rows = session_conversation_events(session_id=self.session_id, after_seq=self._after_seq)
@@ -246,7 +256,7 @@ def model_call(
     snapshot = session.agent_snapshot
     attempts = settings.MANGO_MODEL_MAX_RETRIES + 1
     for attempt in range(attempts):
-        messages = build_messages(conversation.events())
+        messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
         start = session_event_append(session_id=control.session_id, type=EventType.SPAN_MODEL_REQUEST_START)
         previews = PreviewPublisher(control.session_id)
         params = {

@@ -322,14 +322,19 @@ def session_events_send(*, workspace, session_id: str, parsed: list[dict]) -> li
     """POST /v1/sessions/{id}/events. File references are admitted first (object reads, outside
     any transaction); then the events are committed together, before any worker sees them.
     A rejected File commits nothing."""
-    admitted = events_admit(
+    admitted, media = events_admit(
         workspace=workspace,
         parsed=parsed,
+        session_id=session_id,
         # A missing session is a 404 before any File is read (events without Files skip the query).
         before_lookup=lambda: session_get(workspace=workspace, session_id=session_id),
     )
-    with transaction.atomic():
-        session = session_get(workspace=workspace, session_id=session_id, for_update=True, fields=APPEND_FIELDS)
-        if session.archived_at is not None:
-            raise InvalidRequest("The session is archived and accepts no more events.")
-        return user_events_append_locked(session=session, parsed=admitted)
+    try:
+        with transaction.atomic():
+            session = session_get(workspace=workspace, session_id=session_id, for_update=True, fields=APPEND_FIELDS)
+            if session.archived_at is not None:
+                raise InvalidRequest("The session is archived and accepts no more events.")
+            return user_events_append_locked(session=session, parsed=admitted)
+    except BaseException:
+        media.discard()  # the PDFs and images copied for events that never committed
+        raise

@@ -51,10 +51,16 @@ def session_create(
     and copied. Then one transaction creates the session, its resources and its events (which
     wake the runner). A rejected File means no session at all; if the transaction fails, the
     copies are deleted."""
-    admitted = events_admit(workspace=workspace, parsed=initial_events, field="initial_events")
-    sources = resources_admit(workspace=workspace, params=resources, existing=[])
     session_id = new_id("sesn")
-    copies = resources_copy(session_id=session_id, admitted=sources)
+    admitted, media = events_admit(
+        workspace=workspace, parsed=initial_events, session_id=session_id, field="initial_events"
+    )
+    try:
+        sources = resources_admit(workspace=workspace, params=resources, existing=[])
+        copies = resources_copy(session_id=session_id, admitted=sources)
+    except BaseException:
+        media.discard()
+        raise
     try:
         with transaction.atomic():
             session = _session_create(
@@ -69,7 +75,7 @@ def session_create(
             resource_rows_create(session=session, copies=copies)
             return session
     except BaseException:
-        if copies:
+        if copies or media.made:
             session_files_delete(workspace=workspace, session_id=session_id)
         raise
 
