@@ -199,6 +199,9 @@ MANGO_SKILLS_BETA = "skills-2025-10-02"
 # per-image limit, and a PDF size whose base64 fits the Messages API's 32 MB request limit.
 MANGO_MODEL_IMAGE_MAX_BYTES = env.int("MANGO_MODEL_IMAGE_MAX_BYTES", default=5 * 1024 * 1024)
 MANGO_MODEL_PDF_MAX_BYTES = env.int("MANGO_MODEL_PDF_MAX_BYTES", default=24 * 1024 * 1024)
+# List prices for budgets beyond (or instead of) sessions/pricing.py's table: JSON
+# {"model id": [input, 5m cache write, 1h cache write, cache read, output]} in USD per MTok.
+MANGO_MODEL_LIST_PRICES = env.str("MANGO_MODEL_LIST_PRICES", default="")
 
 # Skills (sessions/services/skills.py; README "Skills"): what one upload may hold, checked while
 # it streams and again before anything is stored; versions per skill and skills per workspace.

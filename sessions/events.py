@@ -2,8 +2,8 @@
 reason about, tool modes, and one builder per server-built payload (session.error,
 agent.tool_result, session.status_idle stop reasons). Nothing else writes these shapes.
 
-Depends on nothing in the project but the pure processors, so every floor (tasks, runtime,
-services, selectors) may import it.
+Depends on nothing in the project but the pure processors and the price table
+(sessions/pricing.py), so every floor (tasks, runtime, services, selectors) may import it.
 """
 
 import enum
@@ -11,6 +11,7 @@ import enum
 from django.db import models
 
 from processors.conversation import tool_use_id_of  # noqa: F401  (the one place this is decided)
+from sessions import pricing
 
 
 class EventType(models.TextChoices):
@@ -35,6 +36,7 @@ class EventType(models.TextChoices):
     SESSION_ERROR = "session.error"
     SESSION_UPDATED = "session.updated"
     SESSION_DELETED = "session.deleted"
+    SESSION_USAGE = "session.usage"
     SPAN_MODEL_REQUEST_START = "span.model_request_start"
     SPAN_MODEL_REQUEST_END = "span.model_request_end"
     SPAN_OUTCOME_EVALUATION_START = "span.outcome_evaluation_start"
@@ -146,6 +148,10 @@ def stop_refusal() -> dict:
     return {"type": "refusal"}
 
 
+def stop_budget_reached() -> dict:
+    return {"type": "budget_reached"}
+
+
 def stop_requires_action(event_ids: list[str]) -> dict:
     return {"type": "requires_action", "event_ids": list(event_ids)}
 
@@ -159,3 +165,62 @@ def required_action_ids(idle_payload: dict) -> list[str]:
 def item(event_type: str, payload: dict | None = None, **extra) -> dict:
     """One entry for services.events.events_append_locked: {type, payload, id?, private?, processed_at?}."""
     return {"type": str(event_type), "payload": payload or {}, **extra}
+
+
+# The session's stored usage totals (Session.usage; services.events adds each call's delta in
+# the append): token counts, server tool requests, and the list cost in nano-USD.
+USAGE_TOTAL_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "ephemeral_5m_input_tokens",
+    "ephemeral_1h_input_tokens",
+    "web_search_requests",
+    "web_fetch_requests",
+    "list_cost_nanousd",
+)
+
+
+def usage_delta(usage: dict, price) -> dict:
+    """One model call's addition to the session's totals, from the Messages API `usage`; its
+    list cost when the model has a list price (sessions/pricing.py)."""
+    creation = usage.get("cache_creation") or {}
+    server = usage.get("server_tool_use") or {}
+    # Without the breakdown, cache writes are the default 5-minute kind.
+    written_5m = creation.get("ephemeral_5m_input_tokens") if creation else usage.get("cache_creation_input_tokens")
+    delta = {
+        "input_tokens": int(usage.get("input_tokens") or 0),
+        "output_tokens": int(usage.get("output_tokens") or 0),
+        "cache_read_input_tokens": int(usage.get("cache_read_input_tokens") or 0),
+        "ephemeral_5m_input_tokens": int(written_5m or 0),
+        "ephemeral_1h_input_tokens": int(creation.get("ephemeral_1h_input_tokens") or 0),
+        "web_search_requests": int(server.get("web_search_requests") or 0),
+        "web_fetch_requests": int(server.get("web_fetch_requests") or 0),
+    }
+    if price is not None:
+        delta["list_cost_nanousd"] = pricing.call_cost_nanousd(price, usage)
+    return delta
+
+
+def usage_snapshot(totals: dict, *, active_seconds: float | None = None) -> dict:
+    """The SDK's session usage (BetaManagedAgentsSessionUsage and the session.usage snapshot)
+    from stored totals; `list_cost` once any call was priced."""
+    snapshot = {key: int(totals.get(key) or 0) for key in ("input_tokens", "output_tokens", "cache_read_input_tokens")}
+    snapshot["cache_creation"] = {
+        "ephemeral_5m_input_tokens": int(totals.get("ephemeral_5m_input_tokens") or 0),
+        "ephemeral_1h_input_tokens": int(totals.get("ephemeral_1h_input_tokens") or 0),
+    }
+    snapshot["server_tool_use"] = {
+        "web_search_requests": int(totals.get("web_search_requests") or 0),
+        "web_fetch_requests": int(totals.get("web_fetch_requests") or 0),
+    }
+    if "list_cost_nanousd" in totals:
+        snapshot["list_cost"] = {"amount": pricing.cents(int(totals["list_cost_nanousd"])), "currency": "USD"}
+    if active_seconds is not None:
+        snapshot["active_seconds"] = round(active_seconds, 3)
+    return snapshot
+
+
+def session_usage(totals: dict, budget: dict | None) -> dict:
+    """A session.usage event's payload."""
+    return {"usage": usage_snapshot(totals), "budget": budget}

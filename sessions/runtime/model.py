@@ -19,6 +19,7 @@ from django.utils import timezone
 from core import metrics
 from core.ids import new_id
 from files.selectors import event_snapshot_read
+from processors.caching import with_breakpoints
 from processors.conversation import build_messages
 from processors.media import inline_snapshots
 from processors.skills import skills_prompt_section
@@ -96,6 +97,7 @@ def messages_create(
     tools: list[dict],
     max_tokens: int,
     tool_choice: dict | None = None,
+    options: dict | None = None,
     on_stream_event: Callable[[dict], None] | None = None,
 ) -> dict:
     """One Messages API call. Returns the message as a plain dict. With `on_stream_event` the call
@@ -108,6 +110,8 @@ def messages_create(
         params["tools"] = tools
     if tool_choice:
         params["tool_choice"] = tool_choice
+    if options:
+        params.update(options)
     try:
         if on_stream_event is None:
             message = _client().messages.create(**params)
@@ -236,6 +240,26 @@ class Conversation:
                 row.processed_at = now
 
 
+FAST_MODE_BETA = "fast-mode-2026-02-01"
+
+
+def model_options(model: dict) -> dict:
+    """The agent's model options as Messages API request fields: `effort` as output_config,
+    `speed` (fast needs the fast-mode beta header) and `inference_geo`, each only when set.
+    Sent as extra body fields, so this SDK's request types need not know them."""
+    body = {}
+    if model.get("effort"):
+        body["output_config"] = {"effort": model["effort"]["type"]}
+    if model.get("speed"):
+        body["speed"] = model["speed"]
+    if model.get("inference_geo"):
+        body["inference_geo"] = model["inference_geo"]
+    options = {"extra_body": body} if body else {}
+    if model.get("speed") == "fast":
+        options["extra_headers"] = {"anthropic-beta": FAST_MODE_BETA}
+    return options
+
+
 def system_prompt(session: Session) -> str | None:
     """The agent's system prompt, then the skills section (each pinned skill's name,
     description and path), read once per turn."""
@@ -259,12 +283,14 @@ def model_call(
         messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
         start = session_event_append(session_id=control.session_id, type=EventType.SPAN_MODEL_REQUEST_START)
         previews = PreviewPublisher(control.session_id)
+        cached_system, cached_tools, messages = with_breakpoints(system=system, tools=definitions, messages=messages)
         params = {
             "model": snapshot["model"]["id"],
-            "system": system,
+            "system": cached_system,
             "messages": messages,
-            "tools": definitions,
+            "tools": cached_tools,
             "max_tokens": settings.MANGO_MODEL_MAX_TOKENS,
+            "options": model_options(snapshot["model"]),
             "on_stream_event": previews.handle,
         }
         try:
@@ -285,19 +311,20 @@ def model_call(
     return None
 
 
-def span_end_item(*, start_id: str, usage: dict | None) -> tuple[dict, dict]:
-    """The span.model_request_end item of a call and its token counts, which the caller's append
-    adds to the session's totals (events_append(usage=...))."""
+def span_end_item(*, start_id: str, usage: dict | None, price=None) -> tuple[dict, dict | None]:
+    """The span.model_request_end item of a call and its addition to the session's usage totals
+    (tokens, server tool requests, list cost at `price`), which the caller's append adds
+    (events_append(usage=...)); None for a call that failed."""
     usage = usage or {}
     keys = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     model_usage = {key: int(usage.get(key) or 0) for key in keys}
     payload = {"model_request_start_id": start_id, "model_usage": model_usage, "is_error": usage == {}}
-    return ev.item(EventType.SPAN_MODEL_REQUEST_END, payload), model_usage
+    return ev.item(EventType.SPAN_MODEL_REQUEST_END, payload), (ev.usage_delta(usage, price) if usage else None)
 
 
 def _span_end(session_id: str, start_id: str, usage: dict | None) -> None:
-    item, model_usage = span_end_item(start_id=start_id, usage=usage)
-    events_append(session_id=session_id, items=[item], usage=model_usage)
+    item, delta = span_end_item(start_id=start_id, usage=usage)
+    events_append(session_id=session_id, items=[item], usage=delta)
 
 
 def model_error_record(*, session_id: str, exc: ModelError, retrying: bool) -> None:

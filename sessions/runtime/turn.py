@@ -20,7 +20,7 @@ from django.db import close_old_connections
 
 from core.ids import new_id
 from sessions import events as ev
-from sessions import sandbox
+from sessions import pricing, sandbox
 from sessions.dispatch import session_run_enqueue
 from sessions.events import ErrorType, EventType, ToolMode
 from sessions.models import Session
@@ -154,15 +154,18 @@ class Runner:
         model_calls = 0
         conversation = Conversation(self.session_id)
         system = system_prompt(session)
+        spend = Spend(session)
         while True:
             self.control.check_handback()  # a safe point: every tool use so far is answered
             self.control.check_stop()
+            if spend.reached():  # the cap: no more model requests
+                return self.go_idle(ev.stop_budget_reached())
             reply = model_call(
                 control=self.control, session=session, definitions=definitions, conversation=conversation, system=system
             )
             if reply is None:
                 return self.go_idle(ev.stop_retries_exhausted())
-            tool_uses = self._append_response(reply, specs, self_hosted)
+            tool_uses = self._append_response(reply, specs, self_hosted, spend)
             if reply.response.get("stop_reason") == "refusal":
                 return self.go_idle(ev.stop_refusal())
             if not tool_uses:
@@ -188,11 +191,14 @@ class Runner:
 
     # --- the model's answer → events ---------------------------------------------------------
 
-    def _append_response(self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
-        """span.model_request_end, then the model content as agent events, in order, in one
-        statement (with the usage totals). Returns [(tool-use event, ToolMode)]."""
+    def _append_response(self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool, spend: "Spend"):
+        """span.model_request_end and session.usage, then the model content as agent events, in
+        order, in one statement (with the usage totals). Returns [(tool-use event, ToolMode)]."""
         items, modes = _response_items(reply, specs, self_hosted)
-        span_end, model_usage = span_end_item(start_id=reply.span_start_id, usage=reply.response.get("usage") or {})
+        span_end, model_usage = span_end_item(
+            start_id=reply.span_start_id, usage=reply.response.get("usage") or {}, price=spend.price
+        )
+        usage_event = spend.add(model_usage)
         results = []
         for item, mode in zip(items, modes, strict=True):
             if mode is ToolMode.UNKNOWN:
@@ -200,8 +206,10 @@ class Runner:
                 text = f"Unknown tool {item['payload']['name']!r}."
                 result = ev.tool_result(tool_use_id=item["id"], text=text, is_error=True)
                 results.append(ev.item(EventType.AGENT_TOOL_RESULT, result))
-        rows = events_append(session_id=self.session_id, items=[span_end, *items, *results], usage=model_usage)
-        rows = rows[1 : 1 + len(items)]
+        rows = events_append(
+            session_id=self.session_id, items=[span_end, usage_event, *items, *results], usage=model_usage
+        )
+        rows = rows[2 : 2 + len(items)]
         return [(row, mode) for row, mode in zip(rows, modes, strict=True) if mode is not None]
 
     # --- idle --------------------------------------------------------------------------------
@@ -229,6 +237,28 @@ class Runner:
                 self.go_idle(ev.stop_retries_exhausted())
         except Exception:
             logger.exception("could not record a failed turn", extra={"session_id": self.session_id})
+
+
+class Spend:
+    """The session's usage totals during a turn (the runner is their only writer: it holds the
+    lease), its list price, and its budget: `reached()` before each model request."""
+
+    def __init__(self, session: Session):
+        self.price = pricing.price_for(session.agent_snapshot["model"]["id"])
+        self.totals = dict(session.usage or {})
+        self.budget = session.budget if (session.budget or {}).get("type") == "limit" else None
+
+    def add(self, delta: dict) -> dict:
+        """Add one call's usage; returns the session.usage event of the new totals."""
+        for key, value in (delta or {}).items():
+            self.totals[key] = int(self.totals.get(key) or 0) + value
+        return ev.item(EventType.SESSION_USAGE, ev.session_usage(self.totals, self.budget))
+
+    def reached(self) -> bool:
+        if not self.budget:
+            return False
+        cap = pricing.amount_nanousd(self.budget["max_list_cost"]["amount"])
+        return int(self.totals.get("list_cost_nanousd") or 0) >= cap
 
 
 def _tool_use_item(block: dict, specs: dict[str, ToolSpec], self_hosted: bool) -> tuple[dict, ToolMode]:

@@ -1,0 +1,130 @@
+"""What the model call costs and carries (issue 24): budgets with list cost (budget_reached with
+no further request, model_not_budgetable, budget_not_raised, budget_create_only), usage with
+list_cost and cache_creation, session.usage events (strictly validated by the SDK), prompt-cache
+breakpoints on every call of a tool turn, and the model options forwarded."""
+
+import anthropic
+import pytest
+
+from processors.caching import prefix_share
+from tests.scripted_model import message, text
+from tests.sessions.conftest import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(120)]
+
+MODEL = "claude-sonnet-4-5"  # $3 / $15 per MTok; 5m cache writes $3.75, reads $0.30
+USD_CAP = {"type": "limit", "max_list_cost": {"amount": "2", "currency": "USD"}}  # two cents
+
+
+def user(text_value: str) -> dict:
+    return {"type": "user.message", "content": [{"type": "text", "text": text_value}]}
+
+
+def bash_call(usage: dict) -> dict:
+    return message(
+        [{"type": "tool_use", "id": "toolu_x", "name": "bash", "input": {"command": "echo hi"}}],
+        "tool_use",
+        usage=usage,
+    )
+
+
+@pytest.fixture
+def env(sdk):
+    return sdk.beta.environments.create(name="cloud", config={"type": "cloud", "networking": {"type": "limited"}})
+
+
+@pytest.fixture
+def agent(sdk):
+    return sdk.beta.agents.create(
+        name="worker",
+        model={"id": MODEL, "effort": "high", "inference_geo": "us"},
+        system="Be brief.",
+        tools=[{"type": "agent_toolset_20260401"}],
+    )
+
+
+def idle_events(sdk, session_id):
+    return [e for e in sdk.beta.sessions.events.list(session_id) if e.type == "session.status_idle"]
+
+
+@pytest.mark.docker
+def test_budget_reached_stops_before_the_next_request(sdk, model, celery_worker, env, agent):
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id, budget=USD_CAP)
+    assert session.budget.max_list_cost.amount == "2" and session.budget.type == "limit"
+    # 1,000 input + 1,000 output tokens: 3,000 + 15,000 nano-USD per token-million... = $0.018;
+    # with 4,000 cache-creation tokens ($0.015) the first call costs $0.033, over the 2-cent cap.
+    usage = {"input_tokens": 1000, "output_tokens": 1000, "cache_creation_input_tokens": 4000,
+             "cache_read_input_tokens": 0}  # fmt: skip
+    model.script([bash_call(usage), text("never requested")])
+    sdk.beta.sessions.events.send(session.id, events=[user("go")])
+    wait_for(lambda: idle_events(sdk, session.id), timeout=60)
+
+    assert len(model.requests) == 1  # the cap stopped the turn before a second request
+    (idle,) = idle_events(sdk, session.id)
+    assert idle.stop_reason.type == "budget_reached"
+    retrieved = sdk.beta.sessions.retrieve(session.id)
+    assert retrieved.usage.list_cost.amount == "4" and retrieved.usage.list_cost.currency == "USD"  # 3.3 c, up
+    assert retrieved.usage.cache_creation.ephemeral_5m_input_tokens == 4000
+    assert retrieved.usage.input_tokens == 1000 and retrieved.usage.output_tokens == 1000
+    usages = [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.usage"]
+    assert len(usages) == 1 and usages[0].usage.list_cost.amount == "4"
+    assert usages[0].budget.max_list_cost.amount == "2"
+
+    # Raise-only while at the cap: lowering to or below what was spent is refused.
+    with pytest.raises(anthropic.BadRequestError) as lowered:
+        sdk.beta.sessions.update(
+            session.id, budget={"type": "limit", "max_list_cost": {"amount": "3", "currency": "USD"}}
+        )
+    assert lowered.value.body["error"]["details"]["error_code"] == "budget_not_raised"
+    raised = sdk.beta.sessions.update(
+        session.id, budget={"type": "limit", "max_list_cost": {"amount": "500", "currency": "USD"}}
+    )
+    assert raised.budget.max_list_cost.amount == "500"
+    removed = sdk.beta.sessions.update(session.id, budget=None)
+    assert removed.budget is None
+    with pytest.raises(anthropic.BadRequestError) as readded:
+        sdk.beta.sessions.update(session.id, budget=USD_CAP)
+    assert readded.value.body["error"]["details"]["error_code"] == "budget_create_only"
+
+
+def test_budgets_need_a_priced_model_and_a_budget_at_create(sdk, env, agent):
+    unpriced = sdk.beta.agents.create(name="x", model="claude-fable-5-2")
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        sdk.beta.sessions.create(agent=unpriced.id, environment_id=env.id, budget=USD_CAP)
+    assert refused.value.body["error"]["details"]["error_code"] == "model_not_budgetable"
+    uncapped = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    assert uncapped.budget is None
+    with pytest.raises(anthropic.BadRequestError) as added:
+        sdk.beta.sessions.update(uncapped.id, budget=USD_CAP)
+    assert added.value.body["error"]["details"]["error_code"] == "budget_create_only"
+    with pytest.raises(anthropic.BadRequestError):
+        sdk.beta.sessions.create(
+            agent=agent.id,
+            environment_id=env.id,
+            budget={"type": "limit", "max_list_cost": {"amount": "1.5", "currency": "USD"}},
+        )
+
+
+@pytest.mark.docker
+def test_every_call_of_a_tool_turn_carries_cache_breakpoints_and_the_model_options(
+    sdk, model, celery_worker, env, agent
+):
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    steps = 5
+    usage = {"input_tokens": 100, "output_tokens": 10}
+    model.script([*(bash_call(usage) for _ in range(steps)), text("done")])
+    sdk.beta.sessions.events.send(session.id, events=[user("work")])
+    wait_for(lambda: idle_events(sdk, session.id), timeout=90)
+    assert len(model.requests) == steps + 1
+    for number, request in enumerate(model.requests):
+        body = request["body"]
+        assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+        assert body["system"][-1] == {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
+        marked = [b for m in body["messages"] for b in m["content"] if isinstance(b, dict) and b.get("cache_control")]
+        assert 1 <= len(marked) <= 2 and len(marked) + 2 <= 4
+        assert body["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+        assert body["output_config"] == {"effort": "high"} and body["inference_geo"] == "us"
+        if number:
+            assert prefix_share(body) >= 0.9
+    final = sdk.beta.sessions.retrieve(session.id)
+    assert final.usage.input_tokens == 100 * steps + 10 and final.usage.list_cost is not None
