@@ -30,9 +30,16 @@ def tool_use_id_of(payload: dict) -> str | None:
     return payload.get("tool_use_id") or payload.get("custom_tool_use_id")
 
 
+def _refused_note(reason: str) -> list[dict]:
+    return [{"type": "text", "text": f"[Content left out: the model refused it earlier ({reason})]"}]
+
+
 def user_blocks(event: Event) -> list[dict]:
     """The model-facing content of a user event. Admission may store a rewritten form in
-    event.private["model_content"] (documents resolved to text)."""
+    event.private["model_content"] (documents resolved to text); content the upstream refused
+    (private["model_refused"]) is replaced by a note."""
+    if "model_refused" in event.private:
+        return _refused_note(event.private["model_refused"])
     if "model_content" in event.private:
         return list(event.private["model_content"])
     if event.type == "user.define_outcome":
@@ -77,7 +84,10 @@ def feedback_blocks(event: Event) -> list[dict]:
 
 
 def _result_block(tool_use_id: str, payload: dict, private: dict | None = None) -> dict:
-    content = (private or {}).get("model_content") or payload.get("content")
+    private = private or {}
+    content = private.get("model_content") or payload.get("content")
+    if "model_refused" in private:
+        content = _refused_note(private["model_refused"])
     block = {"type": "tool_result", "tool_use_id": tool_use_id}
     if content:
         block["content"] = content

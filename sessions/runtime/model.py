@@ -31,7 +31,12 @@ from sessions.runtime.control import Stop, TurnControl
 from sessions.selectors.runner import EventRow, session_conversation_events
 from sessions.selectors.skills import session_skills
 from sessions.services.events import events_append, session_event_append
-from sessions.services.runner import session_error_record, session_events_mark_processed, session_status_running_set
+from sessions.services.runner import (
+    session_error_record,
+    session_events_mark_processed,
+    session_events_refused,
+    session_status_running_set,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +220,25 @@ class Conversation:
         self._after_seq = 0
         # The admitted PDFs and images, read once per turn (each call sends them again).
         self._media: dict[str, bytes] = {}
+        self._sent: list[EventRow] = []  # what the latest request was built from
+
+    def refused_input(self, exc: "ModelError") -> list[str]:
+        """After the upstream refused a request as invalid (HTTP 400): the client input the
+        request added since the model last answered (the newest user events). They are left out
+        of every later request (their content replaced by a note), so one bad event cannot fail
+        the session's every turn. Returns their ids (none for other failures)."""
+        if exc.status != 400:
+            return []
+        trailing = []
+        for row in reversed(self._sent):
+            if not row.type.startswith(("user.", "system.")):
+                break
+            trailing.append(row.id)
+        if trailing:
+            session_events_refused(event_ids=trailing, reason=exc.message)
+            self._settled = []  # read again: the refused content is left out from now on
+            self._after_seq = 0
+        return trailing
 
     def media(self, file_id: str) -> bytes:
         if file_id not in self._media:
@@ -230,7 +254,8 @@ class Conversation:
         self._settled.extend(rows[:settled])
         if settled:
             self._after_seq = rows[settled - 1].seq
-        return self._settled + [row for row, keep in zip(rows[settled:], counted[settled:], strict=True) if keep]
+        self._sent = self._settled + [row for row, keep in zip(rows[settled:], counted[settled:], strict=True) if keep]
+        return self._sent
 
     def _absorb(self, messages: list[EventRow]) -> None:
         if messages:
@@ -298,7 +323,8 @@ def model_call(
         except ModelError as exc:
             _span_end(control.session_id, start.id, None)
             retrying = exc.retryable and attempt + 1 < attempts
-            model_error_record(session_id=control.session_id, exc=exc, retrying=retrying)
+            refused = conversation.refused_input(exc)
+            model_error_record(session_id=control.session_id, exc=exc, retrying=retrying, refused=refused)
             if not retrying:
                 return None
             control.sleep(settings.MANGO_MODEL_RETRY_BACKOFF_SECONDS * (2**attempt))
@@ -327,13 +353,19 @@ def _span_end(session_id: str, start_id: str, usage: dict | None) -> None:
     events_append(session_id=session_id, items=[item], usage=delta)
 
 
-def model_error_record(*, session_id: str, exc: ModelError, retrying: bool) -> None:
+def model_error_record(*, session_id: str, exc: ModelError, retrying: bool, refused: list[str] | None = None) -> None:
     """session.error for a failed call (+ session.status_rescheduled when retrying). The detail
     goes to the log and the session's last_error (operators), never to the event."""
     logger.warning("model call failed: %s", exc.detail, extra={"session_id": session_id})
+    message = exc.message
+    if refused:
+        message += (
+            f" The request carried the input {', '.join(refused)}, which is left out of the conversation from now on:"
+            " send it again in another form."
+        )
     session_error_record(
         session_id=session_id,
-        payload=ev.session_error(message=exc.message, error_type=exc.error_type, retrying=retrying),
+        payload=ev.session_error(message=message, error_type=exc.error_type, retrying=retrying),
         last_error=f"{exc.error_type}: {exc.detail}",
         rescheduling=retrying,
     )

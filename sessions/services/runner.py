@@ -58,6 +58,15 @@ def session_events_mark_processed(*, event_ids: list[str], only_unprocessed: boo
     rows.update(processed_at=timezone.now())
 
 
+def session_events_refused(*, event_ids: list[str], reason: str) -> None:
+    """The upstream refused these client events' content: it is left out of later model
+    requests (processors/conversation.py reads private["model_refused"]); the public event and
+    the log stay as they were."""
+    for event in SessionEvent.objects.filter(id__in=event_ids).only("id", "private"):
+        event.private = {**event.private, "model_refused": reason}
+        event.save(update_fields=["private"])
+
+
 @dataclass
 class TurnStart:
     """What the runner found under the session's lock (session_turn_begin)."""
