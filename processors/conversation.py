@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import Protocol
 
-USER_SIDE = ("user.message", "system.message", "user.define_outcome", "span.outcome_evaluation_end")
+USER_SIDE = ("user.message", "user.define_outcome", "span.outcome_evaluation_end")
 TOOL_USES = ("agent.tool_use", "agent.custom_tool_use")
 TOOL_RESULTS = ("agent.tool_result", "user.tool_result", "user.custom_tool_result")
 EVALUATION_END = "span.outcome_evaluation_end"
@@ -131,6 +131,13 @@ class _Conversation:
             self.open_ids.clear()
         self.flush_deferred()
 
+    def system(self, blocks: list[dict]) -> None:
+        """A system turn follows the input it accompanies (user text deferred behind open tool
+        uses goes first once they are answered)."""
+        if not self.open_ids:
+            self.flush_deferred()
+        self.add("system", blocks)
+
     def user(self, blocks: list[dict]) -> None:
         if self.open_ids:
             self.deferred.extend(blocks)
@@ -165,6 +172,10 @@ def build_messages(events: Iterable[Event]) -> list[dict]:
         kind = event.type
         if kind in USER_SIDE:
             conversation.user(feedback_blocks(event) if kind == EVALUATION_END else user_blocks(event))
+        elif kind == "system.message":
+            # Privileged context as a `role: system` turn right after what it accompanies (the
+            # SDK's rule), never as user text and never in place of the top-level system prompt.
+            conversation.system(user_blocks(event))
         elif kind == "agent.message":
             conversation.close_open()
             text = [b for b in event.payload.get("content") or [] if b.get("type") == "text"]

@@ -37,6 +37,13 @@ class AgentRefSerializer(InputSerializer):
     tools = ToolsField(required=False)
     model = ModelField(required=False, allow_null=True)
     skills = Array(child=SkillSerializer(), max_length=SKILLS_MAX, required=False, allow_null=True)
+    mcp_servers = Array(
+        child=Object(),
+        max_length=0,
+        required=False,
+        allow_null=True,
+        error_messages={"max_length": "MCP servers are not supported by this server yet (no MCP client)."},
+    )
 
 
 class AgentRefField(StringOrObject):

@@ -112,6 +112,13 @@ def _session_create(
     snapshot["skills"] = [
         {"type": "custom", "skill_id": ref["skill_id"], "version": row.version} for ref, row in resolved
     ]
+    if snapshot.get("mcp_servers"):
+        # No silent drop: the agent would look configured and its MCP tools would never reach the model.
+        raise InvalidRequest(
+            "agent.mcp_servers: this server has no MCP client yet, so the agent's MCP servers cannot be reached;"
+            " remove mcp_servers and mcp_toolset from the agent to run it here.",
+            code="mcp_not_supported",
+        )
     if budget is not None:
         _check_budgetable(snapshot)
     now = timezone.now()

@@ -128,3 +128,47 @@ def test_every_call_of_a_tool_turn_carries_cache_breakpoints_and_the_model_optio
             assert prefix_share(body) >= 0.9
     final = sdk.beta.sessions.retrieve(session.id)
     assert final.usage.input_tokens == 100 * steps + 10 and final.usage.list_cost is not None
+
+
+def test_a_system_message_is_a_system_turn_after_what_it_accompanies(sdk, model, celery_worker, env, agent):
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    with pytest.raises(anthropic.BadRequestError, match="must be the last event"):
+        sdk.beta.sessions.events.send(
+            session.id, events=[{"type": "system.message", "content": [{"type": "text", "text": "Be terse."}]}]
+        )
+    model.script([text("ok")])
+    sdk.beta.sessions.events.send(
+        session.id,
+        events=[user("hello"), {"type": "system.message", "content": [{"type": "text", "text": "Answer in French."}]}],
+    )
+    wait_for(lambda: idle_events(sdk, session.id), timeout=30)
+    messages = model.requests[0]["body"]["messages"]
+    assert [m["role"] for m in messages] == ["user", "system"]
+    assert messages[0]["content"][0]["text"] == "hello"
+    assert messages[1]["content"][0]["text"] == "Answer in French."
+    assert model.requests[0]["body"]["system"][0]["text"] == "Be brief."  # the top-level prompt is kept
+
+
+def test_fields_this_server_cannot_act_on_are_refused_not_dropped(sdk, env, agent):
+    """No silent drop: MCP servers (no MCP client here) and a deployment filter (no deployments)."""
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    assert [s.id for s in sdk.beta.sessions.list()] == [session.id]
+    assert list(sdk.beta.sessions.list(deployment_id="depl_unknown")) == []
+    with_mcp = sdk.beta.agents.create(
+        name="m",
+        model=MODEL,
+        mcp_servers=[{"type": "url", "name": "docs", "url": "https://mcp.example.com/mcp"}],
+        tools=[{"type": "mcp_toolset", "mcp_server_name": "docs"}],
+    )
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        sdk.beta.sessions.create(agent=with_mcp.id, environment_id=env.id)
+    assert "mcp_servers" in refused.value.message
+    with pytest.raises(anthropic.BadRequestError, match="MCP servers are not supported"):
+        sdk.beta.sessions.create(
+            agent={
+                "type": "agent_with_overrides",
+                "id": agent.id,
+                "mcp_servers": [{"type": "url", "name": "d", "url": "https://mcp.example.com/mcp"}],
+            },
+            environment_id=env.id,
+        )
