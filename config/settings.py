@@ -202,6 +202,9 @@ MANGO_MODEL_PDF_MAX_BYTES = env.int("MANGO_MODEL_PDF_MAX_BYTES", default=24 * 10
 # List prices for budgets beyond (or instead of) sessions/pricing.py's table: JSON
 # {"model id": [input, 5m cache write, 1h cache write, cache read, output]} in USD per MTok.
 MANGO_MODEL_LIST_PRICES = env.str("MANGO_MODEL_LIST_PRICES", default="")
+# The toolset's web_search / web_fetch are the upstream's server tools; an upstream without them
+# (a stand-in, a gateway) sets this false and they are not offered at all.
+MANGO_MODEL_SERVER_WEB_TOOLS = env.bool("MANGO_MODEL_SERVER_WEB_TOOLS", default=True)
 
 # Skills (sessions/services/skills.py; README "Skills"): what one upload may hold, checked while
 # it streams and again before anything is stored; versions per skill and skills per workspace.

@@ -180,6 +180,10 @@ def build_messages(events: Iterable[Event]) -> list[dict]:
             conversation.close_open()
             text = [b for b in event.payload.get("content") or [] if b.get("type") == "text"]
             conversation.add("assistant", [{"type": "text", "text": b.get("text", "")} for b in text])
+        elif "server_block" in event.private:
+            # The upstream's own tool call or result (web search / fetch): replayed as it came, in
+            # the assistant's turn; nothing of ours answers it.
+            conversation.add("assistant", [event.private["server_block"]])
         elif kind in TOOL_USES:
             conversation.tool_use(event)
         elif kind in TOOL_RESULTS:

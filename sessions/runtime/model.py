@@ -25,7 +25,7 @@ from processors.media import inline_snapshots
 from processors.skills import skills_prompt_section
 from sessions import events as ev
 from sessions import notify
-from sessions.events import MESSAGE_TYPES, ErrorType, EventType
+from sessions.events import MESSAGE_TYPES, SERVER_TOOL_TYPES, WEB_FETCH_BETA, ErrorType, EventType
 from sessions.models import Session
 from sessions.runtime.control import Stop, TurnControl
 from sessions.selectors.runner import EventRow, session_conversation_events
@@ -268,10 +268,12 @@ class Conversation:
 FAST_MODE_BETA = "fast-mode-2026-02-01"
 
 
-def model_options(model: dict) -> dict:
+def model_options(model: dict, definitions: list[dict] = ()) -> dict:
     """The agent's model options as Messages API request fields: `effort` as output_config,
-    `speed` (fast needs the fast-mode beta header) and `inference_geo`, each only when set.
-    Sent as extra body fields, so this SDK's request types need not know them."""
+    `speed` (fast needs the fast-mode beta header) and `inference_geo`, each only when set; the
+    web-fetch beta header when the upstream's web_fetch is offered. Sent as extra body fields,
+    so this SDK's request types need not know them."""
+    betas = [WEB_FETCH_BETA] if any(d.get("type") == SERVER_TOOL_TYPES["web_fetch"] for d in definitions) else []
     body = {}
     if model.get("effort"):
         body["output_config"] = {"effort": model["effort"]["type"]}
@@ -281,7 +283,9 @@ def model_options(model: dict) -> dict:
         body["inference_geo"] = model["inference_geo"]
     options = {"extra_body": body} if body else {}
     if model.get("speed") == "fast":
-        options["extra_headers"] = {"anthropic-beta": FAST_MODE_BETA}
+        betas.append(FAST_MODE_BETA)
+    if betas:
+        options["extra_headers"] = {"anthropic-beta": ",".join(betas)}
     return options
 
 
@@ -315,7 +319,7 @@ def model_call(
             "messages": messages,
             "tools": cached_tools,
             "max_tokens": settings.MANGO_MODEL_MAX_TOKENS,
-            "options": model_options(snapshot["model"]),
+            "options": model_options(snapshot["model"], definitions),
             "on_stream_event": previews.handle,
         }
         try:

@@ -22,7 +22,7 @@ from core.ids import new_id
 from sessions import events as ev
 from sessions import pricing, sandbox
 from sessions.dispatch import session_run_enqueue
-from sessions.events import ErrorType, EventType, ToolMode
+from sessions.events import SERVER_TOOL_RESULTS, SERVER_TOOL_USE, ErrorType, EventType, ToolMode
 from sessions.models import Session
 from sessions.runtime.control import Handback, Stop, TurnControl, draining
 from sessions.runtime.fairness import turn_slot
@@ -268,7 +268,7 @@ def _tool_use_item(block: dict, specs: dict[str, ToolSpec], self_hosted: bool) -
     payload = {"name": name, "input": tool_input}
     if spec is not None and spec.kind == "custom":
         return ev.item(EventType.AGENT_CUSTOM_TOOL_USE, payload, private=private), ToolMode.CLIENT
-    if spec is None:
+    if spec is None or spec.kind == "server":  # a server tool is the upstream's to run, never a tool_use of ours
         payload["evaluated_permission"] = "deny"
         mode = ToolMode.UNKNOWN
     elif spec.permission == ev.ToolPermission.ALWAYS_ASK:
@@ -284,6 +284,39 @@ def _tool_use_item(block: dict, specs: dict[str, ToolSpec], self_hosted: bool) -
         )
         mode = ToolMode.CLIENT if self_hosted else ToolMode.RUN
     return ev.item(EventType.AGENT_TOOL_USE, payload, private=private), mode
+
+
+def _server_tool_use_item(block: dict, server_uses: dict[str, str]) -> dict:
+    """The upstream's own web_search / web_fetch call as agent.tool_use (the raw block kept
+    privately: the conversation replays it as it came)."""
+    event_id = new_id("sevt")
+    server_uses[block.get("id")] = event_id
+    payload = {
+        "name": block.get("name"),
+        "input": block.get("input") or {},
+        "evaluated_permission": "allow",
+        "evaluation": {"type": "always_allow"},
+    }
+    return ev.item(EventType.AGENT_TOOL_USE, payload, id=event_id, private={"server_block": block})
+
+
+def _server_tool_result_item(block: dict, server_uses: dict[str, str]) -> dict:
+    """Its result block as agent.tool_result: a text digest (titles and URLs, or the fetched
+    page's title and URL) for clients, the raw block kept privately for the conversation."""
+    content = block.get("content")
+    is_error = isinstance(content, dict) and str(content.get("type", "")).endswith("_error")
+    if is_error:
+        text = f"The upstream's {block.get('type')} failed: {content.get('error_code', 'error')}."
+    elif isinstance(content, list):
+        text = (
+            "\n".join(f"{item.get('title') or ''} {item.get('url') or ''}".strip() for item in content) or "No results."
+        )
+    elif isinstance(content, dict):
+        text = f"Fetched {content.get('url') or ''}".strip()
+    else:
+        text = "Done."
+    result = ev.tool_result(tool_use_id=server_uses.get(block.get("tool_use_id"), ""), text=text, is_error=is_error)
+    return ev.item(EventType.AGENT_TOOL_RESULT, result, private={"server_block": block})
 
 
 def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
@@ -302,9 +335,18 @@ def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: 
             modes.append(None)
             text.clear()
 
+    server_uses: dict[str, str] = {}  # the upstream's server tool use id -> our event id
     for block in reply.response.get("content") or []:
         kind = block.get("type")
-        if kind == "text":
+        if kind == SERVER_TOOL_USE:
+            flush_text()
+            items.append(_server_tool_use_item(block, server_uses))
+            modes.append(None)  # run by the upstream, already done
+        elif kind in SERVER_TOOL_RESULTS:
+            flush_text()
+            items.append(_server_tool_result_item(block, server_uses))
+            modes.append(None)
+        elif kind == "text":
             text.append({"type": "text", "text": block.get("text", "")})
         elif kind in ("thinking", "redacted_thinking"):
             flush_text()

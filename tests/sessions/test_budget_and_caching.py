@@ -172,3 +172,82 @@ def test_fields_this_server_cannot_act_on_are_refused_not_dropped(sdk, env, agen
             },
             environment_id=env.id,
         )
+
+
+SEARCH_REPLY = message(
+    [
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "mango"}},
+        {
+            "type": "web_search_tool_result",
+            "tool_use_id": "srvtoolu_1",
+            "content": [
+                {
+                    "type": "web_search_result",
+                    "url": "https://docs.example.com/mango",
+                    "title": "Mango docs",
+                    "encrypted_content": "Eo8B",
+                    "page_age": None,
+                },
+            ],
+        },
+        {"type": "text", "text": "Mango is a fruit."},
+    ],
+    usage={"input_tokens": 50, "output_tokens": 20, "server_tool_use": {"web_search_requests": 1}},
+)
+
+
+def test_web_tools_are_the_upstreams_server_tools(sdk, model, celery_worker, env, settings):
+    agent = sdk.beta.agents.create(
+        name="searcher",
+        model=MODEL,
+        tools=[
+            {
+                "type": "agent_toolset_20260401",
+                "configs": [
+                    {"name": "web_search", "allowed_domains": ["docs.example.com"],
+                     "user_location": {"type": "approximate", "country": "FR"}},
+                    {"name": "web_fetch", "max_content_tokens": 5000},
+                ],
+            }
+        ],
+    )  # fmt: skip
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    model.script([SEARCH_REPLY, text("Still a fruit.")])
+    sdk.beta.sessions.events.send(session.id, events=[user("What is mango?")])
+    wait_for(lambda: idle_events(sdk, session.id), timeout=30)
+    body = model.requests[0]["body"]
+    tools = {tool["name"]: tool for tool in body["tools"]}
+    assert tools["web_search"]["type"] == "web_search_20250305"
+    assert tools["web_search"]["allowed_domains"] == ["docs.example.com"]
+    assert tools["web_search"]["user_location"] == {"type": "approximate", "country": "FR"}
+    assert tools["web_fetch"]["type"] == "web_fetch_20250910" and tools["web_fetch"]["max_content_tokens"] == 5000
+    assert "web-fetch-2025-09-10" in model.requests[0]["headers"].get("anthropic-beta", "")
+
+    events = list(sdk.beta.sessions.events.list(session.id))
+    use = next(e for e in events if e.type == "agent.tool_use")
+    result = next(e for e in events if e.type == "agent.tool_result")
+    assert use.name == "web_search" and use.input == {"query": "mango"}
+    assert result.tool_use_id == use.id and "https://docs.example.com/mango" in result.content[0].text
+    assert sdk.beta.sessions.retrieve(session.id).usage.server_tool_use.web_search_requests == 1
+
+    # The next turn replays the server blocks as they came, in the assistant's turn.
+    sdk.beta.sessions.events.send(session.id, events=[user("Sure?")])
+    wait_for(lambda: len(idle_events(sdk, session.id)) == 2, timeout=30)
+    assistant = model.requests[1]["body"]["messages"][1]
+    assert assistant["role"] == "assistant"
+    assert [b["type"] for b in assistant["content"]] == ["server_tool_use", "web_search_tool_result", "text"]
+
+    # An upstream without server tools: they are not offered at all.
+    settings.MANGO_MODEL_SERVER_WEB_TOOLS = False
+    from sessions.runtime.tools import session_tools
+
+    definitions, _specs = session_tools(sdk.beta.sessions.retrieve(session.id).agent.model_dump(mode="json"))
+    assert not {"web_search", "web_fetch"} & {d["name"] for d in definitions}
+    with pytest.raises(anthropic.BadRequestError, match="url_sources"):
+        sdk.beta.agents.create(
+            name="x",
+            model=MODEL,
+            tools=[
+                {"type": "agent_toolset_20260401", "configs": [{"name": "web_fetch", "url_sources": {"type": "all"}}]}
+            ],
+        )
