@@ -205,6 +205,9 @@ MANGO_MODEL_LIST_PRICES = env.str("MANGO_MODEL_LIST_PRICES", default="")
 # The toolset's web_search / web_fetch are the upstream's server tools; an upstream without them
 # (a stand-in, a gateway) sets this false and they are not offered at all.
 MANGO_MODEL_SERVER_WEB_TOOLS = env.bool("MANGO_MODEL_SERVER_WEB_TOOLS", default=True)
+# Input tokens past which a session's conversation is compacted (a summarizing call) before the
+# next model call; 0: the default, 150,000 (below every named model's window).
+MANGO_CONTEXT_COMPACT_TOKENS = env.int("MANGO_CONTEXT_COMPACT_TOKENS", default=0)
 
 # Skills (sessions/services/skills.py; README "Skills"): what one upload may hold, checked while
 # it streams and again before anything is stored; versions per skill and skills per workspace.

@@ -29,6 +29,7 @@ class EventType(models.TextChoices):
     AGENT_TOOL_USE = "agent.tool_use"
     AGENT_CUSTOM_TOOL_USE = "agent.custom_tool_use"
     AGENT_TOOL_RESULT = "agent.tool_result"
+    AGENT_THREAD_CONTEXT_COMPACTED = "agent.thread_context_compacted"
     SESSION_STATUS_RUNNING = "session.status_running"
     SESSION_STATUS_IDLE = "session.status_idle"
     SESSION_STATUS_RESCHEDULED = "session.status_rescheduled"
@@ -77,6 +78,7 @@ TOOL_RESULT_TYPES = _values(E.AGENT_TOOL_RESULT, E.USER_CUSTOM_TOOL_RESULT, E.US
 MESSAGE_TYPES = _values(E.USER_MESSAGE, E.SYSTEM_MESSAGE, E.USER_DEFINE_OUTCOME)
 # What the transcript for the model is built from (processors.conversation renders them).
 CONVERSATION_TYPES = _values(
+    E.AGENT_THREAD_CONTEXT_COMPACTED,
     E.USER_MESSAGE,
     E.SYSTEM_MESSAGE,
     E.USER_DEFINE_OUTCOME,
@@ -116,6 +118,7 @@ class ErrorType(enum.StrEnum):
     MODEL_REQUEST_FAILED = "model_request_failed_error"
     BILLING = "billing_error"
     TOOL_USE_LIMIT_REACHED = "tool_use_limit_reached_error"
+    COMPACTION_LIMIT_REACHED = "compaction_limit_reached_error"
 
 
 # --- payload builders -----------------------------------------------------------------------

@@ -24,7 +24,7 @@ from processors.conversation import build_messages
 from processors.media import inline_snapshots
 from processors.skills import skills_prompt_section
 from sessions import events as ev
-from sessions import notify
+from sessions import notify, pricing
 from sessions.events import MESSAGE_TYPES, SERVER_TOOL_TYPES, WEB_FETCH_BETA, ErrorType, EventType
 from sessions.models import Session
 from sessions.runtime.control import Stop, TurnControl
@@ -254,7 +254,8 @@ class Conversation:
         self._settled.extend(rows[:settled])
         if settled:
             self._after_seq = rows[settled - 1].seq
-        self._sent = self._settled + [row for row, keep in zip(rows[settled:], counted[settled:], strict=True) if keep]
+        sent = self._settled + [row for row, keep in zip(rows[settled:], counted[settled:], strict=True) if keep]
+        self._sent = _after_last_compaction(sent)
         return self._sent
 
     def _absorb(self, messages: list[EventRow]) -> None:
@@ -299,6 +300,84 @@ def system_prompt(session: Session) -> str | None:
     section = skills_prompt_section(skills)
     system = session.agent_snapshot.get("system")
     return "\n\n".join(part for part in (system, section) if part) or None
+
+
+COMPACTED = EventType.AGENT_THREAD_CONTEXT_COMPACTED.value
+SUMMARY_REQUEST = (
+    "The conversation is about to be compacted to save context. Write a summary of everything so far that lets you "
+    "continue the task without the earlier messages: the goal, what was done and found (files, commands, results), "
+    "decisions, open problems and the next steps. Reply with the summary only."
+)
+
+
+def _after_last_compaction(rows: list[EventRow]) -> list[EventRow]:
+    """The conversation from the latest compaction on: its summary (as a user turn) in place
+    of everything before it. The public event log keeps every event."""
+    last = max((i for i, row in enumerate(rows) if row.type == COMPACTED), default=None)
+    if last is None:
+        return rows
+    compaction = rows[last]
+    text = "Summary of the conversation so far (earlier messages were compacted):\n\n" + compaction.private["summary"]
+    summary = EventRow(
+        id=compaction.id,
+        seq=compaction.seq,
+        type=EventType.USER_MESSAGE.value,
+        payload={},
+        private={"model_content": [{"type": "text", "text": text}]},
+        processed_at=compaction.processed_at,
+    )
+    return [summary, *rows[last + 1 :]]
+
+
+def context_tokens(usage: dict) -> int:
+    """The prompt size of a call: what the next call starts from."""
+    return sum(
+        int(usage.get(key) or 0) for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
+
+
+def compaction_threshold(model: str) -> int:
+    """Input tokens past which the conversation is compacted before the next call."""
+    return settings.MANGO_CONTEXT_COMPACT_TOKENS or DEFAULT_COMPACT_TOKENS
+
+
+# Well below the smallest context window of the models this server names (200,000 tokens).
+DEFAULT_COMPACT_TOKENS = 150_000
+
+
+def context_compact(
+    *, control: TurnControl, session: Session, definitions: list[dict], conversation: Conversation, system: str | None
+) -> bool:
+    """Summarise the conversation with one model call (no tool may be used) and record the
+    summary as agent.thread_context_compacted: the next calls start from it. False when the
+    summary could not be made (the caller reports compaction_limit_reached_error)."""
+    messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
+    messages.append({"role": "user", "content": [{"type": "text", "text": SUMMARY_REQUEST}]})
+    if messages[-2]["role"] == "user":  # two user turns in a row merge
+        messages[-2:] = [{"role": "user", "content": [*messages[-2]["content"], *messages[-1]["content"]]}]
+    params = {
+        "model": session.agent_snapshot["model"]["id"],
+        "system": system,
+        "messages": messages,
+        "tools": definitions,
+        "tool_choice": {"type": "none"},
+        "max_tokens": settings.MANGO_MODEL_MAX_TOKENS,
+    }
+    try:
+        response = control.interruptible(lambda: messages_create(**params))
+    except ModelError as exc:
+        logger.warning("compaction call failed: %s", exc.detail, extra={"session_id": control.session_id})
+        return False
+    summary = "".join(b.get("text", "") for b in response.get("content") or [] if b.get("type") == "text").strip()
+    if not summary:
+        return False
+    usage = response.get("usage") or {}
+    events_append(
+        session_id=control.session_id,
+        items=[ev.item(COMPACTED, {}, private={"summary": summary})],
+        usage=ev.usage_delta(usage, pricing.price_for(params["model"])) if usage else None,
+    )
+    return True
 
 
 def model_call(

@@ -32,6 +32,9 @@ from sessions.runtime.model import (
     Conversation,
     ModelError,
     ModelReply,
+    compaction_threshold,
+    context_compact,
+    context_tokens,
     model_call,
     model_error_record,
     span_end_item,
@@ -155,17 +158,30 @@ class Runner:
         conversation = Conversation(self.session_id)
         system = system_prompt(session)
         spend = Spend(session)
+        threshold = compaction_threshold(session.agent_snapshot["model"]["id"])
+        compact_next = just_compacted = False
         while True:
             self.control.check_handback()  # a safe point: every tool use so far is answered
             self.control.check_stop()
             if spend.reached():  # the cap: no more model requests
                 return self.go_idle(ev.stop_budget_reached())
+            if compact_next:
+                # A call right after a compaction that is still over the threshold: nothing left to compact.
+                if just_compacted or not self._compact(session, definitions, conversation, system):
+                    self._compaction_failed()
+                    return self.go_idle(ev.stop_retries_exhausted())
+                just_compacted = True
+            else:
+                just_compacted = False
             reply = model_call(
                 control=self.control, session=session, definitions=definitions, conversation=conversation, system=system
             )
             if reply is None:
                 return self.go_idle(ev.stop_retries_exhausted())
             tool_uses = self._append_response(reply, specs, self_hosted, spend)
+            # Past the threshold, the conversation is compacted before the next call (every tool
+            # use is answered by then).
+            compact_next = context_tokens(reply.response.get("usage") or {}) > threshold
             if reply.response.get("stop_reason") == "refusal":
                 return self.go_idle(ev.stop_refusal())
             if not tool_uses:
@@ -188,6 +204,16 @@ class Runner:
                     tool_run(control=self.control, session=session, event=event)
             if waiting:
                 return self.go_idle(ev.stop_requires_action(waiting))
+
+    def _compact(self, session: Session, definitions, conversation, system) -> bool:
+        return context_compact(
+            control=self.control, session=session, definitions=definitions, conversation=conversation, system=system
+        )
+
+    def _compaction_failed(self) -> None:
+        message = "The conversation outgrew the context window and could not be compacted further."
+        limit = ModelError(message, error_type=ErrorType.COMPACTION_LIMIT_REACHED, retryable=False)
+        model_error_record(session_id=self.session_id, exc=limit, retrying=False)
 
     # --- the model's answer → events ---------------------------------------------------------
 

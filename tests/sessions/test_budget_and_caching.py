@@ -251,3 +251,37 @@ def test_web_tools_are_the_upstreams_server_tools(sdk, model, celery_worker, env
                 {"type": "agent_toolset_20260401", "configs": [{"name": "web_fetch", "url_sources": {"type": "all"}}]}
             ],
         )
+
+
+@pytest.mark.docker
+def test_a_conversation_past_the_threshold_is_compacted_and_the_turn_completes(
+    sdk, model, celery_worker, env, agent, settings
+):
+    big = {"input_tokens": 1000, "output_tokens": 10, "cache_read_input_tokens": 200_000}
+    model.script([bash_call(big), text("SUMMARY: ran echo hi, it printed hi."), text("All done.")])
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    sdk.beta.sessions.events.send(session.id, events=[user("do the big thing")])
+    wait_for(lambda: idle_events(sdk, session.id), timeout=60)
+    _first, summarizing, after = (r["body"] for r in model.requests)
+    assert summarizing["tool_choice"] == {"type": "none"}
+    assert "compacted" in summarizing["messages"][-1]["content"][-1]["text"]
+    assert len(str(after["messages"])) < len(str(summarizing["messages"]))
+    assert "SUMMARY: ran echo hi" in str(after["messages"][0]) and "do the big thing" not in str(after["messages"])
+    events = list(sdk.beta.sessions.events.list(session.id))
+    types = [e.type for e in events]
+    assert "agent.thread_context_compacted" in types
+    assert "agent.tool_use" in types and types[-1] == "session.status_idle"  # the full public log is kept
+    assert [e for e in events if e.type == "agent.message"][-1].content[0].text == "All done."
+    assert idle_events(sdk, session.id)[-1].stop_reason.type == "end_turn"
+
+
+@pytest.mark.docker
+def test_compaction_that_cannot_shrink_is_compaction_limit_reached(sdk, model, celery_worker, env, agent):
+    big = {"input_tokens": 1000, "output_tokens": 10, "cache_read_input_tokens": 200_000}
+    model.script([bash_call(big), text("SUMMARY"), bash_call(big), text("never")])
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    sdk.beta.sessions.events.send(session.id, events=[user("go")])
+    wait_for(lambda: idle_events(sdk, session.id), timeout=60)
+    errors = [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.error"]
+    assert errors[-1].error.type == "compaction_limit_reached_error"
+    assert len(model.requests) == 3
