@@ -180,10 +180,11 @@ def build_messages(events: Iterable[Event]) -> list[dict]:
             conversation.close_open()
             text = [b for b in event.payload.get("content") or [] if b.get("type") == "text"]
             conversation.add("assistant", [{"type": "text", "text": b.get("text", "")} for b in text])
-        elif "server_block" in event.private:
-            # The upstream's own tool call or result (web search / fetch): replayed as it came, in
-            # the assistant's turn; nothing of ours answers it.
-            conversation.add("assistant", [event.private["server_block"]])
+        elif "model_block" in event.private:
+            # A block the model produced that goes back as it came, in the assistant's turn: its
+            # thinking (signed; required back in a tool loop) and its server tools' calls and
+            # results (web search / fetch), which nothing of ours answers.
+            conversation.add("assistant", [event.private["model_block"]])
         elif kind in TOOL_USES:
             conversation.tool_use(event)
         elif kind in TOOL_RESULTS:

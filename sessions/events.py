@@ -79,6 +79,7 @@ MESSAGE_TYPES = _values(E.USER_MESSAGE, E.SYSTEM_MESSAGE, E.USER_DEFINE_OUTCOME)
 # What the transcript for the model is built from (processors.conversation renders them).
 CONVERSATION_TYPES = _values(
     E.AGENT_THREAD_CONTEXT_COMPACTED,
+    E.AGENT_THINKING,
     E.USER_MESSAGE,
     E.SYSTEM_MESSAGE,
     E.USER_DEFINE_OUTCOME,

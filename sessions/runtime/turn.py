@@ -323,7 +323,7 @@ def _server_tool_use_item(block: dict, server_uses: dict[str, str]) -> dict:
         "evaluated_permission": "allow",
         "evaluation": {"type": "always_allow"},
     }
-    return ev.item(EventType.AGENT_TOOL_USE, payload, id=event_id, private={"server_block": block})
+    return ev.item(EventType.AGENT_TOOL_USE, payload, id=event_id, private={"model_block": block})
 
 
 def _server_tool_result_item(block: dict, server_uses: dict[str, str]) -> dict:
@@ -342,7 +342,7 @@ def _server_tool_result_item(block: dict, server_uses: dict[str, str]) -> dict:
     else:
         text = "Done."
     result = ev.tool_result(tool_use_id=server_uses.get(block.get("tool_use_id"), ""), text=text, is_error=is_error)
-    return ev.item(EventType.AGENT_TOOL_RESULT, result, private={"server_block": block})
+    return ev.item(EventType.AGENT_TOOL_RESULT, result, private={"model_block": block})
 
 
 def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
@@ -376,7 +376,9 @@ def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: 
             text.append({"type": "text", "text": block.get("text", "")})
         elif kind in ("thinking", "redacted_thinking"):
             flush_text()
-            items.append(ev.item(EventType.AGENT_THINKING))
+            # A progress signal for clients (the SDK's agent.thinking carries no content); the
+            # signed block itself is kept privately and goes back to the model in the tool loop.
+            items.append(ev.item(EventType.AGENT_THINKING, private={"model_block": block}))
             modes.append(None)
         elif kind == "tool_use":
             flush_text()

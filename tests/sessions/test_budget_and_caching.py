@@ -285,3 +285,24 @@ def test_compaction_that_cannot_shrink_is_compaction_limit_reached(sdk, model, c
     errors = [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.error"]
     assert errors[-1].error.type == "compaction_limit_reached_error"
     assert len(model.requests) == 3
+
+
+@pytest.mark.docker
+def test_thinking_is_an_event_and_goes_back_to_the_model_in_the_tool_loop(sdk, model, celery_worker, env, agent):
+    thinking = {"type": "thinking", "thinking": "I should list files.", "signature": "sig-abc"}
+    model.script(
+        [
+            message(
+                [thinking, {"type": "tool_use", "id": "toolu_t", "name": "bash", "input": {"command": "ls"}}],
+                "tool_use",
+            ),
+            text("Listed."),
+        ]
+    )
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    sdk.beta.sessions.events.send(session.id, events=[user("list")])
+    wait_for(lambda: idle_events(sdk, session.id), timeout=60)
+    types = [e.type for e in sdk.beta.sessions.events.list(session.id)]
+    assert types.index("agent.thinking") < types.index("agent.tool_use")
+    assistant = model.requests[1]["body"]["messages"][1]
+    assert assistant["content"][0] == thinking and assistant["content"][1]["type"] == "tool_use"
