@@ -161,6 +161,7 @@ class PreviewPublisher:
     def __init__(self, session_id: str):
         self.session_id = session_id
         self.message_ids: list[str] = []
+        self.thinking_ids: list[str] = []  # agent.thinking previews: a start, no content (the SDK's)
         self._blocks: dict[int, tuple[str, int]] = {}
         self._run: list | None = None  # [event id, content index] while text blocks are contiguous
         self._cancelled = False
@@ -180,6 +181,11 @@ class PreviewPublisher:
             notify.publish_delta(self.session_id, {"type": "event_delta", "event_id": event_id, "delta": delta})
 
     def _block_start(self, event: dict) -> None:
+        if event["block_type"] in ("thinking", "redacted_thinking"):
+            event_id = new_id("sevt")
+            self.thinking_ids.append(event_id)
+            started = {"type": "event_start", "event": {"type": EventType.AGENT_THINKING.value, "id": event_id}}
+            notify.publish_delta(self.session_id, started)
         if event["block_type"] != "text":
             self._run = None
             return
@@ -202,6 +208,8 @@ class ModelReply:
     response: dict
     # Ids the streamed previews announced, one per agent.message the response becomes.
     preview_ids: list[str] = field(default_factory=list)
+    # Ids of the agent.thinking previews, one per thinking block.
+    thinking_ids: list[str] = field(default_factory=list)
     # The call's span.model_request_start: its _end is appended in the same statement as the
     # response's events (span_end_item), one row lock and one commit per answer.
     span_start_id: str = ""
@@ -416,7 +424,9 @@ def model_call(
         except Stop:
             _span_end(control.session_id, start.id, None)
             raise
-        return ModelReply(response, list(previews.message_ids), span_start_id=start.id)
+        return ModelReply(
+            response, list(previews.message_ids), span_start_id=start.id, thinking_ids=list(previews.thinking_ids)
+        )
     return None
 
 

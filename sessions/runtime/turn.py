@@ -353,6 +353,7 @@ def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: 
     modes: list[ToolMode | None] = []
     text: list[dict] = []
     preview_ids = list(reply.preview_ids)
+    thinking_ids = list(reply.thinking_ids)
 
     def flush_text():
         if text:
@@ -378,7 +379,8 @@ def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: 
             flush_text()
             # A progress signal for clients (the SDK's agent.thinking carries no content); the
             # signed block itself is kept privately and goes back to the model in the tool loop.
-            items.append(ev.item(EventType.AGENT_THINKING, private={"model_block": block}))
+            thinking_id = thinking_ids.pop(0) if thinking_ids else None
+            items.append(ev.item(EventType.AGENT_THINKING, id=thinking_id, private={"model_block": block}))
             modes.append(None)
         elif kind == "tool_use":
             flush_text()

@@ -113,7 +113,7 @@ async def _admit(scope) -> tuple[str, list[str], caps.Slot | None]:
     return session_id, event_deltas, slot
 
 
-async def _pump(send, *, request_id: str, session_id: str, deltas: bool) -> None:
+async def _pump(send, *, request_id: str, session_id: str, deltas: frozenset[str]) -> None:
     await send(
         {
             "type": "http.response.start",
@@ -157,7 +157,7 @@ async def stream_endpoint(scope, receive, send) -> None:
         await send_error(send, error, request_id)
         return
     streamer = asyncio.ensure_future(
-        _pump(send, request_id=request_id, session_id=session_id, deltas="agent.message" in event_deltas)
+        _pump(send, request_id=request_id, session_id=session_id, deltas=frozenset(event_deltas))
     )
     watcher = asyncio.ensure_future(_until_disconnect(receive))
     try:

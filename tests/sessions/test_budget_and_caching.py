@@ -300,8 +300,16 @@ def test_thinking_is_an_event_and_goes_back_to_the_model_in_the_tool_loop(sdk, m
         ]
     )
     session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
-    sdk.beta.sessions.events.send(session.id, events=[user("list")])
-    wait_for(lambda: idle_events(sdk, session.id), timeout=60)
+    with sdk.beta.sessions.events.stream(session.id, event_deltas=["agent.thinking"]) as stream:
+        sdk.beta.sessions.events.send(session.id, events=[user("list")])
+        seen = []
+        for event in stream:
+            seen.append(event)
+            if event.type == "session.status_idle":
+                break
+    stored = next(e for e in seen if e.type == "agent.thinking")
+    start = next(e for e in seen if e.type == "event_start")
+    assert start.event.type == "agent.thinking" and start.event.id == stored.id  # the preview names the event
     types = [e.type for e in sdk.beta.sessions.events.list(session.id)]
     assert types.index("agent.thinking") < types.index("agent.tool_use")
     assistant = model.requests[1]["body"]["messages"][1]
