@@ -364,17 +364,21 @@ def tool_run(*, control: TurnControl, session: Session, event: SessionEvent) -> 
 
 
 def tools_run_confirmed(*, control: TurnControl, session: Session) -> None:
-    """Answer always_ask tool uses the client confirmed (run them) or denied (error result)."""
+    """Answer always_ask tool uses the client confirmed (run them) or denied (error result). On
+    self_hosted a confirmed tool is the client's to run (its user.tool_result answers it): never
+    run in a sandbox of ours."""
     confirmations = session_tool_confirmations(session_id=session.id)
     if not confirmations:
         return
     answered = session_answered_tool_use_ids(session_id=session.id)
+    self_hosted = session.environment_config.get("type") == "self_hosted"
     for tool_use in session_tool_uses(session_id=session.id, ids=list(confirmations)):
         if tool_use.id in answered:
             continue
         confirmation = confirmations[tool_use.id]
         if confirmation["result"] == "allow":
-            tool_run(control=control, session=session, event=tool_use)
+            if not self_hosted:
+                tool_run(control=control, session=session, event=tool_use)
         else:
             message = confirmation.get("deny_message") or "The user denied this tool call."
             _answer(session.id, tool_use.id, message, is_error=True)

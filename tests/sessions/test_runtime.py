@@ -316,6 +316,42 @@ def test_self_hosted_environment_hands_builtin_tools_to_the_client(
     assert _containers(docker_client, session.id) == []
 
 
+def test_self_hosted_always_ask_makes_one_model_call_after_the_clients_result(sdk, model, celery_worker, docker_client):
+    """A confirmed built-in tool on self_hosted is the client's to run: no sandbox of ours, and
+    the confirmation followed by the client's tool result makes exactly one model call."""
+    agent = sdk.beta.agents.create(
+        name="careful",
+        model=MODEL,
+        tools=[
+            {
+                "type": "agent_toolset_20260401",
+                "configs": [{"name": "bash", "permission_policy": {"type": "always_ask"}}],
+            }
+        ],
+    )
+    environment = sdk.beta.environments.create(name="mine", config={"type": "self_hosted"})
+    model.script([tool_use("bash", {"command": "ls"}), text("Listed."), text("spurious")])
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    sdk.beta.sessions.events.send(session.id, events=[_user("list")])
+    ask = next(e for e in _wait_idle(sdk, session.id) if e.type == "agent.tool_use")
+    sdk.beta.sessions.events.send(
+        session.id, events=[{"type": "user.tool_confirmation", "tool_use_id": ask.id, "result": "allow"}]
+    )
+    time.sleep(1.5)  # a turn the confirmation alone started would call the model now
+    assert len(model.requests) == 1
+    sdk.beta.sessions.events.send(
+        session.id,
+        events=[{"type": "user.tool_result", "tool_use_id": ask.id, "content": [{"type": "text", "text": "a b"}]}],
+    )
+    wait_for(lambda: len(model.requests) == 2 and _events(sdk, session.id)[-1].type == "session.status_idle", 20)
+    time.sleep(1.0)
+    events = _events(sdk, session.id)
+    assert len(model.requests) == 2
+    assert [e.type for e in events].count("agent.message") == 1 and events[-1].stop_reason.type == "end_turn"
+    assert not [e for e in events if e.type == "agent.tool_result"]  # nothing of ours ran it
+    assert _containers(docker_client, session.id) == []
+
+
 def test_always_ask_tool_waits_for_confirmation(sdk, model, celery_worker, env_cloud):
     agent = sdk.beta.agents.create(
         name="careful",
