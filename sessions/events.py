@@ -234,3 +234,8 @@ def usage_snapshot(totals: dict, *, active_seconds: float | None = None) -> dict
 def session_usage(totals: dict, budget: dict | None) -> dict:
     """A session.usage event's payload."""
     return {"usage": usage_snapshot(totals), "budget": budget}
+
+
+def primary_thread_id(session_id: str) -> str:
+    """Every session has one primary thread (no child threads here): its id follows the session's."""
+    return "sthr_" + session_id.split("_", 1)[-1]

@@ -220,7 +220,7 @@ class Runner:
     def _append_response(self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool, spend: "Spend"):
         """span.model_request_end and session.usage, then the model content as agent events, in
         order, in one statement (with the usage totals). Returns [(tool-use event, ToolMode)]."""
-        items, modes = _response_items(reply, specs, self_hosted)
+        items, modes = _response_items(reply, specs, self_hosted, ev.primary_thread_id(self.session_id))
         span_end, model_usage = span_end_item(
             start_id=reply.span_start_id, usage=reply.response.get("usage") or {}, price=spend.price
         )
@@ -287,11 +287,13 @@ class Spend:
         return int(self.totals.get("list_cost_nanousd") or 0) >= cap
 
 
-def _tool_use_item(block: dict, specs: dict[str, ToolSpec], self_hosted: bool) -> tuple[dict, ToolMode]:
+def _tool_use_item(
+    block: dict, specs: dict[str, ToolSpec], self_hosted: bool, thread_id: str | None = None
+) -> tuple[dict, ToolMode]:
     name, tool_input = block.get("name"), block.get("input") or {}
     spec = specs.get(name)
     private = {"model_tool_use_id": block.get("id")}
-    payload = {"name": name, "input": tool_input}
+    payload = {"name": name, "input": tool_input, "session_thread_id": thread_id}
     if spec is not None and spec.kind == "custom":
         return ev.item(EventType.AGENT_CUSTOM_TOOL_USE, payload, private=private), ToolMode.CLIENT
     if spec is None or spec.kind == "server":  # a server tool is the upstream's to run, never a tool_use of ours
@@ -345,7 +347,7 @@ def _server_tool_result_item(block: dict, server_uses: dict[str, str]) -> dict:
     return ev.item(EventType.AGENT_TOOL_RESULT, result, private={"model_block": block})
 
 
-def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
+def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool, thread_id: str | None = None):
     """The events one model response becomes, each with its ToolMode (None for non-tool
     events). Contiguous text blocks form one agent.message, whose id is the one its streamed
     preview announced."""
@@ -384,7 +386,7 @@ def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: 
             modes.append(None)
         elif kind == "tool_use":
             flush_text()
-            item, mode = _tool_use_item(block, specs, self_hosted)
+            item, mode = _tool_use_item(block, specs, self_hosted, thread_id)
             items.append(item)
             modes.append(mode)
     flush_text()
