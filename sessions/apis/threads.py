@@ -8,14 +8,14 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from core.api import Paging, query_list, query_time_range, rfc3339
+from core.api import Paging, query_list, rfc3339
 from core.errors import InvalidRequest, NotFound
-from core.schema import time_range_parameters
 from core.serializers import page_output
-from sessions.apis.base import AgentsApi, query_order
+from sessions.apis.base import AgentsApi
+from sessions.apis.events import EVENT_LIST_PARAMETERS, events_page
 from sessions.events import primary_thread_id, usage_snapshot
-from sessions.selectors import session_event_list, session_get
-from sessions.serializers.events import EventListOutputSerializer, event_to_wire
+from sessions.selectors import session_get
+from sessions.serializers.events import EventListOutputSerializer
 from sessions.serializers.sessions import SESSION_STATUSES, SessionStatsOutputSerializer
 
 PAGES = Paging(maximum=1000, default=1000)
@@ -99,21 +99,8 @@ class SessionThreadArchiveApi(AgentsApi):
 class SessionThreadEventsApi(AgentsApi):
     @extend_schema(
         operation_id="sessions_threads_events_list",
-        parameters=[
-            *PAGES.parameters(),
-            OpenApiParameter("order", str, enum=["asc", "desc"], description="By sequence; default asc."),
-            OpenApiParameter("types[]", str, many=True),
-            *time_range_parameters(),
-        ],
+        parameters=EVENT_LIST_PARAMETERS,
         responses=EventListOutputSerializer,
     )
     def get(self, request, session_id: str, thread_id: str):
-        session = _thread_session(request, session_id, thread_id)
-        rows, next_page = session_event_list(
-            session=session,
-            **PAGES.read(request),
-            order=query_order(request, "asc"),
-            types=query_list(request, "types"),
-            processed=query_time_range(request, "created_at"),
-        )
-        return Response({"data": [event_to_wire(row) for row in rows], "next_page": next_page})
+        return events_page(request, _thread_session(request, session_id, thread_id))
