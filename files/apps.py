@@ -28,7 +28,13 @@ class FilesConfig(AppConfig):
 
 
 def _check_object_store() -> None:
+    from core.readiness import NotReady
     from files import storage
 
-    if storage.is_configured():  # unset bucket: the Files routes are off, nothing to check
+    if not storage.is_configured():  # unset bucket: the Files routes are off, nothing to check
+        return
+    try:
         storage.ping()
+    except Exception as exc:  # readiness reports any failure, naming the endpoint
+        endpoint = storage.client().meta.endpoint_url
+        raise NotReady(f"{type(exc).__name__} at {endpoint} (bucket {storage.bucket()})") from exc
