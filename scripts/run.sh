@@ -80,7 +80,7 @@ fi
 
 ensure_database
 # Prometheus multiprocess mode: gunicorn workers, Celery and commands record into one directory,
-# emptied at each start (README, "Operating").
+# emptied at each start (docs/operating.md).
 export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$VAR/prometheus}"
 rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 "$PY" manage.py migrate --noinput -v 0
@@ -93,7 +93,7 @@ write_env_file DATABASE_URL REDIS_URL PORT MANGO_FILE_S3_ENDPOINT_URL MANGO_FILE
 upstream_warning="$("$PY" manage.py check --deploy --tag model_upstream 2>&1 | grep -A1 'mango.W001' \
   | sed 's/^?: (mango.W001) //; s/^\tHINT: /  /' || true)"
 
-# One public port: uvicorn workers serving config.asgi (README "Serving"); logging, timeouts and
+# One public port: uvicorn workers serving config.asgi (docs/operating.md "Serving"); logging, timeouts and
 # worker recycling: config/gunicorn.conf.py.
 setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.asgi:application --bind "127.0.0.1:$PORT" 9>&- &
 started_component $! "the API (gunicorn)"
@@ -101,7 +101,7 @@ started_component $! "the API (gunicorn)"
 # MANGO_WORKER_CONCURRENCY turns at once; a process is bound to one core by Python's interpreter
 # lock, so the node runs MANGO_WORKER_PROCESSES of them (default 2 x 100 = 200 turns). Worker and
 # beat processes take at most MANGO_WORKER_DB_POOL_MAX_SIZE (4) database connections each
-# (README "Database connections" adds them up; "Workers").
+# (docs/operating.md "Database connections" adds them up; "Workers").
 worker_processes="${MANGO_WORKER_PROCESSES:-2}"
 for index in $(seq 1 "$worker_processes"); do
   MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
