@@ -208,3 +208,41 @@ live_run_groups() {
   done < "$PIDS_FILE"
   return $found
 }
+
+# The Debian bookworm root every locally built image starts from (the Python base, the compose
+# stack's PostgreSQL, Redis, SeaweedFS and Docker API proxy): debootstrap minbase once, imported
+# as $DEBIAN_IMAGE and reused while it exists (`docker rmi` it to rebuild). When this machine's
+# TLS goes through a proxy with its own CA (PIP_CERT or SSL_CERT_FILE set), that CA bundle is
+# copied in so pip and apt over https in later builds reach their servers.
+DEBIAN_IMAGE="${MANGO_DEBIAN_IMAGE:-mango-debian:bookworm}"
+ensure_debian_image() {
+  docker image inspect "$DEBIAN_IMAGE" >/dev/null 2>&1 && return 0
+  local mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}" rootfs
+  command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
+  rootfs="$(mktemp -d)"
+  say "debootstrap bookworm (minbase) from $mirror"
+  debootstrap --variant=minbase --include=ca-certificates bookworm "$rootfs" "$mirror" >/dev/null \
+    || { rm -rf "$rootfs"; die "debootstrap failed"; }
+  local changes=() ca="${PIP_CERT:-${SSL_CERT_FILE:-}}"
+  if [ -n "$ca" ] && [ -f "$ca" ]; then
+    cp "$ca" "$rootfs/etc/ssl/certs/ca-certificates.crt"
+    changes+=(--change "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt" --change "ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt")
+  fi
+  # Packages installed in derived images: no recommends, no docs, no apt lists kept.
+  printf 'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n' > "$rootfs/etc/apt/apt.conf.d/90mango"
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  tar -C "$rootfs" -c . | docker import "${changes[@]}" --change 'CMD ["/bin/bash"]' - "$DEBIAN_IMAGE" >/dev/null
+  rm -rf "$rootfs"
+  say "built $DEBIAN_IMAGE"
+}
+
+# `docker build -q ARGS...`, its output shown only when it fails.
+docker_build() {
+  local log; log="$(mktemp)"
+  if ! docker build -q "$@" >"$log" 2>&1; then
+    grep -v -e "legacy builder is deprecated" -e "buildx" -e "docs.docker.com/go/buildx" "$log" | tail -n 40 >&2
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+}

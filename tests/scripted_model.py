@@ -92,7 +92,7 @@ def error(
 class ScriptedModel:
     """A threaded HTTP server on 127.0.0.1 serving a per-test script. Thread-safe."""
 
-    def __init__(self, default: dict | Callable | None = None, *, port: int = 0):
+    def __init__(self, default: dict | Callable | None = None, *, host: str = "127.0.0.1", port: int = 0):
         self.default = self._initial_default = default or text("(script exhausted)")
         self._lock = threading.Lock()
         self._script: list = []
@@ -215,7 +215,7 @@ class ScriptedModel:
             # default listen backlog of 5 would drop their SYNs and retry them a second later.
             request_queue_size = 1024
 
-        self._server = Server(("127.0.0.1", port), Handler)
+        self._server = Server((host, port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="scripted-model")
         self._thread.start()
