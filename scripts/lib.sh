@@ -135,6 +135,7 @@ load_env_file() {
     [ -n "${!key+x}" ] || export "$key=${line#*=}"
   done < "$ENV_FILE"
 }
+env_file_is_ours() { [ -n "$ENV_FILE" ] && [ -f "$ENV_FILE" ] && head -n1 "$ENV_FILE" | grep -q "^$ENV_MARKER"; }
 write_env_file() {
   [ -n "$ENV_FILE" ] || return 0
   if [ -f "$ENV_FILE" ] && ! head -n1 "$ENV_FILE" | grep -q "^$ENV_MARKER"; then

@@ -20,6 +20,11 @@ fi
 # wrote to .env (marked MANGO_EMBEDDED_S3=true there): that one is started again.
 user_s3_endpoint="${MANGO_FILE_S3_ENDPOINT_URL:-}"
 load_env_file
+# (A .env from before the mark: its endpoint is the embedded store's when it is the default one.)
+if [ -z "$user_s3_endpoint" ] && [ -z "${MANGO_EMBEDDED_S3:-}" ] && env_file_is_ours \
+  && [ "${MANGO_FILE_S3_ENDPOINT_URL:-}" = "http://127.0.0.1:${MANGO_EMBEDDED_S3_PORT:-8333}" ]; then
+  MANGO_EMBEDDED_S3=true
+fi
 if [ -z "$user_s3_endpoint" ] && [ "${MANGO_EMBEDDED_S3:-}" = true ]; then unset MANGO_FILE_S3_ENDPOINT_URL; fi
 ensure_venv
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mango}"

@@ -165,6 +165,19 @@ def test_make_run_twice_from_a_fresh_checkout(tmp_path):
             stopped = checkout.make("stop")
             assert stopped.returncode == 0, stopped.stderr
             assert not [g for g in groups if group_alive(g)]
+
+            # A .env written before the embedded store was marked: its default endpoint is still
+            # taken for the embedded store, and the rewritten .env carries the mark.
+            dotenv = checkout.path / ".env"
+            dotenv.write_text(
+                "".join(line for line in dotenv.read_text().splitlines(True) if "EMBEDDED_S3=" not in line)
+            )
+            third = checkout.make_run(env2)
+            third.wait_ready()
+            assert "starting SeaweedFS" in third.text() and "MANGO_EMBEDDED_S3=true" in dotenv.read_text()
+            client.beta.files.upload(file=("third.txt", b"third run\n", "text/plain"))
+            assert len(client.beta.files.list().data) == 3
+            assert checkout.make("stop").returncode == 0 and third.wait_exit(60) == 0
         finally:
             model.close()
 
