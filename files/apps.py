@@ -28,6 +28,9 @@ class FilesConfig(AppConfig):
 
 
 def _check_object_store() -> None:
+    from django.conf import settings
+    from django.core.files.storage import storages
+
     from core.readiness import NotReady
     from files import storage
 
@@ -36,5 +39,6 @@ def _check_object_store() -> None:
     try:
         storage.ping()
     except Exception as exc:  # readiness reports any failure, naming the endpoint
-        endpoint = storage.client().meta.endpoint_url
-        raise NotReady(f"{type(exc).__name__} at {endpoint} (bucket {storage.bucket()})") from exc
+        reason = getattr(exc, "details", {}).get("store_error") or type(exc).__name__
+        endpoint = storages["files"].endpoint_url or f"AWS S3 ({settings.MANGO_FILE_S3_REGION})"
+        raise NotReady(f"{reason} at {endpoint} (bucket {settings.MANGO_FILE_S3_BUCKET})") from exc

@@ -25,7 +25,7 @@ def _settings_read() -> set[str]:
     names = set()
     for path in (ROOT / "config").glob("*.py"):
         names |= set(re.findall(r'env(?:\.[a-z]+)?\("([A-Z][A-Z0-9_]+)"', path.read_text()))
-        names |= set(re.findall(r'environ\.get\("([A-Z][A-Z0-9_]+)"', path.read_text()))
+        names |= set(re.findall(r'os\.environ\.get\("([A-Z][A-Z0-9_]+)"', path.read_text()))
     for path in (ROOT / "scripts").glob("*.sh"):
         names |= set(re.findall(r"\$\{((?:MANGO|DATABASE|REDIS|PORT|WEB)[A-Z0-9_]*):?-", path.read_text()))
     return names - {"MANGO_TEST_BUCKET"}  # the tests' own (docs/development.md)
