@@ -15,6 +15,7 @@ fi
 if live_run_groups >/dev/null; then
   die "a make run that did not exit left processes running ($(describe_run), process groups $(live_run_groups | xargs)); run make stop."
 fi
+rm -f "$PIDS_FILE"  # a dead run's: nothing of it lives
 
 # The embedded store is decided from what the user set, not from the endpoint a previous run
 # wrote to .env (marked MANGO_EMBEDDED_S3=true there): that one is started again.
