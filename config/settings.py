@@ -199,6 +199,15 @@ MANGO_SKILLS_BETA = "skills-2025-10-02"
 # per-image limit, and a PDF size whose base64 fits the Messages API's 32 MB request limit.
 MANGO_MODEL_IMAGE_MAX_BYTES = env.int("MANGO_MODEL_IMAGE_MAX_BYTES", default=5 * 1024 * 1024)
 MANGO_MODEL_PDF_MAX_BYTES = env.int("MANGO_MODEL_PDF_MAX_BYTES", default=24 * 1024 * 1024)
+# List prices for budgets beyond (or instead of) sessions/pricing.py's table: JSON
+# {"model id": [input, 5m cache write, 1h cache write, cache read, output]} in USD per MTok.
+MANGO_MODEL_LIST_PRICES = env.str("MANGO_MODEL_LIST_PRICES", default="")
+# The toolset's web_search / web_fetch are the upstream's server tools; an upstream without them
+# (a stand-in, a gateway) sets this false and they are not offered at all.
+MANGO_MODEL_SERVER_WEB_TOOLS = env.bool("MANGO_MODEL_SERVER_WEB_TOOLS", default=True)
+# Input tokens past which a session's conversation is compacted (a summarizing call) before the
+# next model call; 0: the default, 150,000 (below every named model's window).
+MANGO_CONTEXT_COMPACT_TOKENS = env.int("MANGO_CONTEXT_COMPACT_TOKENS", default=0)
 
 # Skills (sessions/services/skills.py; docs/configuration.md): what one upload may hold, checked while
 # it streams and again before anything is stored; versions per skill and skills per workspace.

@@ -191,13 +191,20 @@ class ScriptedModel:
                                 },
                             )
                         delta = {"type": "text_delta", "text": pieces[-1]}
-                    else:
+                    elif "input" in block:  # tool_use and server_tool_use: the input as JSON deltas
                         send(
                             "content_block_start",
                             {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}},
                         )
                         delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-                    send("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+                    else:  # server tool results arrive whole in their start event, as the real API sends them
+                        send(
+                            "content_block_start",
+                            {"type": "content_block_start", "index": index, "content_block": block},
+                        )
+                        delta = None
+                    if delta is not None:
+                        send("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
                     send("content_block_stop", {"type": "content_block_stop", "index": index})
                 send(
                     "message_delta",

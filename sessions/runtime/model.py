@@ -21,18 +21,24 @@ from django.utils import timezone
 from core import metrics
 from core.ids import new_id
 from files.selectors import event_snapshot_read
+from processors.caching import with_breakpoints
 from processors.conversation import build_messages
 from processors.media import inline_snapshots
 from processors.skills import skills_prompt_section
 from sessions import events as ev
-from sessions import notify
-from sessions.events import MESSAGE_TYPES, ErrorType, EventType
+from sessions import notify, pricing
+from sessions.events import MESSAGE_TYPES, SERVER_TOOL_TYPES, WEB_FETCH_BETA, ErrorType, EventType
 from sessions.models import Session
 from sessions.runtime.control import Stop, TurnControl
 from sessions.selectors.runner import EventRow, session_conversation_events
 from sessions.selectors.skills import session_skills
 from sessions.services.events import events_append, session_event_append
-from sessions.services.runner import session_error_record, session_events_mark_processed, session_status_running_set
+from sessions.services.runner import (
+    session_error_record,
+    session_events_mark_processed,
+    session_events_refused,
+    session_status_running_set,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +131,7 @@ def messages_create(
     tools: list[dict],
     max_tokens: int,
     tool_choice: dict | None = None,
+    options: dict | None = None,
     on_stream_event: Callable[[dict], None] | None = None,
 ) -> dict:
     """One Messages API call. Returns the message as a plain dict. With `on_stream_event` the call
@@ -137,6 +144,8 @@ def messages_create(
         params["tools"] = tools
     if tool_choice:
         params["tool_choice"] = tool_choice
+    if options:
+        params.update(options)
     try:
         if on_stream_event is None:
             message = _client().messages.create(**params)
@@ -184,6 +193,7 @@ class PreviewPublisher:
     def __init__(self, session_id: str):
         self.session_id = session_id
         self.message_ids: list[str] = []
+        self.thinking_ids: list[str] = []  # agent.thinking previews: a start, no content (the SDK's)
         self._blocks: dict[int, tuple[str, int]] = {}
         self._run: list | None = None  # [event id, content index] while text blocks are contiguous
         self._cancelled = False
@@ -203,6 +213,11 @@ class PreviewPublisher:
             notify.publish_delta(self.session_id, {"type": "event_delta", "event_id": event_id, "delta": delta})
 
     def _block_start(self, event: dict) -> None:
+        if event["block_type"] in ("thinking", "redacted_thinking"):
+            event_id = new_id("sevt")
+            self.thinking_ids.append(event_id)
+            started = {"type": "event_start", "event": {"type": EventType.AGENT_THINKING.value, "id": event_id}}
+            notify.publish_delta(self.session_id, started)
         if event["block_type"] != "text":
             self._run = None
             return
@@ -225,6 +240,8 @@ class ModelReply:
     response: dict
     # Ids the streamed previews announced, one per agent.message the response becomes.
     preview_ids: list[str] = field(default_factory=list)
+    # Ids of the agent.thinking previews, one per thinking block.
+    thinking_ids: list[str] = field(default_factory=list)
     # The call's span.model_request_start: its _end is appended in the same statement as the
     # response's events (span_end_item), one row lock and one commit per answer.
     span_start_id: str = ""
@@ -243,6 +260,25 @@ class Conversation:
         self._after_seq = 0
         # The admitted PDFs and images, read once per turn (each call sends them again).
         self._media: dict[str, bytes] = {}
+        self._sent: list[EventRow] = []  # what the latest request was built from
+
+    def refused_input(self, exc: "ModelError") -> list[str]:
+        """After the upstream refused a request as invalid (HTTP 400): the client input the
+        request added since the model last answered (the newest user events). They are left out
+        of every later request (their content replaced by a note), so one bad event cannot fail
+        the session's every turn. Returns their ids (none for other failures)."""
+        if exc.status != 400:
+            return []
+        trailing = []
+        for row in reversed(self._sent):
+            if not row.type.startswith(("user.", "system.")):
+                break
+            trailing.append(row.id)
+        if trailing:
+            session_events_refused(event_ids=trailing, reason=exc.message)
+            self._settled = []  # read again: the refused content is left out from now on
+            self._after_seq = 0
+        return trailing
 
     def media(self, file_id: str) -> bytes:
         if file_id not in self._media:
@@ -258,7 +294,9 @@ class Conversation:
         self._settled.extend(rows[:settled])
         if settled:
             self._after_seq = rows[settled - 1].seq
-        return self._settled + [row for row, keep in zip(rows[settled:], counted[settled:], strict=True) if keep]
+        sent = self._settled + [row for row, keep in zip(rows[settled:], counted[settled:], strict=True) if keep]
+        self._sent = _after_last_compaction(sent)
+        return self._sent
 
     def _absorb(self, messages: list[EventRow]) -> None:
         if messages:
@@ -266,6 +304,30 @@ class Conversation:
             now = timezone.now()
             for row in messages:
                 row.processed_at = now
+
+
+FAST_MODE_BETA = "fast-mode-2026-02-01"
+
+
+def model_options(model: dict, definitions: list[dict] = ()) -> dict:
+    """The agent's model options as Messages API request fields: `effort` as output_config,
+    `speed` (fast needs the fast-mode beta header) and `inference_geo`, each only when set; the
+    web-fetch beta header when the upstream's web_fetch is offered. Sent as extra body fields,
+    so this SDK's request types need not know them."""
+    betas = [WEB_FETCH_BETA] if any(d.get("type") == SERVER_TOOL_TYPES["web_fetch"] for d in definitions) else []
+    body = {}
+    if model.get("effort"):
+        body["output_config"] = {"effort": model["effort"]["type"]}
+    if model.get("speed"):
+        body["speed"] = model["speed"]
+    if model.get("inference_geo"):
+        body["inference_geo"] = model["inference_geo"]
+    options = {"extra_body": body} if body else {}
+    if model.get("speed") == "fast":
+        betas.append(FAST_MODE_BETA)
+    if betas:
+        options["extra_headers"] = {"anthropic-beta": ",".join(betas)}
+    return options
 
 
 def system_prompt(session: Session) -> str | None:
@@ -280,6 +342,84 @@ def system_prompt(session: Session) -> str | None:
     return "\n\n".join(part for part in (system, section) if part) or None
 
 
+COMPACTED = EventType.AGENT_THREAD_CONTEXT_COMPACTED.value
+SUMMARY_REQUEST = (
+    "The conversation is about to be compacted to save context. Write a summary of everything so far that lets you "
+    "continue the task without the earlier messages: the goal, what was done and found (files, commands, results), "
+    "decisions, open problems and the next steps. Reply with the summary only."
+)
+
+
+def _after_last_compaction(rows: list[EventRow]) -> list[EventRow]:
+    """The conversation from the latest compaction on: its summary (as a user turn) in place
+    of everything before it. The public event log keeps every event."""
+    last = max((i for i, row in enumerate(rows) if row.type == COMPACTED), default=None)
+    if last is None:
+        return rows
+    compaction = rows[last]
+    text = "Summary of the conversation so far (earlier messages were compacted):\n\n" + compaction.private["summary"]
+    summary = EventRow(
+        id=compaction.id,
+        seq=compaction.seq,
+        type=EventType.USER_MESSAGE.value,
+        payload={},
+        private={"model_content": [{"type": "text", "text": text}]},
+        processed_at=compaction.processed_at,
+    )
+    return [summary, *rows[last + 1 :]]
+
+
+def context_tokens(usage: dict) -> int:
+    """The prompt size of a call: what the next call starts from."""
+    return sum(
+        int(usage.get(key) or 0) for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
+
+
+def compaction_threshold(model: str) -> int:
+    """Input tokens past which the conversation is compacted before the next call."""
+    return settings.MANGO_CONTEXT_COMPACT_TOKENS or DEFAULT_COMPACT_TOKENS
+
+
+# Well below the smallest context window of the models this server names (200,000 tokens).
+DEFAULT_COMPACT_TOKENS = 150_000
+
+
+def context_compact(
+    *, control: TurnControl, session: Session, definitions: list[dict], conversation: Conversation, system: str | None
+) -> bool:
+    """Summarise the conversation with one model call (no tool may be used) and record the
+    summary as agent.thread_context_compacted: the next calls start from it. False when the
+    summary could not be made (the caller reports compaction_limit_reached_error)."""
+    messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
+    messages.append({"role": "user", "content": [{"type": "text", "text": SUMMARY_REQUEST}]})
+    if messages[-2]["role"] == "user":  # two user turns in a row merge
+        messages[-2:] = [{"role": "user", "content": [*messages[-2]["content"], *messages[-1]["content"]]}]
+    params = {
+        "model": session.agent_snapshot["model"]["id"],
+        "system": system,
+        "messages": messages,
+        "tools": definitions,
+        "tool_choice": {"type": "none"},
+        "max_tokens": settings.MANGO_MODEL_MAX_TOKENS,
+    }
+    try:
+        response = control.interruptible(lambda: messages_create(**params))
+    except ModelError as exc:
+        logger.warning("compaction call failed: %s", exc.detail, extra={"session_id": control.session_id})
+        return False
+    summary = "".join(b.get("text", "") for b in response.get("content") or [] if b.get("type") == "text").strip()
+    if not summary:
+        return False
+    usage = response.get("usage") or {}
+    events_append(
+        session_id=control.session_id,
+        items=[ev.item(COMPACTED, {}, private={"summary": summary})],
+        usage=ev.usage_delta(usage, pricing.price_for(params["model"])) if usage else None,
+    )
+    return True
+
+
 def model_call(
     *, control: TurnControl, session: Session, definitions: list[dict], conversation: Conversation, system: str | None
 ) -> ModelReply | None:
@@ -291,12 +431,14 @@ def model_call(
         messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
         start = session_event_append(session_id=control.session_id, type=EventType.SPAN_MODEL_REQUEST_START)
         previews = PreviewPublisher(control.session_id)
+        cached_system, cached_tools, messages = with_breakpoints(system=system, tools=definitions, messages=messages)
         params = {
             "model": snapshot["model"]["id"],
-            "system": system,
+            "system": cached_system,
             "messages": messages,
-            "tools": definitions,
+            "tools": cached_tools,
             "max_tokens": settings.MANGO_MODEL_MAX_TOKENS,
+            "options": model_options(snapshot["model"], definitions),
             "on_stream_event": previews.handle,
         }
         try:
@@ -304,7 +446,8 @@ def model_call(
         except ModelError as exc:
             _span_end(control.session_id, start.id, None)
             retrying = exc.retryable and attempt + 1 < attempts
-            model_error_record(session_id=control.session_id, exc=exc, retrying=retrying)
+            refused = conversation.refused_input(exc)
+            model_error_record(session_id=control.session_id, exc=exc, retrying=retrying, refused=refused)
             if not retrying:
                 return None
             control.sleep(settings.MANGO_MODEL_RETRY_BACKOFF_SECONDS * (2**attempt))
@@ -313,32 +456,41 @@ def model_call(
         except Stop:
             _span_end(control.session_id, start.id, None)
             raise
-        return ModelReply(response, list(previews.message_ids), span_start_id=start.id)
+        return ModelReply(
+            response, list(previews.message_ids), span_start_id=start.id, thinking_ids=list(previews.thinking_ids)
+        )
     return None
 
 
-def span_end_item(*, start_id: str, usage: dict | None) -> tuple[dict, dict]:
-    """The span.model_request_end item of a call and its token counts, which the caller's append
-    adds to the session's totals (events_append(usage=...))."""
+def span_end_item(*, start_id: str, usage: dict | None, price=None) -> tuple[dict, dict | None]:
+    """The span.model_request_end item of a call and its addition to the session's usage totals
+    (tokens, server tool requests, list cost at `price`), which the caller's append adds
+    (events_append(usage=...)); None for a call that failed."""
     usage = usage or {}
     keys = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     model_usage = {key: int(usage.get(key) or 0) for key in keys}
     payload = {"model_request_start_id": start_id, "model_usage": model_usage, "is_error": usage == {}}
-    return ev.item(EventType.SPAN_MODEL_REQUEST_END, payload), model_usage
+    return ev.item(EventType.SPAN_MODEL_REQUEST_END, payload), (ev.usage_delta(usage, price) if usage else None)
 
 
 def _span_end(session_id: str, start_id: str, usage: dict | None) -> None:
-    item, model_usage = span_end_item(start_id=start_id, usage=usage)
-    events_append(session_id=session_id, items=[item], usage=model_usage)
+    item, delta = span_end_item(start_id=start_id, usage=usage)
+    events_append(session_id=session_id, items=[item], usage=delta)
 
 
-def model_error_record(*, session_id: str, exc: ModelError, retrying: bool) -> None:
+def model_error_record(*, session_id: str, exc: ModelError, retrying: bool, refused: list[str] | None = None) -> None:
     """session.error for a failed call (+ session.status_rescheduled when retrying). The detail
     goes to the log and the session's last_error (operators), never to the event."""
     logger.warning("model call failed: %s", exc.detail, extra={"session_id": session_id})
+    message = exc.message
+    if refused:
+        message += (
+            f" The request carried the input {', '.join(refused)}, which is left out of the conversation from now on:"
+            " send it again in another form."
+        )
     session_error_record(
         session_id=session_id,
-        payload=ev.session_error(message=exc.message, error_type=exc.error_type, retrying=retrying),
+        payload=ev.session_error(message=message, error_type=exc.error_type, retrying=retrying),
         last_error=f"{exc.error_type}: {exc.detail}",
         rescheduling=retrying,
     )

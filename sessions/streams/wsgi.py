@@ -141,7 +141,7 @@ class _PrivateLoop:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-def event_stream_view(request, session_id: str):
+def event_stream_view(request, session_id: str, thread_id: str | None = None):
     """For WSGI servers: the ASGI view on a private loop, its messages as a Django response."""
     private = _PrivateLoop(_scope_from_request(request), _client_socket_fd(request.environ))
     start = private.next_message()
