@@ -4,13 +4,15 @@ ANTHROPIC_BASE_URL with ANTHROPIC_API_KEY, and the turn's model call around it â
 events with usage, and streamed agent.message previews.
 
 Errors come back as ModelError: the session error type, whether retrying can help, a message
-safe to show any client (what failed, and for connection or key failures the setting to check;
-never the upstream's text or our internal addresses) and the full detail for logs."""
+safe to show any client (what failed, the upstream's address the operator configured, and for
+connection or key failures the settings to check; never the upstream's own text) and the full
+detail for logs. The start-up warning (sessions/checks.py) quotes the same messages."""
 
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import anthropic
 from django.conf import settings
@@ -74,11 +76,38 @@ def _client() -> anthropic.Anthropic:
         return client
 
 
+def upstream_url() -> str:
+    """ANTHROPIC_BASE_URL as messages show it: without user:password@ or a query."""
+    parts = urlsplit(settings.ANTHROPIC_BASE_URL)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}".rstrip("/")
+
+
+def unreachable_message(reason: str) -> str:
+    return (
+        f"{UPSTREAM} at {upstream_url()} could not be reached ({reason}); "
+        "check ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY."
+    )
+
+
+def rejected_key_message(status: int) -> str:
+    return f"{UPSTREAM} at {upstream_url()} rejected the API key (HTTP {status}); check ANTHROPIC_API_KEY."
+
+
+def _connection_reason(exc: BaseException) -> str:
+    """The innermost cause's own words ("[Errno 111] Connection refused"), one line."""
+    for _ in range(10):
+        inner = exc.__cause__ or exc.__context__
+        if inner is None:
+            break
+        exc = inner
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
 def _map_status_error(exc: anthropic.APIStatusError) -> ModelError:
     status = exc.status_code
-    detail = f"upstream returned {status}: {getattr(exc, 'message', '') or exc}"
+    detail = f"upstream {upstream_url()} returned {status}: {getattr(exc, 'message', '') or exc}"
     if status in (401, 403):
-        message = f"{UPSTREAM} rejected the API key (HTTP {status}); check ANTHROPIC_API_KEY."
+        message = rejected_key_message(status)
         return ModelError(
             message, error_type=ErrorType.MODEL_REQUEST_FAILED, retryable=False, status=status, detail=detail
         )
@@ -138,9 +167,12 @@ def messages_create(
             message, error_type=ErrorType.MODEL_REQUEST_FAILED, retryable=True, detail=f"timeout: {exc}"
         ) from exc
     except anthropic.APIConnectionError as exc:
-        message = f"{UPSTREAM} could not be reached; check ANTHROPIC_BASE_URL."
+        reason = _connection_reason(exc)
         raise ModelError(
-            message, error_type=ErrorType.MODEL_REQUEST_FAILED, retryable=True, detail=f"unreachable: {exc!r}"
+            unreachable_message(reason),
+            error_type=ErrorType.MODEL_REQUEST_FAILED,
+            retryable=True,
+            detail=f"{upstream_url()} unreachable: {reason}",
         ) from exc
     return message.model_dump(mode="json", exclude_none=True)
 

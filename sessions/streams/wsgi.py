@@ -1,5 +1,5 @@
 """The stream for WSGI-only servers (the test live server, runserver; not a production layout —
-README "Serving"): the ASGI view runs on an event loop private to the request's thread, and its
+docs/operating.md "Serving"): the ASGI view runs on an event loop private to the request's thread, and its
 messages become a Django streaming response.
 
 A WSGI server learns that a client left only when a write fails, i.e. at the next heartbeat. So
