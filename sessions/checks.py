@@ -3,7 +3,7 @@ once by `make run`, which prints it under its banner; a deployment check, so oth
 repeat it).
 
 It says before the first session does what every turn would then report, in the turn's own words
-(sessions/runtime/model.py): an upstream that cannot be reached, or the real API without a key."""
+(sessions/runtime/upstream.py): an upstream that cannot be reached, or the real API without a key."""
 
 import socket
 from urllib.parse import urlsplit
@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core import checks
 
-from sessions.runtime import model
+from sessions.runtime import upstream
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 HINT = (
@@ -36,9 +36,11 @@ def _unreachable(url: str) -> str | None:
 def model_upstream_configured(app_configs=None, **kwargs):
     reason = _unreachable(settings.ANTHROPIC_BASE_URL)
     if reason is not None:
-        problem = f"every session turn will fail after its retries with: {model.unreachable_message(reason)}"
-    elif not settings.ANTHROPIC_API_KEY and model.upstream_url() == DEFAULT_BASE_URL:
-        problem = f"ANTHROPIC_API_KEY is unset, so every session turn will fail with: {model.rejected_key_message(401)}"
+        problem = f"every session turn will fail after its retries with: {upstream.unreachable_message(reason)}"
+    elif not settings.ANTHROPIC_API_KEY and upstream.upstream_url() == DEFAULT_BASE_URL:
+        problem = (
+            f"ANTHROPIC_API_KEY is unset, so every session turn will fail with: {upstream.rejected_key_message(401)}"
+        )
     else:
         return []
     return [checks.Warning(f"The model upstream is not usable: {problem}", hint=HINT, id="mango.W001")]

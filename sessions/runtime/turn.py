@@ -30,7 +30,6 @@ from sessions.runtime.grader import outcome_evaluate
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
 from sessions.runtime.model import (
     Conversation,
-    ModelError,
     ModelReply,
     compaction_threshold,
     context_compact,
@@ -41,6 +40,7 @@ from sessions.runtime.model import (
     system_prompt,
 )
 from sessions.runtime.tools import ToolSpec, session_tools, tool_run, tools_answer_dangling, tools_run_confirmed
+from sessions.runtime.upstream import ModelError
 from sessions.selectors.runner import session_by_id, session_is_deleted
 from sessions.services.events import LeaseLost, events_append, runner_fence, session_event_append
 from sessions.services.outputs import outputs_publish_at_idle

@@ -10,7 +10,8 @@ from processors import conversation
 from sessions import events as ev
 from sessions.events import EventType
 from sessions.models import SessionEvent
-from sessions.runtime import model as upstream
+from sessions.runtime import model as turn_model
+from sessions.runtime import upstream
 from tests.factories import make_session
 
 
@@ -79,7 +80,7 @@ def test_a_recorded_model_error_keeps_the_detail_off_the_event(api_key):
         retryable=True,
         detail="https://gateway.example unreachable: [Errno 111] via 10.1.2.3",
     )
-    upstream.model_error_record(session_id=session.id, exc=failure, retrying=True)
+    turn_model.model_error_record(session_id=session.id, exc=failure, retrying=True)
     stored = list(SessionEvent.objects.filter(session_id=session.id).order_by("seq"))
     assert [e.type for e in stored] == ["session.error", "session.status_rescheduled"]
     assert "10.1.2.3" not in str(stored[0].payload)
