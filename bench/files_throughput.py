@@ -49,6 +49,19 @@ compare, MB/s ratios swing by +-0.15 from run to run):
   downloads at once.
 - The store keeps deleted objects' bytes until it vacuums: the script asks it to at the end
   (_common.vacuum_store); six runs without that filled the disk with ~75 GB of volumes.
+- Issue #21 (the store behind a backend interface, request bodies behind core.bodies.RequestBody,
+  the transfer engine its own module), 2026-12-01 20:03-20:27, main before the change (21ebca3)
+  and the branch alternating, 3 runs each, `--sizes 100,500 --concurrency 8`, on a machine other
+  test runs kept at load 2.5-12 (the MB/s ratios swing 0.6-2.0 there; the CPU per GB holds).
+  Server CPU s/GB, before / after: 100 MB upload 1.7 1.8 1.7 / 1.7 1.6 1.7; 500 MB upload 1.56
+  1.58 1.62 / 1.54 1.54 1.58; 8 x 64 MiB up 1.84 1.71 1.81 / 1.83 1.84 1.75; 500 MB download
+  0.24 0.22 0.28 / 0.28 0.28 0.26; 8 x 64 MiB down 0.30 0.24 0.30 / 0.30 0.28 0.26; 100 MB
+  download 0.1-0.3 both (one decimal). 100 MB API / C-proxy hop in the same run, before / after:
+  upload 1.00 0.77 1.22 / 1.15 0.88 1.14, download 0.87 0.98 2.0 / 0.95 0.92 1.02. Two more
+  pairs at 20:58-21:08 (`--sizes 100,500 --concurrency 0`, load 3.6-15): 500 MB upload 1.58 1.54
+  / 1.50 1.56, 500 MB download 0.26 0.26 / 0.28 0.28. Over all five pairs a 500 MB download costs
+  0.25 s/GB before and 0.28 after (means; +0.02-0.03, inside the before runs' own 0.22-0.28, but
+  always at its top): not traced further; the splice path itself is the same code.
 """
 
 import argparse
