@@ -12,9 +12,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from processors.outputs import OUTPUTS_DIR
+
 logger = logging.getLogger(__name__)
 
-OUTPUTS_PATH = "/mnt/session/outputs"
+OUTPUTS_PATH = OUTPUTS_DIR  # where the sandbox's outputs mount sits (processors.outputs, the one constant)
 WORKDIR = "/workspace"
 # Owner of file resources placed in a sandbox ("nobody"): not the sandbox's user.
 RESOURCE_OWNER_UID = 65534

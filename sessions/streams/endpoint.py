@@ -3,9 +3,7 @@ and the small ASGI helpers the upload gate shares (`meta_from_scope`, `send_erro
 
 import asyncio
 import contextlib
-import json
 import logging
-import uuid
 from urllib.parse import parse_qs
 
 from django.conf import settings
@@ -19,7 +17,8 @@ from core.errors import (
     InvalidRequest,
     NotFound,
     ServiceUnavailable,
-    error_body,
+    error_json,
+    new_request_id,
     to_api_error,
 )
 from core.serving import db_call
@@ -73,12 +72,8 @@ def meta_from_scope(scope) -> dict:
 
 async def send_error(send, error: ApiError, request_id: str | None) -> None:
     """An error envelope straight from the event loop."""
-    request_id = request_id or f"req_{uuid.uuid4().hex}"
-    body = json.dumps(
-        error_body(
-            status=error.status, type=error.type, message=error.message, details=error.details, request_id=request_id
-        )
-    ).encode()
+    request_id = request_id or new_request_id()
+    body = error_json(error, request_id)
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
@@ -163,7 +158,7 @@ async def _until_disconnect(receive) -> None:
 async def stream_endpoint(scope, receive, send) -> None:
     """The ASGI view: admitted (or an error envelope), then the stream until it ends or the
     client leaves; the cap slot is given back either way."""
-    request_id = scope.get("mango.request_id") or f"req_{uuid.uuid4().hex}"
+    request_id = scope.get("mango.request_id") or new_request_id()
     try:
         session_id, event_deltas, slot = await _admit(scope)
     except Exception as exc:
