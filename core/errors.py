@@ -11,6 +11,10 @@ The `request-id` header is added by core.middleware.RequestIdMiddleware on every
 import logging
 from collections.abc import Callable
 
+import kombu.exceptions
+import psycopg
+import redis
+from django import db
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
@@ -113,10 +117,65 @@ class ServiceUnavailable(ApiError):
 
 
 class DatabaseBusy(ServiceUnavailable):
-    """No database connection came free within MANGO_DB_POOL_TIMEOUT_SECONDS."""
+    """No database connection came free within MANGO_DB_POOL_TIMEOUT_SECONDS, the database
+    answering all along (every connection was in use)."""
 
     message = "The server is busy; retry shortly."
     headers = {"retry-after": "1"}
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """The database did not answer (down, restarting, or this connection was terminated)."""
+
+    message = "The database is unavailable; retry shortly."
+    code = "database_unavailable"
+    headers = {"retry-after": "2"}
+
+
+class ObjectStoreUnavailable(ServiceUnavailable):
+    """The object store did not answer (files/storage.py raises its subclass)."""
+
+    message = "The object store is unavailable; nothing was changed. Retry later."
+    code = "object_store_unavailable"
+    headers = {"retry-after": "2"}
+
+
+class QueueUnavailable(ServiceUnavailable):
+    """The task queue (Redis) did not answer, and the request could not go ahead without it."""
+
+    message = "The task queue is unavailable; retry shortly."
+    code = "queue_unavailable"
+    headers = {"retry-after": "2"}
+
+
+# Exceptions that mean "the database did not answer", whichever layer raised them. Django wraps
+# psycopg's in its own classes (django.db.utils), with the original as __cause__.
+DATABASE_DOWN_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, db.OperationalError, db.InterfaceError)
+QUEUE_DOWN_ERRORS = (kombu.exceptions.OperationalError, redis.ConnectionError, redis.TimeoutError)
+
+
+def database_answers(*, timeout: float = 1.0) -> bool:
+    """Whether the database accepts a new connection (outside any pool) within `timeout`."""
+    try:
+        database_connect(connect_timeout=max(1, round(timeout))).close()
+    except psycopg.Error:
+        return False
+    return True
+
+
+# Keys of Django's connection parameters that psycopg.connect does not take, or that only make
+# sense for Django's own connections.
+_DJANGO_ONLY_PARAMS = {"cursor_factory", "context", "prepare_threshold", "pool", "server_side_binding"}
+
+
+def database_connect(**overrides) -> psycopg.Connection:
+    """A psycopg connection of its own (autocommit, never from Django's pool) to the default
+    database: for what must not share Django's connections (files/liveness.py's lock session,
+    readiness probes)."""
+    params = {k: v for k, v in db.connection.get_connection_params().items() if k not in _DJANGO_ONLY_PARAMS}
+    params.setdefault("connect_timeout", 3)
+    params.update(overrides)
+    return psycopg.connect(**params, autocommit=True)
 
 
 def error_body(*, status: int, type: str, message: str, details: dict | None, request_id: str | None) -> dict:
@@ -187,7 +246,12 @@ def to_api_error(exc: Exception) -> ApiError | None:
     if isinstance(exc, drf_exceptions.Throttled):
         return RateLimited(str(exc.detail))
     if isinstance(exc, PoolTimeout) or isinstance(exc.__cause__, PoolTimeout):
-        return DatabaseBusy()
+        # The pool cannot tell "every connection busy" from "no connection can be made".
+        return DatabaseBusy() if database_answers() else DatabaseUnavailable()
+    if isinstance(exc, DATABASE_DOWN_ERRORS) or isinstance(exc.__cause__, DATABASE_DOWN_ERRORS):
+        return DatabaseUnavailable()
+    if isinstance(exc, QUEUE_DOWN_ERRORS):
+        return QueueUnavailable()
     if isinstance(exc, RequestDataTooBig):
         return RequestTooLarge()
     if isinstance(exc, SuspiciousOperation):

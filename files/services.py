@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from core.crashpoints import crash_point
@@ -58,16 +58,23 @@ def _intent_close(intent_id: int, *, state: str, file_id: str | None = None) -> 
 
 
 def _intent_error(intent_id: int, exc: BaseException) -> None:
-    StorageIntent.objects.filter(pk=intent_id).update(last_error=f"{type(exc).__name__}: {exc}"[:2000])
+    """Best effort (the error being recorded may be the database's own)."""
+    try:
+        StorageIntent.objects.filter(pk=intent_id).update(last_error=f"{type(exc).__name__}: {exc}"[:2000])
+    except DatabaseError:
+        pass
 
 
 def _intent_disown(intent_id: int, exc: BaseException) -> None:
     """This process gives up on an open intent (the store was unreachable while finishing it):
-    record why and drop its owner, so reconciliation finishes it after the grace window even
-    while this process lives on."""
-    StorageIntent.objects.filter(pk=intent_id, state=StorageIntent.State.OPEN).update(
-        owner=None, last_error=f"{type(exc).__name__}: {exc}"[:2000]
-    )
+    record why and hand it to liveness.GIVEN_UP, an owner no process holds, so reconciliation
+    finishes it as soon as the store answers again (files.reconcile_given_up), without a grace."""
+    try:
+        StorageIntent.objects.filter(pk=intent_id, state=StorageIntent.State.OPEN).update(
+            owner=liveness.GIVEN_UP, last_error=f"{type(exc).__name__}: {exc}"[:2000]
+        )
+    except DatabaseError:
+        liveness.give_up_later(intent_id)
 
 
 def _intent_heartbeat(intent_id: int, **fields) -> None:
@@ -91,7 +98,10 @@ def _upload_discard(*, intent_id: int, key: str, upload_id: str | None) -> None:
         _intent_disown(intent_id, exc)
         return
     crash_point("upload_discard_before_close")
-    _intent_close(intent_id, state=StorageIntent.State.ROLLED_BACK)
+    try:
+        _intent_close(intent_id, state=StorageIntent.State.ROLLED_BACK)
+    except DatabaseError:
+        liveness.give_up_later(intent_id)  # nothing left in the store: reconciliation closes it
 
 
 def _create_visible_file(*, intent_id: int, workspace: Workspace, **fields) -> File:
@@ -595,9 +605,13 @@ def _delete_finish(intent: StorageIntent) -> bool:
         _intent_disown(intent.pk, exc)
         return False
     crash_point("delete_object_deleted")
-    with transaction.atomic():
-        File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
-        _intent_close(intent.pk, state=StorageIntent.State.COMMITTED)
+    try:
+        with transaction.atomic():
+            File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
+            _intent_close(intent.pk, state=StorageIntent.State.COMMITTED)
+    except DatabaseError:
+        liveness.give_up_later(intent.pk)  # the File stays hidden; reconciliation removes the row
+        raise
     return True
 
 

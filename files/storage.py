@@ -25,16 +25,15 @@ from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 from django.core.files.storage import storages
 
-from core.errors import ServiceUnavailable
+from core.errors import ObjectStoreUnavailable, ServiceUnavailable
 
 KEY_PREFIX = "files/"
 
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound", "NoSuchUpload"}
 
 
-class StorageUnavailable(ServiceUnavailable):
-    message = "The object store is unavailable; nothing was changed. Retry later."
-    code = "object_store_unavailable"
+class StorageUnavailable(ObjectStoreUnavailable):
+    """The store could not be reached or answered an error (503 object_store_unavailable)."""
 
 
 class StorageObjectMissing(Exception):
