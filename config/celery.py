@@ -16,6 +16,9 @@ import threading
 
 from celery import Celery, bootsteps, signals
 from celery.worker.consumer import Consumer as CeleryConsumer
+from kombu.transport import redis as kombu_redis
+
+logger = logging.getLogger(__name__)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -34,10 +37,54 @@ class Consumer(CeleryConsumer):
         )
         return super().ensure_connected(conn)
 
+    def on_connection_error_after_connected(self, exc):
+        # Celery 5.7 first collects the lost connection (which detaches its transport) and then
+        # closes it; closing the Redis channel then reads the detached transport and raises
+        # AttributeError, which ends the worker ("Unrecoverable error") at every Redis outage.
+        # The close has nothing left to release by then.
+        connection = self.connection
+        if connection is not None:
+            close = connection.close
+
+            def close_detached():
+                try:
+                    close()
+                except AttributeError:
+                    pass
+
+            connection.close = close_detached
+        super().on_connection_error_after_connected(exc)
+
+
+class RedisChannel(kombu_redis.Channel):
+    """kombu's Redis channel, where the ack (or reject) of a message received on a channel that
+    was lost with its broker connection is skipped: a task running through a Redis outage ends
+    after the worker reconnected, and acking it on the old channel read the detached transport
+    (AttributeError, which ends the worker). The message stays among Redis's unacked ones and is
+    delivered again after the visibility timeout; the session and Files tasks are idempotent."""
+
+    def basic_ack(self, delivery_tag, multiple=False):
+        if self.closed:
+            logger.info("ack skipped: the message came on a lost broker connection")
+            return
+        super().basic_ack(delivery_tag, multiple=multiple)
+
+    def basic_reject(self, delivery_tag, requeue=False):
+        if self.closed:
+            logger.info("reject skipped: the message came on a lost broker connection")
+            return
+        super().basic_reject(delivery_tag, requeue=requeue)
+
+
+class RedisTransport(kombu_redis.Transport):
+    Channel = RedisChannel
+
 
 app = Celery("mango")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.worker_consumer = "config.celery:Consumer"
+if app.conf.broker_url.startswith(("redis://", "rediss://", "unix://")):
+    app.conf.broker_transport = "config.celery:RedisTransport"
 app.autodiscover_tasks()
 
 # Set while the worker's consumer is connected to the broker and consuming.
