@@ -54,14 +54,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-VAR = ROOT / "var" / "faults"
-PG_PORT, REDIS_PORT, S3_PORT, API_PORT = 19032, 19079, 19033, 19080
-# weed mini's other listeners, kept inside the range too.
-WEED_PORTS = {
-    "master.port": 19034, "master.port.grpc": 19044, "volume.port": 19035, "volume.port.grpc": 19045,
-    "filer.port": 19036, "filer.port.grpc": 19046, "s3.port.grpc": 19047, "admin.port": 19048,
-    "admin.port.grpc": 19049, "webdav.port": 19050, "s3.port.iceberg": 0, "s3.port.lance": 0,
-}  # fmt: skip
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a private stack lives: its directory and its ports (all in 19000-19099)."""
+
+    var: Path
+    pg: int
+    redis: int
+    s3: int
+    api: int
+    weed: int  # the first of weed mini's other listeners (master, volume, filer and their gRPC)
+
+    def weed_ports(self) -> dict[str, int]:
+        names = ["master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
+                 "filer.port.grpc", "s3.port.grpc", "admin.port", "admin.port.grpc", "webdav.port"]  # fmt: skip
+        return {
+            **{name: self.weed + index for index, name in enumerate(names)},
+            "s3.port.iceberg": 0,
+            "s3.port.lance": 0,
+        }
+
+
+CAMPAIGN = Layout(var=ROOT / "var" / "faults", pg=19032, redis=19079, s3=19033, api=19080, weed=19034)
+# tests/faults/test_outages.py: another directory and other ports, so a campaign can run meanwhile.
+TESTS = Layout(var=ROOT / "var" / "faults-tests", pg=19062, redis=19069, s3=19063, api=19070, weed=19084)
 DATABASE = "mango_faults_campaign"
 BUCKET = "mango-faults"
 S3_KEYS = {"MANGO_FILE_S3_ACCESS_KEY_ID": "mango", "MANGO_FILE_S3_SECRET_ACCESS_KEY": "mango-faults-secret"}
@@ -116,10 +133,10 @@ class Dependency:
 class Postgres(Dependency):
     name = "postgresql"
 
-    def __init__(self, port: int = PG_PORT, data: Path = VAR / "pg"):
-        self.port, self.data = port, data
+    def __init__(self, layout: Layout):
+        self.port, self.var, self.data = layout.pg, layout.var, layout.var / "pg"
         self.bin = Path(sorted(glob.glob("/usr/lib/postgresql/*/bin"))[-1])
-        self.log = VAR / "pg.log"
+        self.log = layout.var / "pg.log"
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         command = [str(self.bin / args[0]), *args[1:]]
@@ -135,7 +152,7 @@ class Postgres(Dependency):
             return
         self.data.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
-            shutil.chown(VAR, "postgres")
+            shutil.chown(self.var, "postgres")
             shutil.chown(self.data, "postgres")
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
 
@@ -179,8 +196,8 @@ class Postgres(Dependency):
 class Redis(Dependency):
     name = "redis"
 
-    def __init__(self, port: int = REDIS_PORT, data: Path = VAR / "redis"):
-        self.port, self.data = port, data
+    def __init__(self, layout: Layout):
+        self.port, self.var, self.data = layout.redis, layout.var, layout.var / "redis"
         self.process: subprocess.Popen | None = None
 
     def url(self, db: int = 0) -> str:
@@ -190,7 +207,7 @@ class Redis(Dependency):
         self.data.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--logfile", str(VAR / "redis.log")],
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--logfile", str(self.var / "redis.log")],
             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         self.wait_answers(30)
@@ -217,8 +234,9 @@ class Redis(Dependency):
 class Store(Dependency):
     name = "object_store"
 
-    def __init__(self, port: int = S3_PORT, data: Path = VAR / "weed"):
-        self.port, self.data = port, data
+    def __init__(self, layout: Layout):
+        self.port, self.var, self.data = layout.s3, layout.var, layout.var / "weed"
+        self.weed_ports = layout.weed_ports()
         self.process: subprocess.Popen | None = None
 
     def env(self) -> dict[str, str]:
@@ -231,13 +249,13 @@ class Store(Dependency):
 
     def start(self) -> None:
         self.data.mkdir(parents=True, exist_ok=True)
-        flags = [f"-{name}={port}" for name, port in WEED_PORTS.items()]
+        flags = [f"-{name}={port}" for name, port in self.weed_ports.items()]
         self.process = subprocess.Popen(
             [str(Path(sys.executable).parent / "weed"), "mini", f"-dir={self.data}", "-ip=127.0.0.1",
              "-ip.bind=127.0.0.1", f"-s3.port={self.port}", "-admin.ui=false", f"-bucket={BUCKET}", *flags],
             env={**os.environ, "AWS_ACCESS_KEY_ID": S3_KEYS["MANGO_FILE_S3_ACCESS_KEY_ID"],
                  "AWS_SECRET_ACCESS_KEY": S3_KEYS["MANGO_FILE_S3_SECRET_ACCESS_KEY"]},
-            start_new_session=True, stdout=open(VAR / "weed.log", "ab"), stderr=subprocess.STDOUT,  # noqa: SIM115
+            start_new_session=True, stdout=open(self.var / "weed.log", "ab"), stderr=subprocess.STDOUT,  # noqa: SIM115
         )  # fmt: skip
         self.wait_answers(90)
 
@@ -279,10 +297,9 @@ class Store(Dependency):
 class Mango:
     """The API, a Celery worker and beat, as `make run` starts them, against the private stack."""
 
-    def __init__(self, *, pg: Postgres, redis: Redis, store: Store, upstream_url: str, port: int = API_PORT):
-        self.port, self.url = port, f"http://127.0.0.1:{port}"
-        VAR.mkdir(parents=True, exist_ok=True)
-        prometheus = VAR / "prometheus"
+    def __init__(self, layout: Layout, *, pg: Postgres, redis: Redis, store: Store, upstream_url: str):
+        self.port, self.url, self.var = layout.api, f"http://127.0.0.1:{layout.api}", layout.var
+        prometheus = layout.var / "prometheus"
         shutil.rmtree(prometheus, ignore_errors=True)
         prometheus.mkdir()
         self.env = {
@@ -307,7 +324,7 @@ class Mango:
         return subprocess.run(command, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout)
 
     def _spawn(self, name: str, command: list[str], env: dict | None = None) -> None:
-        log = open(VAR / f"{name}.log", "ab")  # noqa: SIM115 — lives as long as the process
+        log = open(self.var / f"{name}.log", "ab")  # noqa: SIM115 — lives as long as the process
         self.processes[name] = subprocess.Popen(
             command, cwd=ROOT, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -329,7 +346,7 @@ class Mango:
         )  # fmt: skip
         self._spawn(
             "beat", [str(venv / "celery"), "-A", "config", "beat", "--loglevel", "INFO",
-                     "--schedule", str(VAR / "celerybeat-schedule")], {"MANGO_DB_POOL_MAX_SIZE": "4"},
+                     "--schedule", str(self.var / "celerybeat-schedule")], {"MANGO_DB_POOL_MAX_SIZE": "4"},
         )  # fmt: skip
         _wait(lambda: self.ready(), 90, "Mango's /readyz")
 
@@ -364,13 +381,13 @@ class Mango:
 class Stack:
     """The private dependencies and Mango on them; `with Stack() as stack:` starts and stops all."""
 
-    def __init__(self, *, fresh: bool = True):
+    def __init__(self, layout: Layout = CAMPAIGN):
         from tests.scripted_model import ScriptedModel
 
-        if fresh:
-            shutil.rmtree(VAR, ignore_errors=True)
-        VAR.mkdir(parents=True, exist_ok=True)
-        self.pg, self.redis, self.store = Postgres(), Redis(), Store()
+        self.layout = layout
+        shutil.rmtree(layout.var, ignore_errors=True)
+        layout.var.mkdir(parents=True)
+        self.pg, self.redis, self.store = Postgres(layout), Redis(layout), Store(layout)
         self.model = ScriptedModel()
         self.mango: Mango | None = None
 
@@ -383,7 +400,7 @@ class Stack:
         self.pg.create_database()
         self.redis.start()
         self.store.start()
-        self.mango = Mango(pg=self.pg, redis=self.redis, store=self.store, upstream_url=self.model.url)
+        self.mango = Mango(self.layout, pg=self.pg, redis=self.redis, store=self.store, upstream_url=self.model.url)
         self.mango.start()
         return self
 
@@ -425,17 +442,22 @@ class Stack:
 
     def leftovers(self) -> dict[str, int]:
         """What is left over with no request in flight: open intents, unfinished multipart
-        uploads, objects without a File row."""
-        from files.models import File, StorageIntent
+        uploads, objects without a File row (read with psycopg and boto3: no Django needed)."""
+        import psycopg
 
         s3 = self.store.client()
         keys = set()
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix="files/"):
             keys |= {item["Key"] for item in page.get("Contents", [])}
         uploads = s3.list_multipart_uploads(Bucket=BUCKET, Prefix="files/").get("Uploads", [])
-        rows = set(File.objects.filter(object_key__in=keys).values_list("object_key", flat=True)) if keys else set()
+        with psycopg.connect(self.pg.url()) as conn:
+            open_intents = conn.execute("SELECT count(*) FROM files_storageintent WHERE state = 'open'").fetchone()[0]
+            rows = {
+                row[0]
+                for row in conn.execute("SELECT object_key FROM files_file WHERE object_key = ANY(%s)", (list(keys),))
+            }
         return {
-            "open_intents": StorageIntent.objects.filter(state="open").count(),
+            "open_intents": open_intents,
             "multipart_uploads": len(uploads),
             "objects_without_row": len(keys - rows),
         }
@@ -664,20 +686,20 @@ class ReadyzProbe(threading.Thread):
 KINDS = ("stop", "kill", "restart")
 
 
-def _turn_started_after(session_ids, since_wall) -> float | None:
+def _turn_started_after(pg: Postgres, session_ids, since_wall) -> float | None:
     """Wall time of the first session.status_running appended after `since_wall` (epoch s)."""
-    from datetime import UTC, datetime
+    import psycopg
 
-    from sessions.models import SessionEvent
-
-    first = (
-        SessionEvent.objects.filter(
-            session_id__in=session_ids, type="session.status_running",
-            created_at__gte=datetime.fromtimestamp(since_wall, UTC),
-        )
-        .order_by("created_at").values_list("created_at", flat=True).first()
-    )  # fmt: skip
-    return first.timestamp() if first else None
+    try:
+        with psycopg.connect(pg.url(), connect_timeout=2) as conn:
+            row = conn.execute(
+                "SELECT min(created_at) FROM agent_sessions_sessionevent WHERE session_id = ANY(%s)"
+                " AND type = 'session.status_running' AND created_at >= to_timestamp(%s)",
+                (list(session_ids), since_wall),
+            ).fetchone()
+    except psycopg.Error:
+        return None
+    return row[0].timestamp() if row[0] else None
 
 
 def run_fault(stack: Stack, name: str, kind: str, *, key: str, sessions: list[str], tally: Tally, down: float,
@@ -707,7 +729,7 @@ def run_fault(stack: Stack, name: str, kind: str, *, key: str, sessions: list[st
     for kind_name in ("upload", "download", "event_send"):
         after = [t for t in tally.successes[kind_name] if t >= back]
         recovery[kind_name] = round(min(after) - back, 2) if after else None
-    turn = _wait(lambda: _turn_started_after(sessions, back_wall), 60, "a turn starting", 0.2)
+    turn = _wait(lambda: _turn_started_after(stack.pg, sessions, back_wall), 60, "a turn starting", 0.2)
     recovery["turn_start"] = round(max(0.0, turn - back_wall), 2)
     started = time.monotonic()
     left = stack.leftovers()

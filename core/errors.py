@@ -9,6 +9,8 @@ The `request-id` header is added by core.middleware.RequestIdMiddleware on every
 """
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 
 import kombu.exceptions
@@ -20,6 +22,8 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
 from psycopg_pool import PoolTimeout
 from rest_framework import exceptions as drf_exceptions
+
+from core.database import database_answers
 
 logger = logging.getLogger(__name__)
 
@@ -154,28 +158,25 @@ DATABASE_DOWN_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, db.Ope
 QUEUE_DOWN_ERRORS = (kombu.exceptions.OperationalError, redis.ConnectionError, redis.TimeoutError)
 
 
-def database_answers(*, timeout: float = 1.0) -> bool:
-    """Whether the database accepts a new connection (outside any pool) within `timeout`."""
-    try:
-        database_connect(connect_timeout=max(1, round(timeout))).close()
-    except psycopg.Error:
-        return False
-    return True
+_pool_checked_at = [0.0]
 
 
-# Keys of Django's connection parameters that psycopg.connect does not take, or that only make
-# sense for Django's own connections.
-_DJANGO_ONLY_PARAMS = {"cursor_factory", "context", "prepare_threshold", "pool", "server_side_binding"}
+def _check_pool_soon() -> None:
+    """A request met a dead database connection (the server restarted, or ended it): have the
+    pool test its idle connections now, in the background, so the next requests get live ones
+    instead of meeting the other dead ones one by one. At most once a second per process."""
+    pool = getattr(db.connection, "pool", None)
+    if pool is None or time.monotonic() - _pool_checked_at[0] < 1.0:
+        return
+    _pool_checked_at[0] = time.monotonic()
 
+    def check():
+        try:
+            pool.check()
+        except Exception:
+            logger.warning("database pool check failed", exc_info=True)
 
-def database_connect(**overrides) -> psycopg.Connection:
-    """A psycopg connection of its own (autocommit, never from Django's pool) to the default
-    database: for what must not share Django's connections (files/liveness.py's lock session,
-    readiness probes)."""
-    params = {k: v for k, v in db.connection.get_connection_params().items() if k not in _DJANGO_ONLY_PARAMS}
-    params.setdefault("connect_timeout", 3)
-    params.update(overrides)
-    return psycopg.connect(**params, autocommit=True)
+    threading.Thread(target=check, name="mango-pool-check", daemon=True).start()
 
 
 def error_body(*, status: int, type: str, message: str, details: dict | None, request_id: str | None) -> dict:
@@ -249,6 +250,7 @@ def to_api_error(exc: Exception) -> ApiError | None:
         # The pool cannot tell "every connection busy" from "no connection can be made".
         return DatabaseBusy() if database_answers() else DatabaseUnavailable()
     if isinstance(exc, DATABASE_DOWN_ERRORS) or isinstance(exc.__cause__, DATABASE_DOWN_ERRORS):
+        _check_pool_soon()
         return DatabaseUnavailable()
     if isinstance(exc, QUEUE_DOWN_ERRORS):
         return QueueUnavailable()

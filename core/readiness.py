@@ -71,7 +71,7 @@ def run_checks(*, timeout: float | None = None) -> tuple[dict[str, str], list[st
 
 def check_database() -> None:
     """A new connection of its own (not the request pool's, whose wait is the request timeout)."""
-    from core.errors import database_connect
+    from core.database import database_connect
 
     conn = database_connect(connect_timeout=2)
     try:

@@ -32,7 +32,7 @@ import time
 import psycopg
 from django.db import connection
 
-from core.errors import database_connect
+from core.database import database_connect
 
 logger = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from core.crashpoints import crash_point
+from core.database import connection_live
 from core.errors import NotFound, RequestTooLarge, ServiceUnavailable
 from core.models import Workspace
 from files import liveness, storage
@@ -79,6 +80,7 @@ def _intent_disown(intent_id: int, exc: BaseException) -> None:
 
 def _intent_heartbeat(intent_id: int, **fields) -> None:
     """Refresh a live upload's intent; fail if reconciliation has claimed it meanwhile."""
+    connection_live()
     updated = StorageIntent.objects.filter(pk=intent_id, state=StorageIntent.State.OPEN, attempts=0).update(
         updated_at=timezone.now(), **fields
     )
@@ -108,6 +110,7 @@ def _create_visible_file(*, intent_id: int, workspace: Workspace, **fields) -> F
     """In one transaction: create the ready File and close its upload intent. Refuses when
     reconciliation has claimed the intent (it is deleting the object)."""
     crash_point("upload_before_commit")
+    connection_live()  # the body may have streamed through a database restart
     with transaction.atomic():
         intent = StorageIntent.objects.select_for_update().get(pk=intent_id)
         if intent.state != StorageIntent.State.OPEN or intent.attempts:

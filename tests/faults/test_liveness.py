@@ -25,7 +25,7 @@ def terminate_own_lock_session() -> int:
     """End this process's owner session from another connection; returns its backend pid."""
     backend = liveness.owner_backend_pid()
     assert backend is not None
-    from core.errors import database_connect
+    from core.database import database_connect
 
     with database_connect() as admin:
         assert admin.execute("SELECT pg_terminate_backend(%s)", (backend,)).fetchone()[0]
@@ -124,7 +124,7 @@ def test_owner_id_checks_the_session_before_stamping(workspace):
     old_owner = liveness.owner_id()
     with liveness._lock:  # hold the watcher off: owner_id() must see it alone
         backend = liveness._state["connection"].info.backend_pid
-        from core.errors import database_connect
+        from core.database import database_connect
 
         with database_connect() as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
