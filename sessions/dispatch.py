@@ -97,6 +97,11 @@ def session_run_enqueue(*, session_id: str) -> None:
     _send(SESSION_RUN, session_id)
 
 
+def session_run_enqueue_soon(*, session_id: str) -> None:
+    """Wake a runner now, or through the outbox as soon as the queue answers."""
+    _send_or_keep(SESSION_RUN, session_id)
+
+
 def session_run_enqueue_on_commit(*, session_id: str) -> None:
     """Wake a runner once the current transaction commits (the events it must see are visible).
     Never raises for an unreachable queue: the wake-up then goes through the outbox."""
