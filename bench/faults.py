@@ -584,6 +584,15 @@ def streamer(port: int, key: str, tally: Tally, stop: threading.Event, session_i
 
 def promoter(tally: Tally, stop: threading.Event) -> None:
     """Bench only: makes the uploads downloadable (client uploads are not), for the downloaders."""
+    from django.db import connection
+
+    try:
+        _promote(tally, stop)
+    finally:
+        connection.close()  # a thread's connection is its own: give it back before the thread ends
+
+
+def _promote(tally: Tally, stop: threading.Event) -> None:
     from django.db import DatabaseError, connection
 
     from files.models import File
