@@ -746,14 +746,17 @@ def run_fault(stack: Stack, name: str, kind: str, *, key: str, sessions: list[st
         time.sleep(1)
         left = stack.leftovers()
     during = [s for s in probe.samples if failed_at <= s[0] <= back]
-    named = all(name in (s[2].get("error", {}).get("message", "")) for s in during if s[1] != 0)
+    # Samples taken while it was down (a probe in the window may still have found it up, before
+    # the stop took effect): each must name it. None when no probe fell in the outage (a restart).
+    down = [s for s in during if s[1] == 503]
+    named = all(name in s[2].get("error", {}).get("message", "") for s in down) if down else None
     result = {
         "dependency": name, "kind": kind, "recovery": recovery, "leftovers_after_60s": left,
         "settled_in": round(time.monotonic() - started, 1),
         "readyz_slowest": round(max((s[3] for s in probe.samples), default=0), 2),
         "readyz_unanswered": sum(1 for s in probe.samples if s[1] == 0),
-        "readyz_named_it": bool(during) and named,
-        "readyz_down_samples": len(during),
+        "readyz_named_it": named,
+        "readyz_down_samples": len(down),
         "reconcile": reconcile.stdout.strip().splitlines()[-1:] if reconcile else None,
     }  # fmt: skip
     log(json.dumps(result))
@@ -834,7 +837,8 @@ def main() -> int:
             + ", ".join(f"{k} {max((r['recovery'][k] or 0) for r in mine):.2f}" for k in mine[0]["recovery"])
             + f"); orphans 60 s after return {orphans}; settled within {max(r['settled_in'] for r in mine):.1f} s; "
             f"/readyz slowest {max(r['readyz_slowest'] for r in mine):.2f} s, unanswered "
-            f"{sum(r['readyz_unanswered'] for r in mine)}, named it {all(r['readyz_named_it'] for r in mine)}"
+            f"{sum(r['readyz_unanswered'] for r in mine)}, named it "
+            f"{all(r['readyz_named_it'] is not False for r in mine)}"
         )
     fivehundreds = sum(count for (kind, status, _), count in tally.answers.items() if status >= 500 and status != 503)
     print("\n== totals ==")
