@@ -26,6 +26,7 @@ BENCH_DEFAULTS = {
     "MANGO_FILE_S3_SECRET_ACCESS_KEY": "mango-dev-secret",
     "MANGO_LOG_LEVEL": "WARNING",
     "DJANGO_SETTINGS_MODULE": "config.settings",
+    "DJANGO_SECRET_KEY": "mango-bench-secret-key-not-for-production",
     # The benches load one workspace to measure capacity; the per-workspace fair shares of the
     # worker fleet and of the sandbox host (tests/sessions/test_fairness.py) would measure the caps.
     "MANGO_WORKSPACE_MAX_RUNNING_TURNS": "0",
@@ -58,9 +59,9 @@ def setup() -> None:
     from files import storage
 
     try:
-        storage.client().head_bucket(Bucket=storage.bucket())
+        storage.backend().client.head_bucket(Bucket=storage.backend().bucket)
     except ClientError:
-        storage.client().create_bucket(Bucket=storage.bucket())
+        storage.backend().client.create_bucket(Bucket=storage.backend().bucket)
 
 
 def api_key(workspace_name: str) -> tuple[str, object]:

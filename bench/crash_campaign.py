@@ -91,12 +91,9 @@ def _in_child(crash: str, operation) -> int:
     if pid == 0:
         code = 0
         try:
-            from django.core.files.storage import storages
-
             from sessions import sandbox
 
-            storages._storages = {}
-            sandbox._backend = None
+            sandbox._backend = None  # (the object store's backend forgets itself at fork)
             if not crash.startswith("bytes@"):
                 os.environ["MANGO_TEST_CRASH_POINT"] = crash
             operation()

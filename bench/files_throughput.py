@@ -29,13 +29,13 @@ compare, MB/s ratios swing by +-0.15 from run to run):
   multipart delimiter search (bytearray.find, ~0.17), recv's kernel copy (~0.3-0.4; reads average
   ~740 KB, so the Python steps per read do not count). The part threads (~0.8): the kernel's send
   to the store (~0.3-0.35 sys), CRC32C (~0.05) and what is left of the request (~0.1-0.2): each
-  part is one signed PUT on the thread's own connection (files/storage.py _PartPut), where
+  part is one signed PUT on the thread's own connection (files/storage/signed.py), where
   botocore's request pipeline cost ~0.5 s/GB more (3.12-3.50 -> 2.64-2.82 s/GB side by side).
   Part size stays 5 MiB x 4 in flight x 10 pooled buffers (8 MiB parts broke the 8-way RSS bound).
 - Downloads, 0.2-0.5 server CPU s/GB: splice(2) store socket -> pipe -> client socket, nearly all
   kernel time, plus the request: a 1000-byte download takes 5.5 ms (get_object: 2.5 ms) and
   3.7-3.9 ms of server CPU, of which Django and the key and File lookups ~3.3 (the store's GET
-  is a signed request of our own, files/storage.py _ObjectGet: through botocore it was 6.5-6.9 ms
+  is a signed request of our own, files/storage/signed.py: through botocore it was 6.5-6.9 ms
   and 4.7-5.2 ms of CPU). A read/write relay instead of splice cost more (0.40-0.48 vs 0.30-0.34);
   SO_RCVLOWAT on the store socket, gc.freeze() and pipe sizes changed nothing measurable.
 - "via C proxy" rows: the same boto3 transfers through socat (C, read/write, 1 MiB buffers), i.e.
@@ -220,7 +220,7 @@ class ProxyHop:
     server that passes the bytes through itself could reach on this machine, where the store,
     the client and the hop share two cores (rows "via C proxy"; skipped without socat)."""
 
-    def __init__(self, s3):
+    def __init__(self, s3, credentials):
         import boto3
 
         self.port = _common.free_port()
@@ -228,7 +228,7 @@ class ProxyHop:
             ["socat", "-b", str(MIB), f"TCP-LISTEN:{self.port},bind=127.0.0.1,fork,reuseaddr", f"TCP:{_netloc(s3)}"],
             start_new_session=True,
         )
-        credentials = s3._request_signer._credentials
+        credentials = credentials.get_frozen_credentials()
         self.s3 = boto3.client(
             "s3",
             endpoint_url=f"http://127.0.0.1:{self.port}",
@@ -347,12 +347,12 @@ def main() -> None:
     from files.models import File
 
     raw_key, _ = _common.api_key(f"bench-throughput-{int(time.time())}")
-    s3 = storage.client()
-    bucket = storage.bucket()
+    s3 = storage.backend().client
+    bucket = storage.backend().bucket
     data_dir = _common.ROOT / "var" / "bench"
     data_dir.mkdir(parents=True, exist_ok=True)
     server = _common.Server(layout=args.layout)
-    hop = ProxyHop(s3) if shutil.which("socat") and not args.no_hop else None
+    hop = ProxyHop(s3, storage.backend().credentials) if shutil.which("socat") and not args.no_hop else None
     measure = Measure(server, hop)
     created: list[str] = []
 
@@ -370,7 +370,7 @@ def main() -> None:
         api_download(server, raw_key, warm_id)
         idle_rss = server.memory_kib()["VmRSS"] / 1024
 
-        endpoint = storage.client().meta.endpoint_url
+        endpoint = storage.backend().client.meta.endpoint_url
         print(f"server: {server.describe()}, pid {server.worker_pid()}; store {endpoint}; best of {args.rounds}")
         print(f"start: {load()}")
         print(f"worker RSS after warm-up: {idle_rss:.1f} MiB")

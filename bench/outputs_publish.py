@@ -49,8 +49,8 @@ def main() -> None:
         result = sandbox.exec_command(session_id=session.id, command=command, timeout=600)
         assert result.exit_code == 0, result.output
 
-    s3 = storage.client()
-    bucket = storage.bucket()
+    s3 = storage.backend().client
+    bucket = storage.backend().bucket
 
     def direct_upload_small(blobs: dict[str, bytes]) -> float:
         started = time.perf_counter()

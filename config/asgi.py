@@ -4,13 +4,14 @@ workers, one public port).
 - `GET /v1/sessions/{id}/events/stream` → sessions.streams (async: a stream holds no thread and
   no database connection while it waits).
 - `POST /v1/files` → Django through a WSGI adapter with a thread pool of its own
-  (MANGO_UPLOAD_THREADS), after the workspace's upload cap is checked on the event loop. A body
-  of known length is read by the upload's thread straight from the client's socket
-  (config/uvicorn.py's `mango.body` extension); a chunked one comes through the adapter (a2wsgi)
-  in bounded reads: uploads keep streaming into the object store with bounded memory and no temp
-  file (Django's own ASGI handler would spool the whole body to a temp file first).
+  (MANGO_UPLOAD_THREADS), after the workspace's upload cap is checked on the event loop. The
+  body is the app's wsgi.input as a core.bodies.RequestBody (config/bodies.py): one of known
+  length is read by the upload's thread straight from the client's socket (config/uvicorn.py's
+  `mango.body` extension); a chunked one comes as the ASGI messages, in bounded reads: uploads
+  keep streaming into the object store with bounded memory and no temp file (Django's own ASGI
+  handler would spool the whole body to a temp file first).
 - `GET /v1/files/{id}/content` → the same Django in a thread of that pool (MANGO_API_THREADS),
-  its object-store stream then sent by core.wsgi_files: chunks queued to the loop without a
+  its object-store stream then sent by config.downloads: chunks queued to the loop without a
   round trip each, the store read stopped as soon as the client goes away.
 - everything else → the same Django through another pool (MANGO_API_THREADS).
 
@@ -21,6 +22,7 @@ or get a 429), so no tenant can take every thread; probes and static files do no
 Every request body that stops arriving for MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS ends with a 408.
 """
 
+import asyncio
 import logging
 import os
 import re
@@ -35,7 +37,10 @@ django_wsgi = get_wsgi_application()
 from a2wsgi import WSGIMiddleware  # noqa: E402 — after Django is set up
 from django.conf import settings  # noqa: E402
 
-from core import caps, wsgi_files  # noqa: E402
+from config import downloads  # noqa: E402
+from config.bodies import RECEIVE_KEY, UploadBodies  # noqa: E402
+from core import caps  # noqa: E402
+from core.bodies import content_length  # noqa: E402
 from core.errors import ApiError  # noqa: E402
 from core.serving import ReleaseDatabaseWhileWaiting, idle_limited  # noqa: E402
 from core.shares import ANONYMOUS, ShareRefused, shares  # noqa: E402
@@ -51,7 +56,10 @@ SEND_QUEUE_MESSAGES = 2
 
 _django = ReleaseDatabaseWhileWaiting(django_wsgi)
 api_app = WSGIMiddleware(_django, workers=settings.MANGO_API_THREADS, send_queue_size=SEND_QUEUE_MESSAGES)
-upload_app = WSGIMiddleware(_django, workers=settings.MANGO_UPLOAD_THREADS, send_queue_size=SEND_QUEUE_MESSAGES)
+# Uploads read their body through config/bodies.py's readers (the socket, or the ASGI messages).
+upload_app = WSGIMiddleware(
+    UploadBodies(_django), workers=settings.MANGO_UPLOAD_THREADS, send_queue_size=SEND_QUEUE_MESSAGES
+)
 
 
 # Served without taking a workspace's place: cheap, and must answer while a tenant is throttled.
@@ -71,6 +79,7 @@ async def _upload(scope, receive, send) -> None:
         except ApiError as error:
             await send_error(send, error, None)
             return
+    scope[RECEIVE_KEY] = (asyncio.get_running_loop(), receive)
     try:
         await upload_app(scope, receive, send)
     finally:
@@ -152,7 +161,7 @@ def _body_size(scope) -> int:
     """The request body's declared size; a chunked body counts as the largest one accepted."""
     for name, value in scope.get("headers", []):
         if name == b"content-length":
-            return int(value) if value.isdigit() else 0
+            return content_length(value) or 0
         if name == b"transfer-encoding" and b"chunked" in value.lower():
             return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     return 0
@@ -162,7 +171,7 @@ async def _threaded(scope, receive, send) -> None:
     """A request on this process's API threads: a download, or any other Django view."""
     if scope["method"] == "GET" and DOWNLOAD_PATH.match(scope["path"]):
         # The client's next message is its disconnect, however long the download takes.
-        await wsgi_files.serve(
+        await downloads.serve(
             _django,
             api_app.executor,
             scope,

@@ -23,7 +23,17 @@ if ENV_FILE and Path(ENV_FILE).is_file():
     environ.Env.read_env(ENV_FILE)
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="mango-dev-insecure-secret-key-change-me")
+# No secret default outside DEBUG: a deployment that forgot the key must not sign sessions and
+# CSRF tokens with a value published in this file. One line, not a traceback (`make run` writes
+# a random key into its .env; the tests set their own in pyproject.toml).
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise SystemExit(
+            "[mango] DJANGO_SECRET_KEY is not set: set it to a long random value"
+            " (or DJANGO_DEBUG=true for a development-only default)."
+        )
+    SECRET_KEY = "mango-dev-insecure-secret-key-debug-only"
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["*"])
 PORT = env.int("PORT", default=8000)
 
@@ -133,15 +143,16 @@ MANGO_FILE_S3_REGION = env.str("MANGO_FILE_S3_REGION", default="us-east-1")
 MANGO_FILE_S3_ACCESS_KEY_ID = env.str("MANGO_FILE_S3_ACCESS_KEY_ID", default="") or None
 MANGO_FILE_S3_SECRET_ACCESS_KEY = env.str("MANGO_FILE_S3_SECRET_ACCESS_KEY", default="") or None
 # SHA-256 in the signature of every request body sent to the store. Off: bodies are covered by
-# the CRC32C checksum header sent with each (files/storage.py) and verified by the store, which
+# the CRC32C checksum header sent with each (files/storage/base.py) and verified by the store, which
 # spares a second SHA-256 pass over every uploaded byte.
 MANGO_FILE_S3_SIGN_PAYLOAD = env.bool("MANGO_FILE_S3_SIGN_PAYLOAD", default=False)
-# Upload parts and object GETs as one signed request each on kept-alive connections
-# (files/storage.py _SignedRequests) instead of through botocore's request pipeline, when the
-# store is reached over plain http.
+# The object store's backend (files/storage/__init__.py), chosen once per process: on, upload
+# parts and object GETs go as one signed request each on kept-alive connections
+# (files/storage/signed.py) instead of through botocore's request pipeline, when the store is
+# reached over plain http; off, every request goes through boto3 (files/storage/boto.py).
 MANGO_FILE_S3_RAW_REQUESTS = env.bool("MANGO_FILE_S3_RAW_REQUESTS", default=True)
 # Downloads under config.asgi move the body from the store's socket to the client's with
-# splice(2) (core/wsgi_files.py) when the store is reached over plain http; off: read in chunks.
+# splice(2) (config/downloads.py) when the store is reached over plain http; off: read in chunks.
 MANGO_FILE_DOWNLOAD_SPLICE = env.bool("MANGO_FILE_DOWNLOAD_SPLICE", default=True)
 MANGO_FILE_MAX_BYTES = env.int("MANGO_FILE_MAX_BYTES", default=500_000_000)
 # Per-workspace Files quota (files/quotas.py): bytes and count of ready Files, all origins.
@@ -182,6 +193,22 @@ STORAGES = {
 MANGO_STRICT = env.bool("MANGO_STRICT", default=False)
 MANGO_FILES_BETA = "files-api-2025-04-14"
 MANGO_AGENTS_BETA = "managed-agents-2026-04-01"
+MANGO_SKILLS_BETA = "skills-2025-10-02"
+
+# PDFs and images from Files sent to the model as base64 (processors/media.py): the upstream's
+# per-image limit, and a PDF size whose base64 fits the Messages API's 32 MB request limit.
+MANGO_MODEL_IMAGE_MAX_BYTES = env.int("MANGO_MODEL_IMAGE_MAX_BYTES", default=5 * 1024 * 1024)
+MANGO_MODEL_PDF_MAX_BYTES = env.int("MANGO_MODEL_PDF_MAX_BYTES", default=24 * 1024 * 1024)
+
+# Skills (sessions/services/skills.py; README "Skills"): what one upload may hold, checked while
+# it streams and again before anything is stored; versions per skill and skills per workspace.
+MANGO_SKILL_MAX_FILES = env.int("MANGO_SKILL_MAX_FILES", default=500)
+MANGO_SKILL_FILE_MAX_BYTES = env.int("MANGO_SKILL_FILE_MAX_BYTES", default=8 * 1024 * 1024)
+MANGO_SKILL_MAX_BYTES = env.int("MANGO_SKILL_MAX_BYTES", default=32 * 1024 * 1024)
+MANGO_SKILL_MAX_VERSIONS = env.int("MANGO_SKILL_MAX_VERSIONS", default=100)
+MANGO_WORKSPACE_MAX_SKILLS = env.int("MANGO_WORKSPACE_MAX_SKILLS", default=1000)
+# Django counts a multipart request's files before our own skill limit does: let ours speak.
+DATA_UPLOAD_MAX_NUMBER_FILES = max(100, MANGO_SKILL_MAX_FILES + 1)
 
 # --- Serving (config/asgi.py) and per-workspace caps ---------------------------------------
 MANGO_SSE_HEARTBEAT_SECONDS = env.float("MANGO_SSE_HEARTBEAT_SECONDS", default=15.0)
@@ -307,6 +334,7 @@ CELERY_BEAT_SCHEDULE = {
     "files-expire": {"task": "files.expire", "schedule": timedelta(minutes=1)},
     "sessions-recover": {"task": "sessions.recover_stuck", "schedule": timedelta(minutes=1)},
     "sessions-orphan-files": {"task": "sessions.orphan_files_sweep", "schedule": timedelta(minutes=10)},
+    "skills-unfinished": {"task": "sessions.skills_unfinished_sweep", "schedule": timedelta(minutes=10)},
 }
 
 # Worker/beat liveness (core/heartbeats.py): renewed every MANGO_HEARTBEAT_SECONDS, gone after

@@ -1,7 +1,7 @@
 """The uvicorn worker class `make run` serves with (config/gunicorn.conf.py): uvicorn's, except
 
 - its event streams end cleanly when it shuts down (StreamEndingServer);
-- every request's scope offers the `mango.splice` extension (SpliceSink): core.wsgi_files moves
+- every request's scope offers the `mango.splice` extension (SpliceSink): config.downloads moves
   a File download's body from the object store's socket to the client's with splice(2);
 - a request with a Content-Length body offers the `mango.body` extension (BodySocket): an upload
   (files/uploads.py's SocketBody) reads the body in its own thread straight from the client's
@@ -19,18 +19,18 @@
   new connection's first request, so silent or trickling connections would pile up unbounded."""
 
 import asyncio
-import json
 import os
 import select
 import sys
 import threading
-import uuid
 
 import httptools
 from gunicorn.arbiter import Arbiter
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
+
+from core.bodies import content_length
 
 
 class SpliceSink:
@@ -265,14 +265,12 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
         self._send_error(400, "Bad Request", f"Malformed HTTP request: {msg}")
 
     def _send_error(self, status: int, reason: str, message: str) -> None:
-        from core.errors import error_body  # Django is set up once the app is loaded
+        from core.errors import InvalidRequest, error_json, new_request_id  # Django is set up once the app is loaded
 
-        request_id = f"req_{uuid.uuid4().hex}"
-        body = json.dumps(
-            error_body(
-                status=status, type="invalid_request_error", message=message, details=None, request_id=request_id
-            )
-        ).encode()
+        request_id = new_request_id()
+        error = InvalidRequest(message)
+        error.status = status
+        body = error_json(error, request_id)
         content = [f"HTTP/1.1 {status} {reason}\r\n".encode("ascii")]
         for name, value in self.server_state.default_headers:
             content.extend([name, b": ", value, b"\r\n"])
@@ -291,16 +289,11 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
 
 
 def _content_length(scope) -> int | None:
-    """The request body's Content-Length, unless it is chunked (or absent, or invalid)."""
-    length = None
-    for name, value in scope["headers"]:
-        if name == b"transfer-encoding":
-            return None
-        if name == b"content-length":
-            if not value.isdigit() or length is not None:
-                return None
-            length = int(value)
-    return length
+    """The request body's Content-Length, unless it is chunked (or absent, invalid, repeated)."""
+    lengths = [value for name, value in scope["headers"] if name == b"content-length"]
+    if len(lengths) != 1 or any(name == b"transfer-encoding" for name, _ in scope["headers"]):
+        return None
+    return content_length(lengths[0])
 
 
 class StreamEndingServer(Server):

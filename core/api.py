@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 from django.utils.dateparse import parse_datetime
+from rest_framework.negotiation import BaseContentNegotiation
 
 from core.errors import InvalidRequest
 from core.schema import list_parameters
@@ -111,3 +112,14 @@ class Paging:
         """`limit` and `page` as keyword arguments for a selector's keyset page."""
         limit = query_int(request, "limit", default=self.default, minimum=1, maximum=self.maximum)
         return {"limit": limit, "page": request.query_params.get("page")}
+
+
+class IgnoreAccept(BaseContentNegotiation):
+    """The SDK sends `Accept: application/binary` for downloads and `application/json` for
+    everything else; responses have one fixed type, so Accept is not negotiated."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type

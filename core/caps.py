@@ -61,30 +61,58 @@ class Slot:
     member: str
 
 
-class CapsGate:
+class _Gate:
+    """What both gates share: the slot a take adds, the scripts, the refusal, the refresh of
+    every held slot. `redis` is a blocking or an asyncio client (the subclass awaits or not)."""
+
+    def __init__(self, client):
+        self.redis = client
+        self._take = client.register_script(_TAKE)
+        self._refresh = client.register_script(_REFRESH)
+        self._held: set[Slot] = set()
+
+    @staticmethod
+    def _slot(kind: str, workspace_id: str) -> Slot:
+        return Slot(key=cap_key(kind, workspace_id), member=uuid.uuid4().hex)
+
+    @staticmethod
+    def _take_call(slot: Slot, limit: int) -> dict:
+        return {"keys": [slot.key], "args": [limit, LEASE_SECONDS, slot.member]}
+
+    @staticmethod
+    def _refresh_call(held: list[Slot]) -> dict:
+        return {"keys": [s.key for s in held], "args": [LEASE_SECONDS, *(s.member for s in held)]}
+
+    @staticmethod
+    def _unavailable(kind: str) -> None:
+        logger.warning("caps unavailable (Redis); admitting", extra={"cap": kind})
+
+    @staticmethod
+    def _refused(kind: str, limit: int) -> RateLimited:
+        return RateLimited(
+            f"Too many concurrent {kind} for this workspace (at most {limit}); retry later.",
+            headers={"retry-after": str(RETRY_AFTER_SECONDS)},
+        )
+
+
+class CapsGate(_Gate):
     """The slots this process holds, on one event loop: taken, refreshed together, released."""
 
     def __init__(self, url: str):
-        self.redis = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
-        self._take = self.redis.register_script(_TAKE)
-        self._refresh = self.redis.register_script(_REFRESH)
-        self._held: set[Slot] = set()
+        super().__init__(aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5))
         self._keeper: asyncio.Task | None = None
 
     async def take(self, *, kind: str, workspace_id: str, limit: int) -> Slot | None:
         """A slot, or RateLimited (429 with retry-after) when the workspace is at `limit`.
         None when Redis is unreachable (fail open: nothing to release)."""
-        slot = Slot(key=cap_key(kind, workspace_id), member=uuid.uuid4().hex)
+        slot = self._slot(kind, workspace_id)
         try:
-            taken = await self._take(keys=[slot.key], args=[limit, LEASE_SECONDS, slot.member])
+            taken = await self._take(**self._take_call(slot, limit))
         except (redis.RedisError, OSError):
-            logger.warning("caps unavailable (Redis); admitting", extra={"cap": kind})
+            self._unavailable(kind)
             return None
         if not taken:
-            raise RateLimited(
-                f"Too many concurrent {kind} for this workspace (at most {limit}); retry later.",
-                headers={"retry-after": str(RETRY_AFTER_SECONDS)},
-            )
+            raise self._refused(kind, limit)
         self._held.add(slot)
         if self._keeper is None or self._keeper.done():
             self._keeper = asyncio.get_running_loop().create_task(self._keep())
@@ -106,34 +134,31 @@ class CapsGate:
             if not held:
                 return
             try:
-                await self._refresh(keys=[s.key for s in held], args=[LEASE_SECONDS, *(s.member for s in held)])
+                await self._refresh(**self._refresh_call(held))
             except (redis.RedisError, OSError):
                 logger.warning("could not refresh cap slots")
 
 
-class ThreadGate:
+class ThreadGate(_Gate):
     """The same slots for threads (the Celery worker): taken and released with a blocking client;
     one daemon thread per process refreshes every slot the process holds."""
 
     def __init__(self, url: str):
-        self.redis = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
-        self._take = self.redis.register_script(_TAKE)
-        self._refresh = self.redis.register_script(_REFRESH)
-        self._held: set[Slot] = set()
+        super().__init__(redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5))
         self._lock = threading.Lock()
         self._keeper: threading.Thread | None = None
 
     def take(self, *, kind: str, workspace_id: str, limit: int) -> Slot | None:
         """A slot, or RateLimited when the workspace holds `limit`; None when Redis is
         unreachable (fail open: nothing to release)."""
-        slot = Slot(key=cap_key(kind, workspace_id), member=uuid.uuid4().hex)
+        slot = self._slot(kind, workspace_id)
         try:
-            taken = self._take(keys=[slot.key], args=[limit, LEASE_SECONDS, slot.member])
+            taken = self._take(**self._take_call(slot, limit))
         except (redis.RedisError, OSError):
-            logger.warning("caps unavailable (Redis); admitting", extra={"cap": kind})
+            self._unavailable(kind)
             return None
         if not taken:
-            raise RateLimited(f"Too many concurrent {kind} for this workspace (at most {limit}).")
+            raise self._refused(kind, limit)
         with self._lock:
             self._held.add(slot)
             if self._keeper is None or not self._keeper.is_alive():
@@ -160,7 +185,7 @@ class ThreadGate:
                     self._keeper = None
                     return
             try:
-                self._refresh(keys=[s.key for s in held], args=[LEASE_SECONDS, *(s.member for s in held)])
+                self._refresh(**self._refresh_call(held))
             except (redis.RedisError, OSError):
                 logger.warning("could not refresh cap slots")
 

@@ -8,9 +8,11 @@ Views raise ApiError subclasses (or let DRF / Django raise theirs); `exception_h
 The `request-id` header is added by core.middleware.RequestIdMiddleware on every response.
 """
 
+import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 import kombu.exceptions
@@ -19,7 +21,8 @@ import redis
 from django import db
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.http import Http404, JsonResponse
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import Http404, HttpResponse
 from psycopg_pool import PoolTimeout
 from rest_framework import exceptions as drf_exceptions
 
@@ -179,6 +182,11 @@ def _check_pool_soon() -> None:
     threading.Thread(target=check, name="mango-pool-check", daemon=True).start()
 
 
+def new_request_id() -> str:
+    """The id of one request (the `request-id` header and the envelope's request_id)."""
+    return f"req_{uuid.uuid4().hex}"
+
+
 def error_body(*, status: int, type: str, message: str, details: dict | None, request_id: str | None) -> dict:
     return {
         "type": "error",
@@ -187,12 +195,19 @@ def error_body(*, status: int, type: str, message: str, details: dict | None, re
     }
 
 
-def error_response(request, error: ApiError) -> JsonResponse:
-    request_id = getattr(request, "request_id", None)
+def error_json(error: "ApiError", request_id: str | None) -> bytes:
+    """The envelope's bytes: every exit that answers an error (Django's, the ASGI edge's, the HTTP
+    protocol's own) writes these."""
     body = error_body(
         status=error.status, type=error.type, message=error.message, details=error.details, request_id=request_id
     )
-    response = JsonResponse(body, status=error.status)
+    return json.dumps(body, cls=DjangoJSONEncoder).encode()
+
+
+def error_response(request, error: ApiError) -> HttpResponse:
+    response = HttpResponse(
+        error_json(error, getattr(request, "request_id", None)), status=error.status, content_type="application/json"
+    )
     for name, value in error.headers.items():
         response[name] = value
     return response

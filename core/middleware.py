@@ -1,7 +1,6 @@
 import logging
-import uuid
 
-from core.errors import ApiError, InvalidRequest, error_response, to_api_error
+from core.errors import ApiError, InvalidRequest, error_response, new_request_id, to_api_error
 
 logger = logging.getLogger(__name__)
 
@@ -15,7 +14,7 @@ class RequestIdMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        request.request_id = f"req_{uuid.uuid4().hex}"
+        request.request_id = new_request_id()
         if _has_nul(request):
             response = error_response(request, InvalidRequest("The URL must not contain NUL characters."))
         else:

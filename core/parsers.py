@@ -4,6 +4,7 @@ from django.conf import settings
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
 
+from core.bodies import content_length
 from core.errors import InvalidRequest, RequestTooLarge
 
 # No request body the API accepts is nested deeper than this; deeper JSON (a recursion bomb, or
@@ -50,10 +51,7 @@ class JSONParser(parsers.JSONParser):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         request = (parser_context or {}).get("request")
         meta = request.META if request is not None else {}
-        try:
-            declared = int(meta.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            declared = 0
+        declared = content_length(meta.get("CONTENT_LENGTH")) or 0
         if limit is not None and declared > limit:
             raise RequestTooLarge(f"Request body is larger than {limit} bytes.")
         try:

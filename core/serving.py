@@ -18,6 +18,7 @@ from typing import Generic, TypeVar
 
 from django.db import close_old_connections, connections
 
+from core.bodies import RequestBody
 from core.errors import RequestTimeout
 
 # Threads (hence database connections at once) for the event loop's short reads, per process.
@@ -103,7 +104,8 @@ class ReleaseDatabaseWhileWaiting:
         self.app = app
 
     def __call__(self, environ, start_response):
-        environ["wsgi.input"] = _ReleasingInput(environ["wsgi.input"])
+        if not isinstance(environ["wsgi.input"], RequestBody):  # a server's reader releases them itself
+            environ["wsgi.input"] = _ReleasingInput(environ["wsgi.input"])
         response = self.app(environ, start_response)
         # The view is done; what is left is sending the body (a download, a stream) to a client
         # that may read it slowly. Streams that need the database reconnect on their own.

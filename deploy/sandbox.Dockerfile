@@ -1,8 +1,16 @@
-# The session sandbox image for the compose stack (built by its `sandbox-image` service on the
-# engine the worker drives). Same contents as sandbox/build.sh makes without a registry: a
-# static busybox, /bin/sh, and the session mount points.
-FROM busybox:1.36.1-musl
-RUN mkdir -p /mnt/session/outputs /mnt/session/uploads /workspace && chmod 1777 /tmp
+# The session sandbox image: the one recipe (sandbox/build.sh builds it where no registry is
+# reachable, from Debian's static busybox; the compose stack's `sandbox-image` service builds it
+# on the engine the worker drives). A static busybox, /bin/sh and the session mount points.
+ARG BUSYBOX_IMAGE=busybox:1.36.1-musl
+FROM ${BUSYBOX_IMAGE} AS busybox
+
+FROM scratch
+COPY --from=busybox /bin/busybox /bin/busybox
+RUN ["/bin/busybox", "--install", "-s", "/bin"]
+RUN mkdir -p /tmp /etc /root /mnt/session/outputs /mnt/session/uploads /workspace \
+ && chmod 1777 /tmp \
+ && echo "root:x:0:0:root:/root:/bin/sh" > /etc/passwd \
+ && echo "root:x:0:" > /etc/group
 ENV PATH=/bin
 WORKDIR /workspace
 CMD ["/bin/sh"]

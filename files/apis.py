@@ -10,15 +10,14 @@ from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core import metrics
-from core.api import query_int, query_list, require_beta_in_strict_mode, rfc3339
+from core.api import IgnoreAccept, query_int, query_list, require_beta_in_strict_mode, rfc3339
 from core.errors import InvalidRequest, RequestTooLarge
 from core.serializers import deleted_output, page_output
-from files import selectors, services, storage, uploads
+from files import naming, selectors, services, storage, uploads
 from files.exceptions import FileNotDownloadable, RangeNotSatisfiable
 
 EXPIRES_MIN_SECONDS = 3600
@@ -90,17 +89,6 @@ _LIST_PARAMETERS = [
 ]
 
 
-class IgnoreAccept(BaseContentNegotiation):
-    """The SDK sends `Accept: application/binary` for downloads and `application/json` for
-    everything else; responses have one fixed type, so Accept is not negotiated."""
-
-    def select_parser(self, request, parsers):
-        return parsers[0] if parsers else None
-
-    def select_renderer(self, request, renderers, format_suffix=None):
-        return renderers[0], renderers[0].media_type
-
-
 class FilesApiView(APIView):
     content_negotiation_class = IgnoreAccept
 
@@ -162,12 +150,12 @@ class FileListCreateApi(FilesApiView):
         if "expires_in_seconds" in form.fields:
             seconds = _parse_expires(form.fields["expires_in_seconds"])
             expires_at = timezone.now() + timedelta(seconds=seconds)
-        mime_type = uploads.resolve_mime_type(form.file_part.content_type, form.file_part.filename)
+        mime_type = naming.resolve_mime_type(form.file_part.content_type, form.file_part.filename)
         try:
             file = services.file_upload_stream(
                 workspace=request.user,
                 chunks=form,
-                filename=uploads.clean_filename(form.file_part.filename, mime_type),
+                filename=naming.clean_filename(form.file_part.filename, mime_type),
                 mime_type=mime_type,
                 max_bytes=max_bytes,
                 expires_at=expires_at,
@@ -248,9 +236,7 @@ def _object_response(file, *, status: int, first: int | None = None, last: int |
     """The object's bytes as a streaming response. The open stream is also the response's
     `file_to_stream`: a server that offers wsgi.file_wrapper (config.asgi's download path,
     gunicorn) reads it in DOWNLOAD_CHUNK_BYTES pieces itself; Django closes it either way."""
-    stream = storage.ObjectStream(
-        storage.open_object(key=file.object_key, first=first, last=last), chunk_size=DOWNLOAD_CHUNK_BYTES
-    )
+    stream = storage.open_object(key=file.object_key, first=first, last=last, chunk_size=DOWNLOAD_CHUNK_BYTES)
     response = StreamingHttpResponse(stream, content_type=file.mime_type, status=status)
     response.file_to_stream = stream
     response.block_size = DOWNLOAD_CHUNK_BYTES

@@ -52,6 +52,9 @@ class File(models.Model):
         UPLOAD = "upload"
         RESOURCE_COPY = "resource_copy"
         SESSION_OUTPUT = "session_output"
+        # A private copy of a PDF or image admitted into a session event (sent to the model as
+        # base64 at each call): never listed or addressable by clients, deleted with the session.
+        EVENT_SNAPSHOT = "event_snapshot"
 
     id = models.CharField(primary_key=True, max_length=40, default=new_file_id, editable=False)
     # PROTECT: dropping a workspace must go through file deletion, or its objects would leak.
@@ -76,7 +79,8 @@ class File(models.Model):
             models.CheckConstraint(condition=Q(size_bytes__gte=0), name="files_file_size_nonnegative"),
             models.CheckConstraint(condition=Q(state__in=["ready", "deleting"]), name="files_file_state_valid"),
             models.CheckConstraint(
-                condition=Q(origin__in=["upload", "resource_copy", "session_output"]), name="files_file_origin_valid"
+                condition=Q(origin__in=["upload", "resource_copy", "session_output", "event_snapshot"]),
+                name="files_file_origin_valid",
             ),
             models.CheckConstraint(
                 condition=Q(output_path__isnull=True) | Q(origin="session_output"),
@@ -115,6 +119,20 @@ class File(models.Model):
     @property
     def scope(self) -> dict | None:
         return {"type": "session", "id": self.scope_session_id} if self.scope_session_id else None
+
+    @classmethod
+    def new_ready(cls, *, workspace, object_key: str, **fields) -> "File":
+        """An unsaved, ready File with a new id (its created_at is the id's time) for an object
+        already in the store."""
+        file_id = new_file_id()
+        return cls(
+            id=file_id,
+            workspace=workspace,
+            created_at=file_id_time(file_id),
+            object_key=object_key,
+            state=cls.State.READY,
+            **fields,
+        )
 
 
 class StorageIntent(models.Model):

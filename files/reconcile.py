@@ -15,7 +15,7 @@ processes, workers and reconcilers at once:
 * intents are claimed with SELECT … FOR UPDATE SKIP LOCKED and the claim (attempts + 1, and
   the reconciler becomes the owner, so a concurrent reconciler leaves it alone and a crashed
   one's claims are finished by the next) is committed before any object-store call; a request
-  whose intent was claimed refuses to publish its File (services._create_visible_file), so the
+  whose intent was claimed refuses to publish its File (services.create_visible_file), so the
   claim decides the race;
 * every step is idempotent (abort, delete, conditional row updates), so a repeated or
   concurrent pass is harmless.
@@ -34,6 +34,7 @@ from django.utils import timezone
 from core.crashpoints import crash_point
 from files import liveness, storage
 from files import metrics as files_metrics
+from files.intents import delete_finish, intent_close
 from files.models import File, StorageIntent
 
 logger = logging.getLogger(__name__)
@@ -113,17 +114,11 @@ def _claim(*, cutoff, dead: set[int], batch_size: int, intent_ids=None) -> list[
     return intents
 
 
-def _close(intent: StorageIntent, state: str) -> None:
-    StorageIntent.objects.filter(pk=intent.pk, state=StorageIntent.State.OPEN).update(
-        state=state, closed_at=timezone.now(), updated_at=timezone.now()
-    )
-
-
 def _finish_upload(intent: StorageIntent, report: Report) -> None:
     if File.objects.filter(object_key=intent.object_key).exists():
         # Defensive: the row and the intent close are one transaction, so this means the
         # intent was closed by hand or by an older build. The object is in use: keep it.
-        _close(intent, StorageIntent.State.COMMITTED)
+        intent_close(intent.pk, state=StorageIntent.State.COMMITTED)
         report.uploads_already_committed += 1
         return
     if intent.upload_id:
@@ -136,16 +131,12 @@ def _finish_upload(intent: StorageIntent, report: Report) -> None:
             storage.multipart_abort(key=upload["key"], upload_id=upload["upload_id"])
     storage.delete_object(key=intent.object_key)
     crash_point("reconcile_object_removed")
-    _close(intent, StorageIntent.State.ROLLED_BACK)
+    intent_close(intent.pk, state=StorageIntent.State.ROLLED_BACK)
     report.uploads_rolled_back += 1
 
 
 def _finish_delete(intent: StorageIntent, report: Report) -> None:
-    storage.delete_object(key=intent.object_key)
-    crash_point("reconcile_object_removed")
-    with transaction.atomic():
-        File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
-        _close(intent, StorageIntent.State.COMMITTED)
+    delete_finish(intent, defer=False, crash_at="reconcile_object_removed")
     report.deletes_finished += 1
 
 

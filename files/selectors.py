@@ -20,7 +20,8 @@ def _not_found(file_id: str) -> NotFound:
 
 
 def _visible(workspace: Workspace):
-    return File.objects.filter(workspace=workspace, state=File.State.READY)
+    """The workspace's ready Files a client may see (event snapshots are the server's own)."""
+    return File.objects.filter(workspace=workspace, state=File.State.READY).exclude(origin=File.Origin.EVENT_SNAPSHOT)
 
 
 def _unexpired(now: datetime) -> Q:
@@ -55,10 +56,40 @@ def file_get_for_admission(*, workspace: Workspace, file_id: str) -> File | None
     expired; None for missing, foreign, malformed and expired ids alike."""
     if file_id_time(file_id) is None:
         return None
-    file = File.objects.filter(workspace=workspace, pk=file_id).first()
+    file = File.objects.filter(workspace=workspace, pk=file_id).exclude(origin=File.Origin.EVENT_SNAPSHOT).first()
     if file is None or (file.expires_at is not None and file.expires_at <= timezone.now()):
         return None
     return file
+
+
+def session_file_copy_get(*, file_id: str) -> File | None:
+    """A session's own File (a resource copy it holds by id), if still ready; None otherwise.
+    The session row that names it is the access check (the caller holds it)."""
+    return File.objects.filter(pk=file_id, state=File.State.READY, scope_session_id__isnull=False).first()
+
+
+def event_snapshot_read(*, file_id: str, max_bytes: int) -> bytes:
+    """The bytes of a PDF or image an event admitted (its private copy), for the model call."""
+    file = File.objects.get(pk=file_id, origin=File.Origin.EVENT_SNAPSHOT, state=File.State.READY)
+    return storage.read_bounded(key=file.object_key, max_bytes=max_bytes)
+
+
+def session_outputs_current(*, workspace: Workspace, session_id: str) -> dict[str, File]:
+    """The session's published outputs, by their path under the outputs directory."""
+    rows = _visible(workspace).filter(scope_session_id=session_id, origin=File.Origin.SESSION_OUTPUT)
+    return {file.output_path: file for file in rows}
+
+
+def session_scoped_files_orphaned(*, live_session_ids, created_before: datetime, limit: int) -> list[tuple[str, str]]:
+    """(workspace id, session id) of session-scoped Files older than `created_before` whose
+    session is not among `live_session_ids` (a queryset or a list)."""
+    rows = (
+        File.objects.filter(scope_session_id__isnull=False, state=File.State.READY, created_at__lt=created_before)
+        .exclude(scope_session_id__in=live_session_ids)
+        .values_list("workspace_id", "scope_session_id")
+        .distinct()
+    )
+    return list(rows[:limit])
 
 
 # --- listing --------------------------------------------------------------------------------

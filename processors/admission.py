@@ -14,240 +14,25 @@ plus the private snapshot returned here) only after these functions return.
 """
 
 import copy
-import hashlib
-import html
-import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from processors.errors import ProcessorError
-from processors.text_formats import classify
-
-MAX_CHARS = 262_144
-# The largest UTF-8 encoding of MAX_CHARS characters: 4 bytes each.
-MAX_RUBRIC_BYTES = 4 * MAX_CHARS
-MAX_DOCUMENT_BYTES = MAX_RUBRIC_BYTES
-
-STATE_READY = "ready"
-STATE_DELETING = "deleting"
-
-# Reasons (AdmissionError.reason, rendered as the error code).
-MISSING = "missing"
-CROSS_WORKSPACE = "cross_workspace"  # never surfaced: reported exactly like MISSING
-DELETING = "deleting"
-SESSION_SCOPED = "session_scoped"
-EMPTY = "empty"
-OVERSIZED = "oversized"
-CORRUPT = "corrupt"
-NOT_UTF8 = "not_utf8"
-CONTAINS_NUL = "contains_nul"
-UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
-UNSUPPORTED = "unsupported"
-AGGREGATE_OVERSIZED = "aggregate_oversized"
-INVALID = "invalid"
+from processors.file_text import (
+    AGGREGATE_OVERSIZED,
+    EMPTY,
+    INVALID,
+    MAX_CHARS,
+    OVERSIZED,
+    AdmissionError,
+    LoadedText,
+    Lookup,
+    ReadBytes,
+    read_verified_text,
+    shown_name,
+)
+from processors.media import MEDIA_LIMITS, LoadedMedia, check_inline_source, media_kind, read_verified_media
 
 
-@dataclass(frozen=True)
-class FileRef:
-    """A plain description of a File, built by the caller from its model. Admission decides on
-    `state`, `scope_session_id`, `size_bytes`, `sha256` and `mime_type`; `downloadable` and
-    `origin` are carried for the caller's benefit (a top-level upload is never downloadable)."""
-
-    file_id: str
-    filename: str
-    mime_type: str
-    size_bytes: int
-    sha256: str
-    state: str = STATE_READY
-    scope_session_id: str | None = None
-    downloadable: bool = False
-    origin: str = "upload"
-
-    @classmethod
-    def of(cls, obj) -> "FileRef":
-        """From any object with the same attribute names (e.g. a files.models.File), duck-typed
-        so this module never imports the model."""
-        return cls(
-            file_id=obj.id if hasattr(obj, "id") else obj.file_id,
-            filename=obj.filename,
-            mime_type=obj.mime_type,
-            size_bytes=obj.size_bytes,
-            sha256=obj.sha256,
-            state=str(obj.state),
-            scope_session_id=obj.scope_session_id,
-            downloadable=bool(obj.downloadable),
-            origin=str(obj.origin),
-        )
-
-
-@dataclass(frozen=True)
-class LoadedText:
-    file_id: str
-    filename: str
-    mime_type: str
-    text: str
-
-    def snapshot(self, index: int) -> dict:
-        """The private, JSON-serialisable snapshot stored with the event for content[index]."""
-        return {
-            "index": index,
-            "file_id": self.file_id,
-            "filename": self.filename,
-            "media_type": self.mime_type,
-            "text": self.text,
-        }
-
-
-Lookup = Callable[[str], FileRef | None]
-ReadBytes = Callable[[FileRef, int], bytes]
-
-
-class AdmissionError(ProcessorError):
-    """A File (or rubric) cannot be admitted. The message names the file and the reason."""
-
-    def __init__(self, message: str, *, file_id: str | None = None, reason: str = INVALID):
-        if reason == CROSS_WORKSPACE:
-            # A foreign id must be indistinguishable from a missing one, code included.
-            reason = MISSING
-        super().__init__(message, reason=reason)
-        self.file_id = file_id
-
-
-def _prefix(location: str | None) -> str:
-    return f"{location}: " if location else ""
-
-
-def _name(file_id: str | None, filename: str | None = None) -> str:
-    shown = f"File {file_id}" if file_id else "File"
-    if filename is not None:
-        shown += f" ({json.dumps(filename, ensure_ascii=False)})"
-    return shown
-
-
-def not_found_error(file_id: str | None, *, location: str | None = None) -> AdmissionError:
-    """The one message for a missing and for a cross-workspace File id."""
-    return AdmissionError(f"{_prefix(location)}{_name(file_id)} not found.", file_id=file_id, reason=MISSING)
-
-
-def _fail(ref: FileRef, reason: str, detail: str, location: str | None) -> AdmissionError:
-    return AdmissionError(
-        f"{_prefix(location)}{_name(ref.file_id, ref.filename)} {detail}", file_id=ref.file_id, reason=reason
-    )
-
-
-def read_verified_text(
-    ref: FileRef | None,
-    *,
-    read_bytes: ReadBytes,
-    max_chars: int = MAX_CHARS,
-    max_bytes: int | None = None,
-    require_text_media: bool = True,
-    file_id: str | None = None,
-    location: str | None = None,
-) -> str:
-    """The common admission read: checks metadata, reads at most size+1 bytes, verifies the stored
-    byte count and SHA-256, decodes strict UTF-8 and applies the character limit.
-
-    `max_bytes` defaults to the largest UTF-8 encoding of `max_chars` characters (4 bytes each),
-    so no object larger than that is ever read. With `require_text_media`, the declared media type
-    must be textual (`text_formats.classify`), and application/octet-stream must hold no NUL.
-    `file_id` is only used to name a missing File (when `ref` is None).
-    """
-    if ref is None:
-        raise not_found_error(file_id, location=location)
-    kind = _admissible(
-        ref, max_chars=max_chars, max_bytes=max_bytes, require_text_media=require_text_media, location=location
-    )
-    data = _read_verified(ref, read_bytes=read_bytes, location=location)
-    return _decoded(ref, data, kind=kind, max_chars=max_chars, location=location)
-
-
-def _admissible(
-    ref: FileRef, *, max_chars: int, max_bytes: int | None, require_text_media: bool, location
-) -> str | None:
-    """The metadata checks, before a byte is read; returns the media kind (or None unchecked)."""
-    if ref.state == STATE_DELETING:
-        raise _fail(ref, DELETING, "is being deleted.", location)
-    if ref.state != STATE_READY:
-        # Not visible yet (an upload still in progress): the same as not existing.
-        raise not_found_error(ref.file_id, location=location)
-    if ref.scope_session_id:
-        raise _fail(
-            ref,
-            SESSION_SCOPED,
-            "is session-scoped; only top-level client uploads can be used here.",
-            location,
-        )
-    if ref.size_bytes == 0:
-        raise _fail(ref, EMPTY, "is empty.", location)
-    if ref.size_bytes < 0:
-        raise _fail(ref, CORRUPT, "is corrupt: its stored byte count is invalid.", location)
-    cap = max_bytes if max_bytes is not None else 4 * max_chars
-    if ref.size_bytes > cap:
-        raise _fail(
-            ref,
-            OVERSIZED,
-            f"is too large: {ref.size_bytes:,} bytes; at most {cap:,} bytes and {max_chars:,} characters are allowed.",
-            location,
-        )
-    kind = classify(ref.mime_type) if require_text_media else None
-    if kind == "unsupported":
-        raise _fail(
-            ref,
-            UNSUPPORTED_MEDIA_TYPE,
-            f"has unsupported media type {json.dumps(ref.mime_type)}; only text formats are accepted "
-            "(text/*, JSON, XML, common textual application formats, or UTF-8 application/octet-stream).",
-            location,
-        )
-    return kind
-
-
-def _read_verified(ref: FileRef, *, read_bytes: ReadBytes, location: str | None) -> bytes:
-    """At most size+1 bytes, checked against the stored byte count and SHA-256."""
-    try:
-        data = read_bytes(ref, ref.size_bytes + 1)
-    except FileNotFoundError:
-        raise _fail(ref, CORRUPT, "is corrupt: its stored object is missing.", location)
-    if len(data) != ref.size_bytes:
-        read = f"more than {ref.size_bytes:,}" if len(data) > ref.size_bytes else f"{len(data):,}"
-        raise _fail(
-            ref,
-            CORRUPT,
-            f"is corrupt: the stored object holds {read} bytes, but its metadata records {ref.size_bytes:,}.",
-            location,
-        )
-    if hashlib.sha256(data).hexdigest() != (ref.sha256 or "").strip().lower():
-        raise _fail(ref, CORRUPT, "is corrupt: the stored object does not match its recorded SHA-256.", location)
-    return data
-
-
-def _decoded(ref: FileRef, data: bytes, *, kind: str | None, max_chars: int, location: str | None) -> str:
-    """Strict UTF-8, no NUL in application/octet-stream, at most `max_chars` characters."""
-    try:
-        text = data.decode("utf-8", errors="strict")
-    except UnicodeDecodeError as exc:
-        raise _fail(ref, NOT_UTF8, f"is not valid UTF-8 (invalid byte at offset {exc.start:,}).", location)
-    if kind == "octet_stream" and "\x00" in text:
-        raise _fail(
-            ref,
-            CONTAINS_NUL,
-            "is application/octet-stream and contains NUL bytes; only text content is accepted.",
-            location,
-        )
-    if len(text) > max_chars:
-        raise _fail(
-            ref,
-            OVERSIZED,
-            f"is too large: {len(text):,} characters; the limit is {max_chars:,} characters.",
-            location,
-        )
-    return text
-
-
-# --- message content ------------------------------------------------------------------------
-
-
-def _file_source_id(block: dict) -> str | bool | None:
+def file_source_id(block: dict) -> str | bool | None:
     """For a block with a `file` source: its file_id (False when malformed); None otherwise."""
     source = block.get("source")
     if not isinstance(source, dict) or source.get("type") != "file":
@@ -257,7 +42,12 @@ def _file_source_id(block: dict) -> str | bool | None:
 
 
 def is_file_document(block) -> bool:
-    return isinstance(block, dict) and block.get("type") == "document" and bool(_file_source_id(block))
+    return isinstance(block, dict) and block.get("type") == "document" and bool(file_source_id(block))
+
+
+def is_file_block(block) -> bool:
+    """A `document` or `image` block whose source is a File."""
+    return isinstance(block, dict) and block.get("type") in ("document", "image") and bool(file_source_id(block))
 
 
 @dataclass(frozen=True)
@@ -271,7 +61,7 @@ class AdmittedMessage:
 
     @property
     def chars(self) -> int:
-        return sum(len(s["text"]) for s in self.snapshots)
+        return sum(len(s.get("text", "")) for s in self.snapshots)
 
 
 @dataclass(frozen=True)
@@ -304,35 +94,16 @@ class AdmittedEvent:
     private: dict | None = None
 
 
-def _check_unsupported_file_blocks(content: list, *, location: str, in_tool_result: bool) -> None:
+def _check_file_blocks(content: list, *, location: str, limits: dict[str, int]) -> None:
+    """Every `image` / `document` source is checked before anything is stored: a file source
+    must name a File, and an inline one must be what it claims (processors/media.py)."""
     for index, block in enumerate(content):
-        if not isinstance(block, dict):
-            continue
-        file_id = _file_source_id(block)
-        if file_id is None:
+        if not isinstance(block, dict) or block.get("type") not in ("document", "image"):
             continue
         where = f"{location}[{index}]"
-        kind = block.get("type")
-        if file_id is False and kind in ("document", "image"):
+        if file_source_id(block) is False:
             raise AdmissionError(f"{where}: source.file_id must be a non-empty string.", reason=INVALID)
-        if kind == "image":
-            raise AdmissionError(
-                f"{where}: images with a file source are not supported; send the image as base64 or url.",
-                file_id=file_id,
-                reason=UNSUPPORTED,
-            )
-        if kind == "document" and in_tool_result:
-            raise AdmissionError(
-                f"{where}: File documents inside tool results are not supported.", file_id=file_id, reason=UNSUPPORTED
-            )
-
-
-def check_tool_result_content(content: list[dict] | None, *, location: str = "content") -> None:
-    """`user.tool_result` / `user.custom_tool_result` content: File documents and file-sourced
-    images are rejected as unsupported; everything else passes."""
-    if not content or not isinstance(content, list):
-        return
-    _check_unsupported_file_blocks(content, location=location, in_tool_result=True)
+        check_inline_source(block, location=where, limits=limits)
 
 
 class Admission:
@@ -349,13 +120,34 @@ class Admission:
         read_bytes: ReadBytes,
         aggregate_limit: int = MAX_CHARS,
         max_chars: int = MAX_CHARS,
+        media_limits: dict[str, int] | None = None,
     ):
         self.lookup = lookup
         self.read_bytes = read_bytes
         self.aggregate_limit = aggregate_limit
         self.max_chars = max_chars
+        self.media_limits = media_limits or MEDIA_LIMITS
         self.used_chars = 0
         self._loaded: dict[str, LoadedText] = {}
+        self._media: dict[tuple[str, str], LoadedMedia] = {}
+
+    def load_media(self, file_id: str, *, kind: str, location: str) -> LoadedMedia:
+        """A PDF or image File, verified once per admission however often it is referenced."""
+        if (file_id, kind) not in self._media:
+            ref = self.lookup(file_id)
+            if ref is None:
+                read_verified_text(None, read_bytes=self.read_bytes, file_id=file_id, location=location)
+            self._media[(file_id, kind)] = read_verified_media(
+                ref, kind=kind, read_bytes=self.read_bytes, limits=self.media_limits, location=location
+            )
+        return self._media[(file_id, kind)]
+
+    def _media_kind(self, block: dict) -> str | None:
+        """ "image"/"pdf" for a Files-sourced block sent to the model as bytes; None otherwise."""
+        if block.get("type") == "image":
+            return "image"
+        ref = self.lookup(block["source"]["file_id"])
+        return media_kind("document", ref.mime_type) if ref is not None else None
 
     def load_document(self, file_id: str, *, location: str | None = None) -> LoadedText:
         if file_id in self._loaded:
@@ -377,18 +169,22 @@ class Admission:
         """Admit a `user.message` content list. Usage is added to the aggregate only on success."""
         if not isinstance(content, list):
             raise AdmissionError(f"{location}: must be a list of content blocks.", reason=INVALID)
-        _check_unsupported_file_blocks(content, location=location, in_tool_result=False)
+        _check_file_blocks(content, location=location, limits=self.media_limits)
         used = self.used_chars
         snapshots = []
         for index, block in enumerate(content):
-            if not is_file_document(block):
+            if not is_file_block(block):
                 continue
             where = f"{location}[{index}]"
+            kind = self._media_kind(block)
+            if kind is not None:
+                snapshots.append(self.load_media(block["source"]["file_id"], kind=kind, location=where).snapshot(index))
+                continue
             loaded = self.load_document(block["source"]["file_id"], location=where)
             used += len(loaded.text)
             if used > self.aggregate_limit:
                 raise AdmissionError(
-                    f"{where}: {_name(loaded.file_id, loaded.filename)} brings the File content admitted with "
+                    f"{where}: {shown_name(loaded.file_id, loaded.filename)} brings the File content admitted with "
                     f"this request to {used:,} characters; the limit is {self.aggregate_limit:,} characters "
                     "in total.",
                     file_id=loaded.file_id,
@@ -447,54 +243,8 @@ class Admission:
         if kind == "user.define_outcome":
             rubric = self.rubric(event.get("rubric"), location=f"{location}.rubric")
             return AdmittedEvent(copy.deepcopy(event), {"rubric": rubric.snapshot()})
-        if kind in ("user.tool_result", "user.custom_tool_result"):
-            check_tool_result_content(event.get("content"), location=f"{location}.content")
+        if kind in ("user.tool_result", "user.custom_tool_result") and isinstance(event.get("content"), list):
+            admitted = self.message_content(event["content"], location=f"{location}.content")
+            private = {"documents": admitted.snapshots} if admitted.snapshots else None
+            return AdmittedEvent(copy.deepcopy(event), private)
         return AdmittedEvent(copy.deepcopy(event))
-
-
-# --- rendering for the model ----------------------------------------------------------------
-
-
-def _attr(value: str) -> str:
-    return html.escape(value, quote=True).replace("\n", "&#10;").replace("\r", "&#13;").replace("\t", "&#9;")
-
-
-def render_document_text(snapshot: dict, *, title: str | None = None, context: str | None = None) -> str:
-    """`<document filename="…" media_type="…">\\n…\\n</document>`, attribute values escaped.
-    The File id is deliberately absent: the model sees content, not our identifiers."""
-    attrs = [f'filename="{_attr(snapshot.get("filename") or "")}"', f'media_type="{_attr(snapshot["media_type"])}"']
-    if title:
-        attrs.append(f'title="{_attr(title)}"')
-    if context:
-        attrs.append(f'context="{_attr(context)}"')
-    text = snapshot["text"]
-    tail = "" if text.endswith("\n") else "\n"
-    return f"<document {' '.join(attrs)}>\n{text}{tail}</document>"
-
-
-def render_message_for_model(content: list[dict], snapshots: list[dict]) -> list[dict]:
-    """Rewrite admitted `user.message` content for the model: each File document becomes an
-    ordinary text block (from its snapshot, never from the live File); `redacted` blocks are
-    dropped (the Messages API has no such user block); every other block is passed unchanged.
-    Raises ValueError if a File document has no matching snapshot (it was never admitted)."""
-    by_index = {s["index"]: s for s in snapshots}
-    rendered = []
-    for index, block in enumerate(content):
-        if isinstance(block, dict) and block.get("type") == "redacted":
-            continue
-        if not is_file_document(block):
-            if isinstance(block, dict) and block.get("type") == "image" and _file_source_id(block):
-                raise ValueError(f"content[{index}]: file-sourced images are never admitted")
-            rendered.append(copy.deepcopy(block))
-            continue
-        snapshot = by_index.get(index)
-        if snapshot is None or snapshot.get("file_id") != block["source"]["file_id"]:
-            raise ValueError(f"content[{index}]: no admitted snapshot for this File document")
-        text_block = {
-            "type": "text",
-            "text": render_document_text(snapshot, title=block.get("title"), context=block.get("context")),
-        }
-        if block.get("cache_control"):
-            text_block["cache_control"] = copy.deepcopy(block["cache_control"])
-        rendered.append(text_block)
-    return rendered

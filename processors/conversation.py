@@ -76,8 +76,8 @@ def feedback_blocks(event: Event) -> list[dict]:
     return [{"type": "text", "text": text}]
 
 
-def _result_block(tool_use_id: str, payload: dict) -> dict:
-    content = payload.get("content")
+def _result_block(tool_use_id: str, payload: dict, private: dict | None = None) -> dict:
+    content = (private or {}).get("model_content") or payload.get("content")
     block = {"type": "tool_result", "tool_use_id": tool_use_id}
     if content:
         block["content"] = content
@@ -140,7 +140,7 @@ class _Conversation:
         if tool_id not in self.open_ids:
             return
         self.open_ids.remove(tool_id)
-        self.add("user", [_result_block(tool_id, event.payload)])
+        self.add("user", [_result_block(tool_id, event.payload, event.private)])
         if not self.open_ids:
             self.flush_deferred()
 

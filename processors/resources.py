@@ -8,11 +8,12 @@ from collections.abc import Iterable, Iterator
 
 from processors.errors import InvalidMountPath, ProcessorError
 from processors.filenames import filename_shown, path_problem
+from processors.outputs import OUTPUTS_DIR
 
 MAX_FILE_RESOURCES = 100
 MAX_MOUNT_PATH_LENGTH = 1024
 UPLOADS_DIR = "/mnt/session/uploads"
-OUTPUTS_DIR = "/mnt/session/outputs"
+SKILLS_DIR = "/mnt/skills"  # skills are placed at /mnt/skills/<name>/ (sessions/services/skills.py)
 FILE_MODE = 0o444
 DIR_MODE = 0o755
 
@@ -38,7 +39,7 @@ TMP_DIR = "/tmp"
 # Directories that must stay directories: a File placed exactly there (or at an ancestor) would
 # shadow every default upload mount, the outputs mount, the working directory or /tmp (the
 # sandbox's writable mounts). A new file below them is fine.
-RESERVED_DIRS = (UPLOADS_DIR, OUTPUTS_DIR, WORKDIR, TMP_DIR)
+RESERVED_DIRS = (UPLOADS_DIR, OUTPUTS_DIR, WORKDIR, TMP_DIR, SKILLS_DIR)
 
 _SAFE_FILE_ID = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
 _BLOCK = tarfile.BLOCKSIZE
@@ -167,4 +168,41 @@ def tar_stream_for_file(
     if remainder:
         yield b"\0" * (_BLOCK - remainder)
     # End of archive: two zero blocks.
+    yield b"\0" * (2 * _BLOCK)
+
+
+def tar_stream_for_files(
+    files: Iterable[tuple[str, int, Iterable[bytes]]],
+    *,
+    root: str,
+    mode: int = FILE_MODE,
+    uid: int = 0,
+    gid: int = 0,
+) -> Iterator[bytes]:
+    """One tar stream that, extracted at `root`, creates each (relative path, size, chunks) as a
+    regular file with `mode`, its parent directories (0755) first, all owned by uid/gid. Memory
+    stays bounded as in tar_stream_for_file. Raises ValueError for a path that is not relative
+    and normalized, or chunks that do not hold `size` bytes."""
+    made: set[str] = set()
+    for relative, size, chunks in files:
+        if relative.startswith("/") or posixpath.normpath(relative) != relative or relative.split("/")[0] == "..":
+            raise ValueError(f"not a relative normalized path: {relative!r}")
+        parts = relative.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            name = "/".join(parts[:depth]) + "/"
+            if name not in made:
+                made.add(name)
+                yield _header(name, kind=tarfile.DIRTYPE, mode=DIR_MODE, size=0, mtime=0, uid=uid, gid=gid)
+        yield _header(relative, kind=tarfile.REGTYPE, mode=mode, size=size, mtime=0, uid=uid, gid=gid)
+        written = 0
+        for chunk in chunks:
+            written += len(chunk)
+            if written > size:
+                raise ValueError(f"{relative!r}: content is longer than the declared {size} bytes")
+            if chunk:
+                yield bytes(chunk)
+        if written != size:
+            raise ValueError(f"{relative!r}: content is {written} bytes, but {size} were declared")
+        if size % _BLOCK:
+            yield b"\0" * (_BLOCK - size % _BLOCK)
     yield b"\0" * (2 * _BLOCK)

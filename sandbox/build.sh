@@ -1,22 +1,18 @@
 #!/usr/bin/env bash
-# Build the session sandbox image from a static busybox: /bin/sh plus the usual applets.
-# No registry is needed: the root filesystem is assembled here and `docker import`ed.
+# Build the session sandbox image from deploy/sandbox.Dockerfile (the one recipe) where no image
+# registry is reachable: the Dockerfile's busybox stage comes from Debian's static busybox,
+# `docker import`ed as a one-file image, instead of the registry's busybox image.
 set -euo pipefail
 image="${1:-mango-sandbox:latest}"
-# Debian's busybox-static installs a static /bin/busybox.
+here="$(cd "$(dirname "$0")/.." && pwd)"
 busybox="${BUSYBOX:-/bin/busybox}"
 [ -x "$busybox" ] || { echo "busybox-static is required (apt-get install busybox-static)" >&2; exit 1; }
 root="$(mktemp -d)"
 trap 'rm -rf "$root"' EXIT
-mkdir -p "$root"/{bin,tmp,etc,root,mnt/session/outputs,mnt/session/uploads,workspace}
-chmod 1777 "$root/tmp"
+mkdir -p "$root/bin"
 cp "$busybox" "$root/bin/busybox"
-for applet in $("$root/bin/busybox" --list); do
-  [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
-done
-echo "root:x:0:0:root:/root:/bin/sh" > "$root/etc/passwd"
-echo "root:x:0:" > "$root/etc/group"
-tar -C "$root" -c . | docker import \
-  --change 'ENV PATH=/bin' --change 'WORKDIR /workspace' --change 'CMD ["/bin/sh"]' \
-  - "$image" >/dev/null
+tar -C "$root" -c . | docker import - mango-busybox:static >/dev/null
+log="$root/build.log"
+docker build -q --build-arg BUSYBOX_IMAGE=mango-busybox:static -t "$image" -f "$here/deploy/sandbox.Dockerfile" \
+  "$here/deploy" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 echo "built sandbox image $image" >&2

@@ -10,6 +10,9 @@ export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mango}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
 check_database_and_redis
 export PORT="${PORT:-8000}"
+# The server refuses to start without a secret key (config/settings.py): a first run makes a
+# random one, which .env keeps for the next runs and for manage.py in other shells.
+export DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-$("$PY" -c 'import secrets; print(secrets.token_urlsafe(48))')}"
 
 # Ctrl-C stops everything, also under `make run | tee log`: the components run in their own
 # sessions (so each can be stopped as a group), output to a closed pipe must not kill this
@@ -54,7 +57,7 @@ rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 "$PY" manage.py collectstatic --noinput -v 0
 "$PY" manage.py reconcile_files
 
-write_env_file DATABASE_URL REDIS_URL MANGO_FILE_S3_ENDPOINT_URL MANGO_FILE_S3_BUCKET MANGO_FILE_S3_REGION \
+write_env_file DJANGO_SECRET_KEY DATABASE_URL REDIS_URL MANGO_FILE_S3_ENDPOINT_URL MANGO_FILE_S3_BUCKET MANGO_FILE_S3_REGION \
   MANGO_FILE_S3_ACCESS_KEY_ID MANGO_FILE_S3_SECRET_ACCESS_KEY PROMETHEUS_MULTIPROC_DIR ANTHROPIC_BASE_URL
 upstream_warning="$("$PY" manage.py check --tag model_upstream 2>&1 | grep -A1 'mango.W001' || true)"
 

@@ -8,7 +8,7 @@ from django.core.paginator import Paginator
 from django.utils.html import format_html
 
 from sessions import sandbox
-from sessions.models import Agent, AgentVersion, Environment, Session
+from sessions.models import Agent, AgentVersion, Environment, Session, Skill, SkillVersion
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -174,3 +174,34 @@ class SessionAdmin(admin.ModelAdmin):
             ]  # fmt: skip
             extra["resources"] = list(session.resources.order_by("created_at", "id"))
         return super().change_view(request, object_id, form_url, extra)
+
+
+class SkillVersionInline(ReadOnlyInline):
+    model = SkillVersion
+    fields = ("version", "name", "description", "file_count", "size_bytes", "ready", "created_at")
+    readonly_fields = fields
+    ordering = ("-version",)
+
+    @admin.display(description="files")
+    def file_count(self, obj):
+        return len(obj.files)
+
+
+@admin.register(Skill)
+class SkillAdmin(admin.ModelAdmin):
+    """Skills per workspace with their versions (read-only: uploads go through the API)."""
+
+    list_display = ("id", "display_name", "name", "workspace", "latest_version", "created_at")
+    list_filter = ("workspace",)
+    search_fields = ("id", "name", "display_name")
+    readonly_fields = ("id", "workspace", "display_name", "name", "latest_version", "created_at", "updated_at")
+    inlines = [SkillVersionInline]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -14,6 +14,13 @@ class SessionsConfig(AppConfig):
 
         metrics.register_collector("sessions", sessions_metrics.collect)
 
+        # Framing happens at the edge, after commit: the streams layer renders the wake-ups
+        # that appends publish (sessions.notify.events_committed).
+        from sessions import notify
+        from sessions.streams import framing
+
+        notify.wakeup_renderer_install(framing.wakeup)
+
         from core import dashboard
         from sessions.dashboard import sessions_panel
 

@@ -35,9 +35,29 @@ def interrupt_key(session_id: str) -> str:
     return f"mango:session-interrupt:{session_id}"
 
 
+def _last_seq_only(events, *, payload_bytes: int = 0) -> bytes:
+    return str(events[-1].seq).encode()
+
+
+# How a wake-up is rendered: installed by the streams layer at start-up (sessions/apps.py:
+# sessions.streams.framing.wakeup, the committed events' frames); without it a wake-up names the
+# last seq and the streams read the log. Services never render frames themselves.
+_render_wakeup = _last_seq_only
+
+
+def wakeup_renderer_install(render) -> None:
+    global _render_wakeup
+    _render_wakeup = render
+
+
+def events_committed(session_id: str, events: list, *, payload_bytes: int = 0) -> None:
+    """After a commit: wake the session's streams with the events just committed (contiguous
+    seqs, oldest first). `payload_bytes`, when known, lets the renderer skip large batches."""
+    publish_events(session_id, _render_wakeup(events, payload_bytes=payload_bytes))
+
+
 def publish_events(session_id: str, wakeup: bytes) -> None:
-    """Wake the session's streams: `wakeup` is sessions.streams.framing.wakeup of the events
-    just committed (their frames, or the last seq)."""
+    """Publish a rendered wake-up on the session's events channel (a hint; never raises)."""
     try:
         client().publish(events_channel(session_id), wakeup)
     except redis.RedisError:

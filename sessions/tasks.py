@@ -16,6 +16,7 @@ from sessions.models import Session, SessionEvent
 from sessions.runtime import turn  # imported before the pool forks: children start warm (anthropic is slow to import)
 from sessions.runtime.fleet import fleet_connect
 from sessions.services.sessions import deleted_session_logs_purge, session_orphan_files_delete
+from sessions.services.skills import skills_unfinished_sweep
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,12 @@ def session_orphan_files_sweep() -> int:
     event logs purged (every 10 minutes)."""
     grace = settings.MANGO_RECONCILE_GRACE_SECONDS
     return session_orphan_files_delete(older_than_seconds=grace) + deleted_session_logs_purge(older_than_seconds=60)
+
+
+@shared_task(name="sessions.skills_unfinished_sweep", acks_late=True)
+def skills_unfinished_sweep_task() -> int:
+    """Skill uploads a crash interrupted lose their objects and rows (every 10 minutes)."""
+    return skills_unfinished_sweep(older_than_seconds=settings.MANGO_RECONCILE_GRACE_SECONDS)
 
 
 # Every worker reaps stale leases (a dead worker's turns) and drains on warm shutdown.

@@ -68,12 +68,12 @@ def responses_match_the_openapi_document():
 @pytest.fixture(scope="session")
 def s3_bucket():
     """The test bucket on the real S3 server, created if missing."""
-    s3 = storage.client()
+    s3 = storage.backend().client
     try:
-        s3.head_bucket(Bucket=storage.bucket())
+        s3.head_bucket(Bucket=storage.backend().bucket)
     except ClientError:
-        s3.create_bucket(Bucket=storage.bucket())
-    return storage.bucket()
+        s3.create_bucket(Bucket=storage.backend().bucket)
+    return storage.backend().bucket
 
 
 @pytest.fixture

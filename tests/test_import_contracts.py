@@ -1,5 +1,7 @@
-"""The import contracts in .importlinter (STYLE.md §20): processors and core import no app, files
-does not import sessions, imports inside sessions run one way and form no cycle. CI runs this."""
+"""The import contracts in .importlinter (STYLE.md §20, §23): processors and core import no app, files
+does not import sessions, imports inside sessions run one way and form no cycle, the apps import no
+server package (nor config/), and the object store's backends are reached only through files.storage.
+CI runs this."""
 
 import subprocess
 import sys

@@ -10,15 +10,17 @@ turn's wait for the model as soon as it sees the flag raised."""
 
 import concurrent.futures
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 
+from django.conf import settings
 from django.db import connection
 
 from sessions import notify
 from sessions.runtime.lease import Lease
-from sessions.selectors import session_interrupt_pending, session_is_deleted
+from sessions.selectors.runner import session_interrupt_pending, session_is_deleted
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +110,32 @@ class InterruptWatch:
 watch = InterruptWatch()
 
 
+class _CallPool:
+    """The worker process's one pool for blocking calls made interruptible (model requests,
+    grader calls): two threads per turn slot, so calls a stop abandoned (they end when their
+    stream is closed) never make a live turn's call wait. Created on first use; a forked child
+    starts with none (the parent's threads do not exist there)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def submit(self, call: Callable[[], object]) -> concurrent.futures.Future:
+        with self._lock:
+            if self._executor is None:
+                workers = max(4, 2 * settings.CELERY_WORKER_CONCURRENCY)
+                self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="mango-call")
+            return self._executor.submit(call)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._executor = None
+
+
+calls = _CallPool()
+os.register_at_fork(after_in_child=calls._forget)
+
+
 class TurnControl:
     def __init__(self, *, session_id: str, lease: Lease):
         self.session_id = session_id
@@ -151,11 +179,10 @@ class TurnControl:
         waiting thread sleeps until the call ends or the watcher sees the session's interrupt
         flag raised (no polling; a lost lease is seen within WAKE_SECONDS)."""
         db_release()
-        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         woken = threading.Event()
         watch.wake_on_flag(self.session_id, woken)
         try:
-            future = executor.submit(call)
+            future = calls.submit(call)
             future.add_done_callback(lambda _: woken.set())
             while True:
                 woken.wait(WAKE_SECONDS)
@@ -170,7 +197,6 @@ class TurnControl:
                     raise
         finally:
             watch.unwake(self.session_id, woken)
-            executor.shutdown(wait=False)
 
     def sleep(self, seconds: float) -> None:
         db_release()

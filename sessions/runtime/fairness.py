@@ -22,7 +22,7 @@ from django.conf import settings
 from core import caps
 from core.errors import RateLimited
 from sessions.dispatch import session_run_enqueue
-from sessions.selectors import session_workspace_id
+from sessions.selectors.runner import session_workspace_id
 
 logger = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ from processors.conversation import grader_transcript
 from sessions.events import TERMINAL_RESULTS, EventType
 from sessions.models import SessionEvent
 from sessions.runtime.model import ModelError, messages_create
+from sessions.selectors.runner import session_events_since, session_latest_outcome
 from sessions.services.events import session_event_append
 
 DEFAULT_MAX_ITERATIONS = 3
@@ -67,26 +68,15 @@ def _rubric_text(event: SessionEvent) -> str:
 
 def active_outcome(session_id: str) -> ActiveOutcome | None:
     """The latest processed outcome of the session, unless its evaluation has ended."""
-    define = (
-        SessionEvent.objects.filter(
-            session_id=session_id, type=EventType.USER_DEFINE_OUTCOME, processed_at__isnull=False
-        )
-        .order_by("-seq")
-        .first()
-    )
-    if define is None:
+    latest = session_latest_outcome(session_id=session_id)
+    if latest is None:
         return None
-    outcome_id = define.payload["outcome_id"]
-    results = list(
-        SessionEvent.objects.filter(
-            session_id=session_id, type=EventType.SPAN_OUTCOME_EVALUATION_END, payload__outcome_id=outcome_id
-        ).values_list("payload__result", flat=True)
-    )
+    define, results = latest
     if any(result in TERMINAL_RESULTS for result in results):
         return None
     return ActiveOutcome(
         event=define,
-        outcome_id=outcome_id,
+        outcome_id=define.payload["outcome_id"],
         description=define.payload.get("description", ""),
         rubric_text=_rubric_text(define),
         max_iterations=define.payload.get("max_iterations") or DEFAULT_MAX_ITERATIONS,
@@ -95,7 +85,7 @@ def active_outcome(session_id: str) -> ActiveOutcome | None:
 
 
 def _transcript(session_id: str, since_seq: int) -> str:
-    events = SessionEvent.objects.filter(session_id=session_id, seq__gt=since_seq).order_by("seq")
+    events = session_events_since(session_id=session_id, after_seq=since_seq)
     return grader_transcript(events, max_chars=TRANSCRIPT_MAX_CHARS)
 
 

@@ -7,14 +7,11 @@ more (services.events.runner_fence)."""
 
 import logging
 import threading
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
-from django.utils import timezone
 
-from sessions.models import Session
+from sessions.services.runner import session_lease_release, session_lease_take, session_leases_renew
 
 logger = logging.getLogger(__name__)
 
@@ -25,18 +22,11 @@ RENEWALS_PER_LEASE = 8
 
 def lease_acquire(*, session_id: str, token: str) -> bool:
     """Take the session's lease if it is free or stale."""
-    now = timezone.now()
-    stale = now - timedelta(seconds=settings.MANGO_SESSION_LEASE_SECONDS)
-    return (
-        Session.objects.filter(id=session_id)
-        .filter(Q(runner_token__isnull=True) | Q(runner_heartbeat_at__lt=stale))
-        .update(runner_token=token, runner_heartbeat_at=now)
-        == 1
-    )
+    return session_lease_take(session_id=session_id, token=token)
 
 
 def lease_release(*, session_id: str, token: str) -> None:
-    Session.objects.filter(id=session_id, runner_token=token).update(runner_token=None, runner_heartbeat_at=None)
+    session_lease_release(session_id=session_id, token=token)
 
 
 class Lease:
@@ -86,9 +76,7 @@ class LeaseKeeper:
         leases = self.held()
         if not leases:
             return
-        tokens = [lease.token for lease in leases]
-        Session.objects.filter(runner_token__in=tokens).update(runner_heartbeat_at=timezone.now())
-        kept = set(Session.objects.filter(runner_token__in=tokens).values_list("runner_token", flat=True))
+        kept = session_leases_renew(tokens=[lease.token for lease in leases])
         for lease in leases:
             if lease.token not in kept:
                 lease.lost = True

@@ -14,19 +14,23 @@ from dataclasses import dataclass, field
 
 import anthropic
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from core import metrics
 from core.ids import new_id
+from files.selectors import event_snapshot_read
 from processors.conversation import build_messages
+from processors.media import inline_snapshots
+from processors.skills import skills_prompt_section
 from sessions import events as ev
 from sessions import notify
 from sessions.events import MESSAGE_TYPES, ErrorType, EventType
-from sessions.models import Session, SessionEvent
+from sessions.models import Session
 from sessions.runtime.control import Stop, TurnControl
-from sessions.selectors import EventRow, session_conversation_events
-from sessions.services.events import events_append, events_append_locked, session_event_append
+from sessions.selectors.runner import EventRow, session_conversation_events
+from sessions.selectors.skills import session_skills
+from sessions.services.events import events_append, session_event_append
+from sessions.services.runner import session_error_record, session_events_mark_processed, session_status_running_set
 
 logger = logging.getLogger(__name__)
 
@@ -205,6 +209,14 @@ class Conversation:
         self.session_id = session_id
         self._settled: list[EventRow] = []
         self._after_seq = 0
+        # The admitted PDFs and images, read once per turn (each call sends them again).
+        self._media: dict[str, bytes] = {}
+
+    def media(self, file_id: str) -> bytes:
+        if file_id not in self._media:
+            limit = max(settings.MANGO_MODEL_PDF_MAX_BYTES, settings.MANGO_MODEL_IMAGE_MAX_BYTES)
+            self._media[file_id] = event_snapshot_read(file_id=file_id, max_bytes=limit)
+        return self._media[file_id]
 
     def events(self) -> list[EventRow]:
         rows = session_conversation_events(session_id=self.session_id, after_seq=self._after_seq)
@@ -218,28 +230,38 @@ class Conversation:
 
     def _absorb(self, messages: list[EventRow]) -> None:
         if messages:
+            session_events_mark_processed(event_ids=[row.id for row in messages], only_unprocessed=True)
             now = timezone.now()
-            SessionEvent.objects.filter(id__in=[row.id for row in messages], processed_at__isnull=True).update(
-                processed_at=now
-            )
             for row in messages:
                 row.processed_at = now
 
 
+def system_prompt(session: Session) -> str | None:
+    """The agent's system prompt, then the skills section (each pinned skill's name,
+    description and path), read once per turn."""
+    skills = [
+        {"name": version.name, "description": version.description, "path": path}
+        for version, path in session_skills(session=session)
+    ]
+    section = skills_prompt_section(skills)
+    system = session.agent_snapshot.get("system")
+    return "\n\n".join(part for part in (system, section) if part) or None
+
+
 def model_call(
-    *, control: TurnControl, session: Session, definitions: list[dict], conversation: Conversation
+    *, control: TurnControl, session: Session, definitions: list[dict], conversation: Conversation, system: str | None
 ) -> ModelReply | None:
     """Call the model with the conversation so far, retrying retryable failures
     (MANGO_MODEL_MAX_RETRIES, exponential back-off). None once retries are exhausted."""
     snapshot = session.agent_snapshot
     attempts = settings.MANGO_MODEL_MAX_RETRIES + 1
     for attempt in range(attempts):
-        messages = build_messages(conversation.events())
+        messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
         start = session_event_append(session_id=control.session_id, type=EventType.SPAN_MODEL_REQUEST_START)
         previews = PreviewPublisher(control.session_id)
         params = {
             "model": snapshot["model"]["id"],
-            "system": snapshot.get("system"),
+            "system": system,
             "messages": messages,
             "tools": definitions,
             "max_tokens": settings.MANGO_MODEL_MAX_TOKENS,
@@ -254,7 +276,7 @@ def model_call(
             if not retrying:
                 return None
             control.sleep(settings.MANGO_MODEL_RETRY_BACKOFF_SECONDS * (2**attempt))
-            _status_running(control.session_id)
+            session_status_running_set(session_id=control.session_id)
             continue
         except Stop:
             _span_end(control.session_id, start.id, None)
@@ -282,25 +304,9 @@ def model_error_record(*, session_id: str, exc: ModelError, retrying: bool) -> N
     """session.error for a failed call (+ session.status_rescheduled when retrying). The detail
     goes to the log and the session's last_error (operators), never to the event."""
     logger.warning("model call failed: %s", exc.detail, extra={"session_id": session_id})
-    with transaction.atomic():
-        session = Session.objects.select_for_update().get(id=session_id)
-        payload = ev.session_error(message=exc.message, error_type=exc.error_type, retrying=retrying)
-        items = [ev.item(EventType.SESSION_ERROR, payload)]
-        session.last_error = f"{exc.error_type}: {exc.detail}"
-        fields = ["last_error"]
-        if retrying:
-            items.append(ev.item(EventType.SESSION_STATUS_RESCHEDULED))
-            session.status = Session.Status.RESCHEDULING
-            fields.append("status")
-        session.save(update_fields=fields)
-        events_append_locked(session=session, items=items)
-
-
-def _status_running(session_id: str) -> None:
-    with transaction.atomic():
-        session = Session.objects.select_for_update().get(id=session_id)
-        if session.status == Session.Status.RUNNING:
-            return
-        session.status = Session.Status.RUNNING
-        session.save(update_fields=["status"])
-        events_append_locked(session=session, items=[ev.item(EventType.SESSION_STATUS_RUNNING)])
+    session_error_record(
+        session_id=session_id,
+        payload=ev.session_error(message=exc.message, error_type=exc.error_type, retrying=retrying),
+        last_error=f"{exc.error_type}: {exc.detail}",
+        rescheduling=retrying,
+    )

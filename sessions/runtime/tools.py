@@ -16,10 +16,17 @@ from sessions import sandbox
 from sessions.events import TOOLSET_TYPE, EventType
 from sessions.models import Session, SessionEvent
 from sessions.runtime.control import Stop, TurnControl, db_release
-from sessions.selectors import session_answered_tool_use_ids, session_last_idle_seq
+from sessions.selectors.runner import (
+    session_answered_tool_use_ids,
+    session_last_idle_seq,
+    session_tool_confirmations,
+    session_tool_uses,
+)
 from sessions.services.events import SessionGone, events_append
 from sessions.services.resources import resources_place
+from sessions.services.runner import session_sandbox_failed, session_sandbox_running
 from sessions.services.sandboxes import sandbox_admit
+from sessions.services.skills import session_skills_place
 
 MAX_RESULT_CHARS = 100_000
 DEFAULT_BASH_TIMEOUT_SECONDS = 120.0
@@ -308,13 +315,14 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
             networking=session.environment_config.get("networking"),
         )
     except sandbox.SandboxError as exc:
-        Session.objects.filter(id=session.id).update(
-            sandbox_state=Session.SandboxState.FAILED, last_error=f"sandbox: {exc}"
-        )
+        session_sandbox_failed(session_id=session.id, error=f"sandbox: {exc}")
         raise
-    if session.sandbox_ref != ref or session.sandbox_state != Session.SandboxState.RUNNING:
-        session.sandbox_ref, session.sandbox_state = ref, Session.SandboxState.RUNNING
-        Session.objects.filter(id=session.id).update(sandbox_ref=ref, sandbox_state=Session.SandboxState.RUNNING)
+    if ref != session.sandbox_ref:  # a new container: its skills first, before it is recorded
+        try:
+            session_skills_place(session=session)
+        except Exception as exc:
+            raise sandbox.SandboxError(f"skills could not be placed: {exc}") from exc
+    session_sandbox_running(session=session, ref=ref)
     try:
         resources_place(session=session)  # file resources not yet in this sandbox
     except Exception as exc:
@@ -359,15 +367,11 @@ def tool_run(*, control: TurnControl, session: Session, event: SessionEvent) -> 
 
 def tools_run_confirmed(*, control: TurnControl, session: Session) -> None:
     """Answer always_ask tool uses the client confirmed (run them) or denied (error result)."""
-    confirmations = {
-        e.payload["tool_use_id"]: e.payload
-        for e in SessionEvent.objects.filter(session_id=session.id, type=EventType.USER_TOOL_CONFIRMATION)
-    }
+    confirmations = session_tool_confirmations(session_id=session.id)
     if not confirmations:
         return
     answered = session_answered_tool_use_ids(session_id=session.id)
-    uses = SessionEvent.objects.filter(id__in=list(confirmations), type=EventType.AGENT_TOOL_USE).order_by("seq")
-    for tool_use in uses:
+    for tool_use in session_tool_uses(session_id=session.id, ids=list(confirmations)):
         if tool_use.id in answered:
             continue
         confirmation = confirmations[tool_use.id]
@@ -383,10 +387,7 @@ def tools_answer_dangling(*, session_id: str) -> None:
     dead worker was executing, and that never got a result, are answered with an error."""
     answered = session_answered_tool_use_ids(session_id=session_id)
     confirmed = session_answered_tool_use_ids(session_id=session_id, types=(EventType.USER_TOOL_CONFIRMATION,))
-    uses = SessionEvent.objects.filter(
-        session_id=session_id, type=EventType.AGENT_TOOL_USE, seq__gt=session_last_idle_seq(session_id=session_id)
-    ).order_by("seq")
-    for tool_use in uses:
+    for tool_use in session_tool_uses(session_id=session_id, after_seq=session_last_idle_seq(session_id=session_id)):
         if tool_use.id in answered or tool_use.id in confirmed:
             continue
         if tool_use.payload.get("evaluated_permission") != "allow":

@@ -18,43 +18,43 @@ from dataclasses import dataclass
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import close_old_connections, transaction
-from django.utils import timezone
+from django.db import close_old_connections
 
 from core.database import database_answers
 from core.errors import DATABASE_DOWN_ERRORS
 from core.ids import new_id
 from sessions import events as ev
-from sessions import notify, sandbox
+from sessions import sandbox
 from sessions.dispatch import session_run_enqueue, session_run_enqueue_soon
-from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, ErrorType, EventType, ToolMode
-from sessions.models import Session, SessionEvent
+from sessions.events import ErrorType, EventType, ToolMode
+from sessions.models import Session
 from sessions.runtime.control import Handback, Stop, TurnControl, draining
 from sessions.runtime.fairness import turn_slot
 from sessions.runtime.grader import outcome_evaluate
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
-from sessions.runtime.model import Conversation, ModelError, ModelReply, model_call, model_error_record, span_end_item
+from sessions.runtime.model import (
+    Conversation,
+    ModelError,
+    ModelReply,
+    model_call,
+    model_error_record,
+    span_end_item,
+    system_prompt,
+)
 from sessions.runtime.tools import ToolSpec, session_tools, tool_run, tools_answer_dangling, tools_run_confirmed
-from sessions.selectors import (
-    session_answered_tool_use_ids,
-    session_is_deleted,
-    session_pending_input,
-    session_required_action_ids,
-)
-from sessions.services.events import (
-    LeaseLost,
-    events_append,
-    events_append_locked,
-    runner_fence,
-    session_event_append,
-)
+from sessions.selectors.runner import session_by_id, session_is_deleted
+from sessions.services.events import LeaseLost, events_append, runner_fence, session_event_append
 from sessions.services.outputs import outputs_publish_at_idle
+from sessions.services.runner import (
+    session_interrupts_flush,
+    session_last_error_set,
+    session_turn_begin,
+)
 
 logger = logging.getLogger(__name__)
 
 # A runaway tool loop ends the turn with tool_use_limit_reached_error.
 MAX_MODEL_CALLS_PER_TURN = 200
-_ACTIVE = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
 
 
 @dataclass
@@ -147,67 +147,16 @@ class Runner:
     # --- work selection ----------------------------------------------------------------------
 
     def next_work(self) -> _Work | None:
-        """Under the session lock: flush interrupts, decide whether a turn must run, and either
-        start it (status_running) or release the lease (so a later append re-enqueues a runner)."""
-        with transaction.atomic():
-            session = Session.objects.select_for_update().get(id=self.session_id)
-            if session.runner_token != self.token:
-                return None
-            if session.deleted_at is not None:
-                session.runner_token = None
-                session.save(update_fields=["runner_token"])
-                return None
-            pending = session_pending_input(session_id=self.session_id)
-            pending, interrupted_running = self._flush_until_interrupt(session, pending)
-            resume = session.status in _ACTIVE and not interrupted_running
-            if not interrupted_running:
-                if not resume and not self._starts_turn(pending):
-                    session.runner_token = None
-                    session.runner_heartbeat_at = None
-                    session.save(update_fields=["runner_token", "runner_heartbeat_at"])
-                    self.released = True
-                    return None
-                self._start_turn(session, pending, resume=resume)
-        if interrupted_running:
+        """Start the next turn under the session's lock (services.runner.session_turn_begin), or
+        release the lease when there is nothing to do (a later append re-enqueues a runner)."""
+        begun = session_turn_begin(session_id=self.session_id, token=self.token)
+        if begun is None or begun.released:
+            self.released = begun is not None
+            return None
+        if begun.interrupted:
             self.go_idle(ev.stop_end_turn(), interrupted=True)
             return self.next_work()
-        return _Work(resume=resume, session=session)
-
-    def _flush_until_interrupt(self, session: Session, pending: list[SessionEvent]) -> tuple[list, bool]:
-        """Everything up to the last interrupt is flushed: it was sent before the stop. Returns
-        the rest and whether a running turn was interrupted."""
-        last = max((i for i, e in enumerate(pending) if e.type == EventType.USER_INTERRUPT), default=None)
-        if last is None:
-            return pending, False
-        SessionEvent.objects.filter(id__in=[e.id for e in pending[: last + 1]]).update(processed_at=timezone.now())
-        transaction.on_commit(lambda: notify.clear_interrupt(self.session_id))
-        return pending[last + 1 :], session.status in _ACTIVE
-
-    def _starts_turn(self, pending: list[SessionEvent]) -> bool:
-        """Whether idle-session input starts a turn. Partial answers to requires_action are
-        marked processed and the session keeps waiting for the rest."""
-        if not pending:
-            return False
-        if any(e.type not in CLIENT_ANSWER_TYPES for e in pending):
-            return True
-        needed = set(session_required_action_ids(session_id=self.session_id))
-        if needed - session_answered_tool_use_ids(session_id=self.session_id, types=CLIENT_ANSWER_TYPES):
-            SessionEvent.objects.filter(id__in=[e.id for e in pending]).update(processed_at=timezone.now())
-            return False
-        return True
-
-    def _start_turn(self, session: Session, pending: list[SessionEvent], *, resume: bool) -> None:
-        now = timezone.now()
-        SessionEvent.objects.filter(id__in=[e.id for e in pending]).update(processed_at=now)
-        items = []
-        if resume:
-            message = "The worker running this session stopped; resuming the turn."
-            items.append(ev.item(EventType.SESSION_ERROR, ev.session_error(message=message, retrying=True)))
-        items.append(ev.item(EventType.SESSION_STATUS_RUNNING))
-        session.status = Session.Status.RUNNING
-        if session.turn_started_at is None:
-            session.turn_started_at = now
-        events_append_locked(session=session, items=items, also_save=("status", "turn_started_at"))
+        return _Work(resume=begun.resume, session=begun.session)
 
     # --- the turn ------------------------------------------------------------------------------
 
@@ -221,7 +170,7 @@ class Runner:
         except Stop:
             if self.control.lease_lost or session_is_deleted(session_id=self.session_id):
                 return
-            self._flush_interrupts()
+            session_interrupts_flush(session_id=self.session_id)
             self.go_idle(ev.stop_end_turn(), interrupted=True)
 
     def _loop(self, session: Session) -> None:
@@ -229,11 +178,12 @@ class Runner:
         self_hosted = session.environment_config.get("type") == "self_hosted"
         model_calls = 0
         conversation = Conversation(self.session_id)
+        system = system_prompt(session)
         while True:
             self.control.check_handback()  # a safe point: every tool use so far is answered
             self.control.check_stop()
             reply = model_call(
-                control=self.control, session=session, definitions=definitions, conversation=conversation
+                control=self.control, session=session, definitions=definitions, conversation=conversation, system=system
             )
             if reply is None:
                 return self.go_idle(ev.stop_retries_exhausted())
@@ -261,20 +211,6 @@ class Runner:
             if waiting:
                 return self.go_idle(ev.stop_requires_action(waiting))
 
-    def _flush_interrupts(self) -> None:
-        with transaction.atomic():
-            session = Session.objects.select_for_update().get(id=self.session_id)
-            last = (
-                SessionEvent.objects.filter(session=session, type=EventType.USER_INTERRUPT, processed_at__isnull=True)
-                .order_by("-seq")
-                .first()
-            )
-            if last is not None:
-                SessionEvent.objects.filter(
-                    session=session, processed_at__isnull=True, type__in=RUNNER_INPUT_TYPES, seq__lte=last.seq
-                ).update(processed_at=timezone.now())
-        notify.clear_interrupt(self.session_id)
-
     # --- the model's answer → events ---------------------------------------------------------
 
     def _append_response(self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
@@ -298,7 +234,7 @@ class Runner:
     def go_idle(self, stop_reason: dict, *, interrupted: bool = False) -> None:
         """Publish outputs (unless interrupted), then commit session.status_idle (with the
         session's status and active time, in one statement)."""
-        session = Session.objects.get(id=self.session_id)
+        session = session_by_id(session_id=self.session_id)
         if session.deleted_at is not None:
             return
         outputs_publish_at_idle(session=session, interrupted=interrupted)
@@ -308,12 +244,12 @@ class Runner:
     def fail(self, exc: Exception) -> None:
         """An unexpected error: report it and never leave the session running."""
         try:
-            session = Session.objects.get(id=self.session_id)
+            session = session_by_id(session_id=self.session_id)
             if session.deleted_at is not None or session.runner_token != self.token:
                 return
             payload = ev.session_error(message=f"The turn failed: {type(exc).__name__}")
             session_event_append(session_id=self.session_id, type=EventType.SESSION_ERROR, payload=payload)
-            Session.objects.filter(id=self.session_id).update(last_error=f"{type(exc).__name__}: {exc}")
+            session_last_error_set(session_id=self.session_id, text=f"{type(exc).__name__}: {exc}")
             if session.status != Session.Status.IDLE:
                 self.go_idle(ev.stop_retries_exhausted())
         except Exception:

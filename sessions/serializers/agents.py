@@ -18,6 +18,7 @@ from core.serializers import (
     page_output,
     validated,
 )
+from sessions.configs import agent_snapshot
 from sessions.serializers.common import (
     AGENT_CONFIG_MAX_BYTES,
     DESCRIPTION_MAX_CHARS,
@@ -186,26 +187,8 @@ def _execution_identity(value) -> dict:
 # --- wire shapes -----------------------------------------------------------------------------
 
 
-def agent_config_to_wire(*, agent_id: str, version: int, config: dict) -> dict:
-    """The SessionAgent shape: the agent's resolved configuration at one version."""
-    return {
-        "id": agent_id,
-        "type": "agent",
-        "version": version,
-        "name": config["name"],
-        "description": config.get("description"),
-        "system": config.get("system"),
-        "model": config["model"],
-        "tools": config.get("tools", []),
-        "mcp_servers": config.get("mcp_servers", []),
-        "skills": config.get("skills", []),
-        "execution_identity": config.get("execution_identity") or {"type": "service_account"},
-        "multiagent": config.get("multiagent"),
-    }
-
-
 def agent_to_wire(agent, agent_version) -> dict:
-    wire = agent_config_to_wire(agent_id=agent.id, version=agent_version.version, config=agent_version.config)
+    wire = agent_snapshot(agent_id=agent.id, version=agent_version.version, config=agent_version.config)
     wire["metadata"] = agent_version.config.get("metadata", {})
     wire["created_at"] = rfc3339(agent.created_at)
     wire["updated_at"] = rfc3339(agent_version.created_at)

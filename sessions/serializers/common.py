@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.errors import InvalidRequest
+from sessions.configs import METADATA_MAX_PAIRS
 
 NAME_MAX_CHARS = 256
 ENVIRONMENT_NAME_MAX_CHARS = 255  # the column's length
@@ -39,7 +40,6 @@ EVENT_BLOCK_MAX_DEPTH = 16
 EVENTS_PER_REQUEST_MAX = 100
 INITIAL_EVENTS_MAX = 50
 RUBRIC_MAX_CHARS = 262_144
-METADATA_MAX_PAIRS = 16
 METADATA_KEY_MAX_CHARS = 64
 METADATA_VALUE_MAX_CHARS = 512
 
@@ -83,18 +83,6 @@ class Metadata(serializers.Field):
 
     def to_representation(self, value):
         return value
-
-
-def apply_metadata_patch(current: dict, patch: dict) -> dict:
-    merged = dict(current)
-    for key, value in patch.items():
-        if value is None or value == "":
-            merged.pop(key, None)
-        else:
-            merged[key] = value
-    if len(merged) > METADATA_MAX_PAIRS:
-        raise InvalidRequest(f"metadata: at most {METADATA_MAX_PAIRS} keys.", code="invalid_metadata")
-    return merged
 
 
 class PassThrough(serializers.Serializer):

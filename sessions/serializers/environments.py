@@ -3,8 +3,8 @@
 from rest_framework import serializers
 
 from core.api import rfc3339
-from core.errors import InvalidRequest
 from core.serializers import Array, Bool, InputSerializer, Text, TypedUnion, deleted_output, page_output, validated
+from sessions.configs import environment_config_resolve
 from sessions.serializers.common import (
     ALLOWED_HOSTS_MAX,
     DESCRIPTION_MAX_CHARS,
@@ -15,7 +15,6 @@ from sessions.serializers.common import (
     Metadata,
 )
 
-PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
 SCOPES = ("organization", "account")
 
 
@@ -69,46 +68,10 @@ class _ConfigBody(InputSerializer):
     config = TypedUnion(choices=ENVIRONMENT_CONFIG_TYPES, required=False, allow_null=True)
 
 
-def _networking(value: dict | None, current: dict | None) -> dict:
-    if value is None:
-        return current or {
-            "type": "limited",
-            "allowed_hosts": [],
-            "allow_mcp_servers": False,
-            "allow_package_managers": False,
-        }
-    if value["type"] == "unrestricted":
-        return {"type": "unrestricted"}
-    return {
-        "type": "limited",
-        "allowed_hosts": list(value.get("allowed_hosts") or []),
-        "allow_mcp_servers": value.get("allow_mcp_servers", False),
-        "allow_package_managers": value.get("allow_package_managers", False),
-    }
-
-
-def _packages(value: dict | None, current: dict | None) -> dict:
-    if value is None:
-        return current or {"type": "packages", **{manager: [] for manager in PACKAGE_MANAGERS}}
-    return {"type": "packages", **{manager: list(value.get(manager) or []) for manager in PACKAGE_MANAGERS}}
-
-
-def parse_environment_config(value, current: dict | None = None) -> dict:
-    """Resolve an environment config. Omitted networking/packages keep `current` (update)."""
-    config = validated(_ConfigBody, {"config": value}).get("config")
-    if config is None:
-        return current or {"type": "cloud", "networking": _networking(None, None), "packages": _packages(None, None)}
-    if current is not None and current.get("type") != config["type"]:
-        raise InvalidRequest("config.type: an environment cannot change type.", code="invalid_config_type_change")
-    if config["type"] == "self_hosted":
-        return {"type": "self_hosted"}
-    current = current or {}
-    networking = _networking(config.get("networking"), current.get("networking"))
-    packages = _packages(config.get("packages"), current.get("packages"))
-    has_packages = any(packages[manager] for manager in PACKAGE_MANAGERS)
-    if has_packages and networking["type"] == "limited" and not networking["allow_package_managers"]:
-        raise InvalidRequest("config.packages: limited networking needs allow_package_managers to install packages.")
-    return {"type": "cloud", "networking": networking, "packages": packages}
+def parse_environment_config(value) -> dict | None:
+    """A validated environment config as sent (None when omitted); the service resolves it
+    against the stored one (sessions.configs.environment_config_resolve)."""
+    return validated(_ConfigBody, {"config": value}).get("config")
 
 
 class EnvironmentCreateInputSerializer(InputSerializer):
@@ -131,21 +94,23 @@ def parse_environment_create(body) -> dict:
     return {
         "name": data["name"],
         "description": data.get("description"),
-        "config": parse_environment_config(body.get("config") if isinstance(body, dict) else None),
+        "config": environment_config_resolve(
+            parse_environment_config(body.get("config") if isinstance(body, dict) else None)
+        ),
         "metadata": data.get("metadata") or {},
         "scope": data.get("scope"),
     }
 
 
 def parse_environment_changes(body) -> dict:
-    """The changes of an update; `config` stays as sent (the service merges it with the stored
-    config under the row lock)."""
+    """The changes of an update; `config` validated but not resolved (the service merges it into
+    the stored config under the row lock)."""
     data = validated(EnvironmentUpdateInputSerializer, body)
     changes = {key: data[key] for key in ("description", "scope") if key in data}
     if data.get("name") is not None:
         changes["name"] = data["name"]
     if "config" in data:
-        changes["config"] = body["config"]
+        changes["config"] = parse_environment_config(body["config"])
     if "metadata" in data:
         changes["metadata"] = data["metadata"] or {}
     return changes

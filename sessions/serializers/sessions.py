@@ -17,8 +17,8 @@ from core.serializers import (
     validated,
 )
 from processors.resources import MAX_FILE_RESOURCES, MAX_MOUNT_PATH_LENGTH
-from sessions.serializers.agents import ModelField
-from sessions.serializers.common import ID_MAX_CHARS, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
+from sessions.serializers.agents import ModelField, SkillSerializer
+from sessions.serializers.common import ID_MAX_CHARS, SKILLS_MAX, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
 from sessions.serializers.events import InitialEventsField, initial_events
 from sessions.serializers.tools import ToolsField
 
@@ -35,11 +35,12 @@ class AgentRefSerializer(InputSerializer):
     system = Text(max_length=SYSTEM_MAX_CHARS, required=False, allow_null=True, allow_blank=True)
     tools = ToolsField(required=False)
     model = ModelField(required=False, allow_null=True)
+    skills = Array(child=SkillSerializer(), max_length=SKILLS_MAX, required=False, allow_null=True)
 
 
 class AgentRefField(StringOrObject):
-    """An agent id, or an AgentRef object. Validated here, passed on as sent (the service
-    resolves it)."""
+    """An agent id, or an AgentRef object, validated here with its overrides parsed (the service
+    resolves the id and version)."""
 
     string_schema = {"type": "string", "minLength": 1, "maxLength": ID_MAX_CHARS}
     object_serializer = AgentRefSerializer
@@ -54,7 +55,10 @@ class AgentRefField(StringOrObject):
         ref = AgentRefSerializer(data=data)
         if not ref.is_valid():
             raise serializers.ValidationError(ref.errors)
-        return data
+        # Overrides parsed as the agent routes parse them; other keys as sent.
+        fields = ("tools", "model", "skills")
+        parsed = {key: ref.validated_data[key] for key in fields if ref.validated_data.get(key) is not None}
+        return {**data, **parsed}
 
 
 class ResourceParamSerializer(InputSerializer):
@@ -69,7 +73,7 @@ class ResourceParamSerializer(InputSerializer):
 
 class SessionCreateInputSerializer(InputSerializer):
     agent = AgentRefField()
-    environment_id = Text(max_length=ID_MAX_CHARS, required=False, allow_null=True)
+    environment_id = Text(max_length=ID_MAX_CHARS)
     title = Text(max_length=TITLE_MAX_CHARS, required=False, allow_null=True, allow_blank=True)
     metadata = Metadata()
     resources = Array(child=ResourceParamSerializer(), max_length=MAX_FILE_RESOURCES, required=False, allow_null=True)
@@ -101,7 +105,7 @@ def parse_session_create(body) -> dict:
     data = validated(SessionCreateInputSerializer, body)
     return {
         "agent": data["agent"],
-        "environment_id": data.get("environment_id"),
+        "environment_id": data["environment_id"],
         "metadata": data.get("metadata") or {},
         "title": data.get("title"),
         "initial_events": initial_events(data.get("initial_events")),
@@ -121,7 +125,7 @@ def parse_session_changes(body) -> dict:
     if "metadata" in data:
         changes["metadata"] = data["metadata"] or {}
     if data.get("agent") is not None:
-        changes["agent"] = body["agent"]
+        changes["agent"] = {key: value for key, value in data["agent"].items() if key == "tools"}
     return changes
 
 

@@ -1,10 +1,10 @@
 from django.db import transaction
 from django.utils import timezone
 
+from core.updates import model_update
+from sessions.configs import environment_config_resolve, metadata_patch_apply
 from sessions.models import Environment
 from sessions.selectors import environment_get
-from sessions.serializers.common import apply_metadata_patch
-from sessions.serializers.environments import parse_environment_config
 
 
 def environment_create(
@@ -27,19 +27,14 @@ def environment_create(
 def environment_update(*, workspace, environment_id: str, changes: dict) -> Environment:
     """Omitted fields keep their value; `config` keeps omitted networking/packages; metadata patches."""
     environment = environment_get(workspace=workspace, environment_id=environment_id, for_update=True)
-    if "name" in changes and changes["name"] is not None:
-        environment.name = changes["name"]
+    data = {key: changes[key] for key in ("name", "scope") if changes.get(key) is not None}
     if "description" in changes:
-        environment.description = changes["description"]
-    if "scope" in changes and changes["scope"] is not None:
-        environment.scope = changes["scope"]
-    if "config" in changes and changes["config"] is not None:
-        environment.config = parse_environment_config(changes["config"], environment.config)
+        data["description"] = changes["description"]
+    if changes.get("config") is not None:
+        data["config"] = environment_config_resolve(changes["config"], environment.config)
     if "metadata" in changes:
-        environment.metadata = apply_metadata_patch(environment.metadata, changes["metadata"])
-    environment.updated_at = timezone.now()
-    environment.save()
-    return environment
+        data["metadata"] = metadata_patch_apply(environment.metadata, changes["metadata"])
+    return model_update(instance=environment, data=data)
 
 
 @transaction.atomic

@@ -25,7 +25,6 @@ from sessions.events import RUNNER_INPUT_TYPES, EventType
 from sessions.models import Session, SessionEvent
 from sessions.selectors import APPEND_FIELDS, session_get
 from sessions.services.admission import events_admit
-from sessions.streams import framing
 
 
 class LeaseLost(Exception):
@@ -82,8 +81,8 @@ def events_append_locked(
     session.event_bytes = F("event_bytes") + payload_bytes + private_bytes
     session.save(update_fields=["last_seq", "updated_at", "event_bytes", *also_save])
     session.__dict__.pop("event_bytes")  # deferred again: a later read loads the new total
-    session_id, message = session.id, framing.wakeup(rows, payload_bytes=payload_bytes)
-    transaction.on_commit(lambda: notify.publish_events(session_id, message))
+    session_id = session.id
+    transaction.on_commit(lambda: notify.events_committed(session_id, rows, payload_bytes=payload_bytes))
     return rows
 
 
@@ -227,7 +226,25 @@ def events_append(
     # As _json_bytes counts them (an empty object dumps to its two braces; ASCII: len is bytes).
     payload_bytes = sum(map(len, params["payloads"]))
     params["bytes"] = payload_bytes + sum(map(len, params["privates"]))
-    conditions = ("AND s.runner_token = %(token)s " if token is not None else "") + (
+    statement = _append_statement(
+        params, fenced=token is not None, unless_deleted=unless_deleted, usage=usage, end_turn=end_turn
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        found = cursor.fetchone()
+    if found is None:
+        _append_refused(session_id=session_id, token=token, unless_deleted=unless_deleted)
+    last_seq = found[0]
+    for offset, row in enumerate(rows):
+        row.seq = last_seq - len(rows) + offset + 1
+    transaction.on_commit(lambda: notify.events_committed(session_id, rows, payload_bytes=payload_bytes))
+    return rows
+
+
+def _append_statement(params: dict, *, fenced: bool, unless_deleted: bool, usage: dict | None, end_turn: bool) -> str:
+    """_APPEND_SQL with the fence and deleted conditions, the usage totals and the end of the
+    turn it needs (their values added to `params`)."""
+    conditions = ("AND s.runner_token = %(token)s " if fenced else "") + (
         "AND s.deleted_at IS NULL" if unless_deleted else ""
     )
     assignments = ["usage = s.usage"]
@@ -235,19 +252,9 @@ def events_append(
         assignments = [f"usage = COALESCE(s.usage, '{{}}'::jsonb) || jsonb_build_object({_USAGE_TOTALS})"]
         params.update({f"usage_{key}": int(usage.get(key) or 0) for key in USAGE_TOTAL_KEYS})
     if end_turn:
-        assignments += [_END_TURN]
+        assignments.append(_END_TURN)
         params["idle"] = Session.Status.IDLE.value
-    with connection.cursor() as cursor:
-        cursor.execute(_APPEND_SQL.format(usage=", ".join(assignments), conditions=conditions), params)
-        found = cursor.fetchone()
-    if found is None:
-        _append_refused(session_id=session_id, token=token, unless_deleted=unless_deleted)
-    last_seq = found[0]
-    for offset, row in enumerate(rows):
-        row.seq = last_seq - len(rows) + offset + 1
-    message = framing.wakeup(rows, payload_bytes=payload_bytes)
-    transaction.on_commit(lambda: notify.publish_events(session_id, message))
-    return rows
+    return _APPEND_SQL.format(usage=", ".join(assignments), conditions=conditions)
 
 
 def _append_refused(*, session_id: str, token: str | None, unless_deleted: bool) -> None:
@@ -315,14 +322,19 @@ def session_events_send(*, workspace, session_id: str, parsed: list[dict]) -> li
     """POST /v1/sessions/{id}/events. File references are admitted first (object reads, outside
     any transaction); then the events are committed together, before any worker sees them.
     A rejected File commits nothing."""
-    admitted = events_admit(
+    admitted, media = events_admit(
         workspace=workspace,
         parsed=parsed,
+        session_id=session_id,
         # A missing session is a 404 before any File is read (events without Files skip the query).
         before_lookup=lambda: session_get(workspace=workspace, session_id=session_id),
     )
-    with transaction.atomic():
-        session = session_get(workspace=workspace, session_id=session_id, for_update=True, fields=APPEND_FIELDS)
-        if session.archived_at is not None:
-            raise InvalidRequest("The session is archived and accepts no more events.")
-        return user_events_append_locked(session=session, parsed=admitted)
+    try:
+        with transaction.atomic():
+            session = session_get(workspace=workspace, session_id=session_id, for_update=True, fields=APPEND_FIELDS)
+            if session.archived_at is not None:
+                raise InvalidRequest("The session is archived and accepts no more events.")
+            return user_events_append_locked(session=session, parsed=admitted)
+    except BaseException:
+        media.discard()  # the PDFs and images copied for events that never committed
+        raise

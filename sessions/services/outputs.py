@@ -12,15 +12,17 @@ import logging
 import mimetypes
 import tarfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from django.conf import settings
 
 from core.streams import buffered_reader
 from files import storage
 from files.models import File
+from files.outputs import OutputsApplied, session_outputs_swap
 from files.quotas import StorageQuotaExceeded
-from files.services import ObjectStager, session_outputs_apply
+from files.selectors import session_outputs_current
+from files.transfers import ObjectStager
 from processors.outputs import (
     ARCHIVE_ROOT,
     MAX_OUTPUT_FILES,
@@ -49,11 +51,10 @@ class OutputsMountMissing(Exception):
 
 
 @dataclass
-class PublishReport:
-    added: list[str] = field(default_factory=list)
-    replaced: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
+class PublishReport(OutputsApplied):
+    """What the swap applied (added, replaced, removed, unchanged paths), and what the tree read
+    found wrong."""
+
     # One human-readable reason per offending path, naming the path.
     invalid: list[str] = field(default_factory=list)
     uploads: int = 0
@@ -184,30 +185,22 @@ def outputs_publish(*, session: Session) -> PublishReport:
         raise OutputsMountMissing(OutputsMountMissing.message)
     workspace = session.workspace
     max_bytes = settings.MANGO_FILE_MAX_BYTES
-    current = {
-        file.output_path: file
-        for file in File.objects.filter(
-            workspace=workspace,
-            scope_session_id=session.id,
-            origin=File.Origin.SESSION_OUTPUT,
-            state=File.State.READY,
-        )
-    }
+    current = session_outputs_current(workspace=workspace, session_id=session.id)
     with ObjectStager(workspace=workspace, max_bytes=max_bytes) as stager:
         tree = _TreeReader(session=session, stager=stager, current=current, max_bytes=max_bytes)
         tree.read_tree()
         tree.read_changed()
         tree.drop_unpublishable()
         objects = stager.results()
-        result = session_outputs_apply(
+        result = session_outputs_swap(
             workspace=workspace,
             session_id=session.id,
             staged={path: (objects[path], _mime_type(path)) for path in tree.staged},
             keep=tree.keep,
         )
     report = tree.report
-    report.added, report.replaced, report.removed = result.added, result.replaced, result.removed
-    report.unchanged = result.unchanged
+    for applied in fields(OutputsApplied):
+        setattr(report, applied.name, getattr(result, applied.name))
     logger.info(
         "outputs published: %d added, %d replaced, %d unchanged, %d removed, %d invalid, %d uploads",
         len(report.added),

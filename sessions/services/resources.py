@@ -17,7 +17,7 @@ from core.errors import InvalidRequest, NotFound
 from core.models import Workspace
 from files import storage
 from files.models import File
-from files.selectors import file_get_for_admission
+from files.selectors import file_get_for_admission, session_file_copy_get
 from files.services import file_copy, file_delete
 from processors.errors import ProcessorError
 from processors.resources import (
@@ -157,7 +157,7 @@ def resource_delete(*, workspace: Workspace, session_id: str, resource_id: str) 
         deleted, _ = SessionResource.objects.filter(pk=row.pk).delete()
     if not deleted:
         raise NotFound(f"Resource {resource_id!r} not found.")
-    copy = File.objects.filter(pk=row.file_id, state=File.State.READY).first()
+    copy = session_file_copy_get(file_id=row.file_id)
     if copy is not None:
         try:
             file_delete(file=copy)
@@ -181,7 +181,7 @@ def resources_place(*, session: Session) -> int:
             return 0
     placed = 0
     for row in SessionResource.objects.filter(session=session).exclude(placed_ref=ref).order_by("id"):
-        copy = File.objects.filter(pk=row.file_id, state=File.State.READY).first()
+        copy = session_file_copy_get(file_id=row.file_id)
         if copy is None:
             continue
         parent = posixpath.dirname(row.mount_path)

@@ -7,18 +7,18 @@ from django.utils import timezone
 from core.errors import InvalidRequest
 from core.ids import new_id
 from core.models import Workspace
-from files.models import File
+from core.updates import model_update
+from files.selectors import session_scoped_files_orphaned
 from files.services import session_files_delete
 from sessions import events as ev
 from sessions import notify, sandbox
+from sessions.configs import agent_snapshot, metadata_patch_apply
 from sessions.dispatch import sandbox_remove_enqueue
 from sessions.events import EventType
 from sessions.models import Session
 from sessions.selectors import agent_get, agent_version_get, environment_get, session_get
-from sessions.serializers.agents import agent_config_to_wire, parse_model
-from sessions.serializers.common import apply_metadata_patch
-from sessions.serializers.tools import parse_tools
 from sessions.services.admission import events_admit
+from sessions.services.agents import agent_skills_resolve
 from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
 from sessions.services.resources import resource_rows_create, resources_admit, resources_copy
 
@@ -26,16 +26,8 @@ logger = logging.getLogger(__name__)
 
 
 def _resolve_agent_ref(*, workspace, agent) -> tuple:
-    if isinstance(agent, str):
-        agent_id, version = agent, None
-    elif isinstance(agent, dict) and agent.get("type") in ("agent", "agent_with_overrides"):
-        agent_id, version = agent.get("id"), agent.get("version")
-        if version is not None and (not isinstance(version, int) or version < 1):
-            raise InvalidRequest("agent.version: must be an integer ≥ 1.")
-    else:
-        raise InvalidRequest("agent: an agent id or {type: 'agent', id, version?}.")
-    if not isinstance(agent_id, str) or not agent_id:
-        raise InvalidRequest("agent.id: required.")
+    """The agent row and version a (validated) agent reference names."""
+    agent_id, version = (agent, None) if isinstance(agent, str) else (agent["id"], agent.get("version"))
     row = agent_get(workspace=workspace, agent_id=agent_id)
     if row.archived_at is not None:
         raise InvalidRequest(f"Agent {agent_id!r} is archived.")
@@ -59,10 +51,16 @@ def session_create(
     and copied. Then one transaction creates the session, its resources and its events (which
     wake the runner). A rejected File means no session at all; if the transaction fails, the
     copies are deleted."""
-    admitted = events_admit(workspace=workspace, parsed=initial_events, field="initial_events")
-    sources = resources_admit(workspace=workspace, params=resources, existing=[])
     session_id = new_id("sesn")
-    copies = resources_copy(session_id=session_id, admitted=sources)
+    admitted, media = events_admit(
+        workspace=workspace, parsed=initial_events, session_id=session_id, field="initial_events"
+    )
+    try:
+        sources = resources_admit(workspace=workspace, params=resources, existing=[])
+        copies = resources_copy(session_id=session_id, admitted=sources)
+    except BaseException:
+        media.discard()
+        raise
     try:
         with transaction.atomic():
             session = _session_create(
@@ -77,7 +75,7 @@ def session_create(
             resource_rows_create(session=session, copies=copies)
             return session
     except BaseException:
-        if copies:
+        if copies or media.made:
             session_files_delete(workspace=workspace, session_id=session_id)
         raise
 
@@ -86,20 +84,24 @@ def _session_create(
     *, session_id: str, workspace, agent, environment_id: str, metadata: dict, title, initial_events: list[dict]
 ) -> Session:
     agent_row, version = _resolve_agent_ref(workspace=workspace, agent=agent)
-    if not isinstance(environment_id, str) or not environment_id:
-        raise InvalidRequest("environment_id: required.")
     environment = environment_get(workspace=workspace, environment_id=environment_id)
     if environment.archived_at is not None:
         raise InvalidRequest(f"Environment {environment_id!r} is archived.", code="environment_archived")
-    snapshot = agent_config_to_wire(agent_id=agent_row.id, version=version.version, config=version.config)
+    snapshot = agent_snapshot(agent_id=agent_row.id, version=version.version, config=version.config)
     if isinstance(agent, dict) and agent.get("type") == "agent_with_overrides":
-        for key in ("system",):
-            if key in agent:
-                snapshot[key] = agent[key]
+        if "system" in agent:
+            snapshot["system"] = agent["system"]
         if "tools" in agent:
-            snapshot["tools"] = parse_tools(agent["tools"])
+            snapshot["tools"] = agent["tools"] or []
         if agent.get("model") is not None:
-            snapshot["model"] = parse_model(agent["model"])
+            snapshot["model"] = agent["model"]
+        if agent.get("skills") is not None:
+            snapshot["skills"] = agent["skills"]
+    # Skills are pinned at session start: `latest` becomes the version it is now.
+    resolved = agent_skills_resolve(workspace=workspace, skills=snapshot.get("skills") or [])
+    snapshot["skills"] = [
+        {"type": "custom", "skill_id": ref["skill_id"], "version": row.version} for ref, row in resolved
+    ]
     now = timezone.now()
     session = Session.objects.create(
         id=session_id,
@@ -120,26 +122,28 @@ def _session_create(
     return session
 
 
+# session.updated names the agent; the row keeps it as its snapshot.
+FIELD_OF = {"agent": "agent_snapshot"}
+
+
 @transaction.atomic
 def session_update(*, workspace, session_id: str, changes: dict) -> Session:
+    """Given fields change (metadata patches; the agent's tools only while idle); the change is
+    logged as session.updated with what changed."""
     session = session_get(workspace=workspace, session_id=session_id, for_update=True)
     updated = {}
     if "title" in changes:
-        session.title = changes["title"]
-        updated["title"] = session.title
+        updated["title"] = changes["title"]
     if "metadata" in changes:
-        session.metadata = apply_metadata_patch(session.metadata, changes["metadata"])
-        updated["metadata"] = session.metadata
+        updated["metadata"] = metadata_patch_apply(session.metadata, changes["metadata"])
     if changes.get("agent") is not None:
         if session.status == Session.Status.RUNNING:
             raise InvalidRequest("agent: cannot change the agent while the session is running.")
         snapshot = dict(session.agent_snapshot)
         if "tools" in changes["agent"]:
-            snapshot["tools"] = parse_tools(changes["agent"]["tools"])
-        session.agent_snapshot = snapshot
+            snapshot["tools"] = changes["agent"]["tools"] or []
         updated["agent"] = snapshot
-    session.updated_at = timezone.now()
-    session.save()
+    model_update(instance=session, data={FIELD_OF.get(key, key): value for key, value in updated.items()})
     if updated:
         events_append_locked(session=session, items=[ev.item(EventType.SESSION_UPDATED, updated)])
     return session
@@ -186,14 +190,9 @@ def session_orphan_files_delete(*, older_than_seconds: float) -> int:
     Returns how many sessions' Files were cleaned up."""
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     live = Session.objects.filter(deleted_at__isnull=True).values("id")
-    orphans = (
-        File.objects.filter(scope_session_id__isnull=False, state=File.State.READY, created_at__lt=cutoff)
-        .exclude(scope_session_id__in=live)
-        .values_list("workspace_id", "scope_session_id")
-        .distinct()
-    )
+    orphans = session_scoped_files_orphaned(live_session_ids=live, created_before=cutoff, limit=500)
     count = 0
-    for workspace_id, session_id in list(orphans[:500]):
+    for workspace_id, session_id in orphans:
         logger.warning("deleting orphaned session files", extra={"session_id": session_id})
         session_files_delete(workspace=Workspace.objects.get(pk=workspace_id), session_id=session_id)
         count += 1

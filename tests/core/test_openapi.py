@@ -45,6 +45,15 @@ OPERATIONS = {
     ("get", "/v1/sessions/{session_id}/resources/{resource_id}"): "sessions_resources_retrieve",
     ("post", "/v1/sessions/{session_id}/resources/{resource_id}"): "sessions_resources_update",
     ("delete", "/v1/sessions/{session_id}/resources/{resource_id}"): "sessions_resources_delete",
+    ("get", "/v1/skills"): "skills_list",
+    ("post", "/v1/skills"): "skills_create",
+    ("get", "/v1/skills/{skill_id}"): "skills_retrieve",
+    ("delete", "/v1/skills/{skill_id}"): "skills_delete",
+    ("get", "/v1/skills/{skill_id}/versions"): "skills_versions_list",
+    ("post", "/v1/skills/{skill_id}/versions"): "skills_versions_create",
+    ("get", "/v1/skills/{skill_id}/versions/{version}"): "skills_versions_retrieve",
+    ("delete", "/v1/skills/{skill_id}/versions/{version}"): "skills_versions_delete",
+    ("get", "/v1/skills/{skill_id}/versions/{version}/content"): "skills_versions_download",
 }
 BODYLESS = {"files_download", "agents_archive", "environments_archive", "sessions_archive"}
 
@@ -72,7 +81,7 @@ def test_every_operation_is_described(served):
         for method, operation in operations.items()
     }
     assert found == OPERATIONS
-    assert len(found) == 31
+    assert len(found) == len(OPERATIONS)
     schemes = served["components"]["securitySchemes"]
     assert schemes["ApiKeyAuth"] == {"type": "apiKey", "in": "header", "name": "x-api-key"}
     assert schemes["BearerAuth"]["type"] == "http" and schemes["BearerAuth"]["scheme"] == "bearer"
@@ -169,7 +178,44 @@ def test_every_operation_replayed_answers_as_documented(api, api_key, s3_bucket)
     assert api.get(f"/v1/files/{output.id}/content").status_code == 200
     assert api.delete(f"/v1/files/{file_id}").status_code == 200
 
+    skill_md = b"---\nname: probe\ndescription: A probe.\n---\n"
+
+    def skill_upload(path):
+        part = io.BytesIO(skill_md)
+        part.name = "SKILL.md"
+        # The test client names a part by its file's basename; a skill file's name is its path.
+        body = (
+            b'--b\r\nContent-Disposition: form-data; name="files[]"; filename="probe/SKILL.md"\r\n'
+            b"Content-Type: text/markdown\r\n\r\n" + skill_md + b"\r\n--b--\r\n"
+        )
+        return api.post(path, body, content_type="multipart/form-data; boundary=b")
+
+    skill = skill_upload("/v1/skills")
+    assert skill.status_code == 200, skill.content
+    skill_id, first = skill.json()["id"], skill.json()["latest_version_id"]
+    assert api.get("/v1/skills").status_code == 200
+    assert api.get(f"/v1/skills/{skill_id}").status_code == 200
+    assert skill_upload(f"/v1/skills/{skill_id}/versions").status_code == 200
+    assert api.get(f"/v1/skills/{skill_id}/versions").status_code == 200
+    assert api.get(f"/v1/skills/{skill_id}/versions/{first}").status_code == 200
+    assert api.get(f"/v1/skills/{skill_id}/versions/{first}/content").status_code == 200
+    assert api.delete(f"/v1/skills/{skill_id}/versions/{first}").status_code == 200
+    assert api.delete(f"/v1/skills/{skill_id}").status_code == 200
+
     seen = {" ".join(key.split()[:2]) for key in openapi.checked}
     expected = {f"{method.upper()} {path}" for method, path in OPERATIONS}
     assert seen >= expected, expected - seen
     assert not openapi.violations, openapi.violations
+
+
+def test_what_the_services_require_the_document_states(served, api):
+    """Validation lives in the serializers, so the schema states it: a session needs an agent and
+    an environment, and a request without either is the 400 the document promises."""
+    ref = served["paths"]["/v1/sessions"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    schema = served["components"]["schemas"][ref.rsplit("/", 1)[-1]]
+    assert {"agent", "environment_id"} <= set(schema["required"])
+    agent = _post(api, "/v1/agents", {"name": "a", "model": "claude-sonnet-4-5"}).json()
+    for body, field in (({"agent": agent["id"]}, "environment_id"), ({"environment_id": "env_x"}, "agent")):
+        response = _post(api, "/v1/sessions", body)
+        assert response.status_code == 400, response.content
+        assert field in response.json()["error"]["message"]

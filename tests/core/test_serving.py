@@ -375,7 +375,7 @@ def test_stalled_upload_is_408_and_leaves_nothing(server, api_key):
     assert all(i.state == StorageIntent.State.ROLLED_BACK and i.closed_at for i in intents), intents
     assert bucket_keys(workspace_id) == {}
     assert multipart_uploads(workspace_id) == []
-    assert storage.bucket()
+    assert storage.backend().bucket
 
 
 def test_connections_return_to_the_pool_minimum_after_a_burst(server, api_key):

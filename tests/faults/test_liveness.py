@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from files import liveness, reconcile, services
+from files import liveness, reconcile, services, transfers
 from files.models import File, StorageIntent
 from tests.files.conftest import assert_store_consistent
 from tests.files.server import run_manage
@@ -45,7 +45,7 @@ def wait_for(predicate, timeout=10.0):
 def slow_upload(workspace):
     """An upload in another thread: one full part in the store, then it waits for `release`."""
     part_sent, release, outcome = threading.Event(), threading.Event(), {}
-    data = b"a" * (services.PART_SIZE + 1)
+    data = b"a" * (transfers.PART_SIZE + 1)
 
     def chunks():
         yield data

@@ -66,18 +66,6 @@ def error_of(exc: anthropic.APIStatusError) -> tuple[int, str | None, str | None
     return exc.status_code, code, exc.response.headers.get("retry-after")
 
 
-def test_pool_retries_a_lost_database_every_second():
-    """The psycopg_pool class attributes core/database.py sets (not public API: pinned here)."""
-    from psycopg_pool.base import AttemptWithBackoff
-
-    attempt = AttemptWithBackoff(timeout=300)
-    delays = []
-    for _ in range(6):
-        attempt.update_delay(time.monotonic())
-        delays.append(attempt.delay)
-    assert max(delays) < 1.2, delays
-
-
 @pytest.mark.parametrize("name", DEPENDENCIES)
 def test_readyz_during_each_outage(stack, name):
     """Every probe answers within MANGO_READYZ_TIMEOUT_SECONDS (2 s) plus the request, as 503

@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from core.errors import RequestTooLarge
 from files import selectors, services
 from files.models import File, StorageIntent, file_id_time, new_file_id
 from tests.files.conftest import (
@@ -175,7 +176,7 @@ def test_limit_while_streaming_aborts_the_multipart_upload(workspace):
             yield chunk
         yield b"!"
 
-    with pytest.raises(services.RequestTooLarge):
+    with pytest.raises(RequestTooLarge):
         services.file_upload_stream(
             workspace=workspace, chunks=chunks(), filename="big", mime_type="text/plain", max_bytes=limit
         )

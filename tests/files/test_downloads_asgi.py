@@ -1,6 +1,6 @@
 """Downloads on the real serving layout (config.asgi under gunicorn + uvicorn, as `make run`):
 the File's bytes, headers, ranges and errors as the Django view defines them, sent by
-core.wsgi_files both ways (spliced from the store's socket, and read in chunks); a download
+config.downloads both ways (spliced from the store's socket, and read in chunks); a download
 whose client goes away stops reading the store. The access log counts the bytes sent."""
 
 import contextlib

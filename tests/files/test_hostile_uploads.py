@@ -10,7 +10,8 @@ import pytest
 from core.errors import InvalidRequest
 from files import services
 from files.models import File, StorageIntent
-from files.uploads import MAX_PART_HEADER_BYTES, MultipartReader, UploadForm
+from files.multipart import MAX_PART_HEADER_BYTES, MultipartReader
+from files.uploads import UploadForm
 from tests.files.conftest import assert_store_consistent, bucket_keys, make_file
 from tests.files.server import AsgiServer, GunicornServer
 

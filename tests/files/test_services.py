@@ -11,7 +11,8 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from config.celery import app as celery_app
-from files import liveness, reconcile, selectors, services, storage
+from core.errors import NotFound, RequestTooLarge, ServiceUnavailable
+from files import liveness, reconcile, selectors, services, storage, transfers
 from files.models import File, StorageIntent
 from files.tasks import files_expire, files_reconcile
 from tests.files.conftest import assert_store_consistent, bucket_keys, make_file, multipart_uploads
@@ -113,7 +114,7 @@ def test_concurrent_reconcilers_claim_each_intent_once(workspace):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("first_chunk", [services.PART_SIZE + 1, 10], ids=["multipart", "single-put"])
+@pytest.mark.parametrize("first_chunk", [transfers.PART_SIZE + 1, 10], ids=["multipart", "single-put"])
 def test_live_upload_is_left_alone_and_a_reclaimed_one_cannot_publish(workspace, first_chunk):
     """A slow upload in another thread: reconciliation leaves it alone while its owner lives;
     if it is claimed anyway (its owner's session ended), it fails instead of publishing a File
@@ -143,7 +144,7 @@ def test_live_upload_is_left_alone_and_a_reclaimed_one_cannot_publish(workspace,
     thread = threading.Thread(target=upload)
     thread.start()
     assert part_sent.wait(30)
-    if first_chunk > services.PART_SIZE:
+    if first_chunk > transfers.PART_SIZE:
         for _ in range(100):
             if StorageIntent.objects.get().upload_id:
                 break
@@ -160,13 +161,13 @@ def test_live_upload_is_left_alone_and_a_reclaimed_one_cannot_publish(workspace,
     assert report.uploads_rolled_back == 1
     release.set()
     thread.join(30)
-    assert isinstance(outcome.get("error"), services.ServiceUnavailable), outcome
+    assert isinstance(outcome.get("error"), ServiceUnavailable), outcome
     assert File.objects.count() == 0
     assert_store_consistent(workspace.id)
 
 
 def test_live_upload_completes_when_not_reclaimed(workspace):
-    data = b"b" * (services.PART_SIZE * 2 + 123)
+    data = b"b" * (transfers.PART_SIZE * 2 + 123)
     file = services.file_upload_stream(
         workspace=workspace, chunks=[data[:100], data[100:]], filename="two-parts", mime_type="text/plain"
     )
@@ -258,7 +259,7 @@ def test_file_copy_is_an_independent_downloadable_session_copy(workspace):
 def test_file_copy_of_a_missing_object_is_404_and_leaves_nothing(workspace):
     source = make_file(workspace, b"x")
     storage.delete_object(key=source.object_key)
-    with pytest.raises(services.NotFound):
+    with pytest.raises(NotFound):
         services.file_copy(source=source, scope_session_id="sesn_1")
     assert File.objects.count() == 1
     assert StorageIntent.objects.filter(state="open").count() == 0
@@ -303,7 +304,7 @@ def test_session_output_fields(workspace):
 
 
 def test_upload_cap_is_a_service_argument(workspace):
-    with pytest.raises(services.RequestTooLarge):
+    with pytest.raises(RequestTooLarge):
         services.file_upload_stream(
             workspace=workspace, chunks=[b"123", b"45"], filename="x", mime_type="text/plain", max_bytes=4
         )
@@ -316,7 +317,9 @@ def test_bodies_go_to_the_store_with_a_crc32c_it_verifies(workspace):
     object reports it back), and the store refuses a part whose bytes do not match it."""
     data = b"checked " * 1000
     small = make_file(workspace, data)
-    head = storage.client().head_object(Bucket=storage.bucket(), Key=small.object_key, ChecksumMode="ENABLED")
+    head = storage.backend().client.head_object(
+        Bucket=storage.backend().bucket, Key=small.object_key, ChecksumMode="ENABLED"
+    )
     assert head["ChecksumCRC32C"] == storage.body_checksum(data)
     key = storage.new_object_key(workspace_id=workspace.id)
     upload_id = storage.multipart_start(key=key, content_type="text/plain")
@@ -326,8 +329,8 @@ def test_bodies_go_to_the_store_with_a_crc32c_it_verifies(workspace):
         "ChecksumCRC32C": storage.body_checksum(part),
     }
     with pytest.raises(ClientError) as refused:
-        storage.client().upload_part(
-            Bucket=storage.bucket(),
+        storage.backend().client.upload_part(
+            Bucket=storage.backend().bucket,
             Key=key,
             UploadId=upload_id,
             PartNumber=2,

@@ -1,5 +1,5 @@
-"""Upload parts and object GETs sent as one signed request each (files/storage.py _SignedRequests), against
-the real store."""
+"""The signed backend (files/storage/signed.py): upload parts and object GETs sent as one signed
+request each, against the real store; and the choice of backend."""
 
 import contextlib
 import hashlib
@@ -12,6 +12,8 @@ from botocore.config import Config as BotoConfig
 
 from core.errors import ServiceUnavailable
 from files import storage
+from files.storage.boto import Boto3Backend
+from files.storage.signed import SignedS3Backend, signable
 from tests.files.conftest import make_file
 
 PART = 5 * 1024 * 1024
@@ -41,13 +43,21 @@ def _botocore_calls(s3, operation: str):
         s3.meta.events.unregister(event, count)
 
 
+def _signed() -> SignedS3Backend:
+    backend = storage.backend()
+    assert type(backend) is SignedS3Backend, "the test store is reached over plain http: the signed backend"
+    return backend
+
+
 def test_parts_skip_botocore_and_the_object_is_what_was_sent(workspace, settings):
     """A 2-part File goes up through the raw PUTs (botocore's UploadPart is never called) and
-    reads back byte for byte; with MANGO_FILE_S3_RAW_REQUESTS off the same upload uses botocore."""
+    reads back byte for byte; with MANGO_FILE_S3_RAW_REQUESTS off the plain backend is chosen and
+    the same upload uses botocore."""
     data = bytes(range(256)) * (PART * 2 // 256) + b"tail"
     for raw, expected_calls in ((True, 0), (False, 3)):
         settings.MANGO_FILE_S3_RAW_REQUESTS = raw
-        with _botocore_calls(storage.client(), "UploadPart") as calls:
+        assert type(storage.backend()) is (SignedS3Backend if raw else Boto3Backend)
+        with _botocore_calls(storage.backend().client, "UploadPart") as calls:
             file = make_file(workspace, data, filename="two-parts.bin", mime_type="application/octet-stream")
         assert len(calls) == expected_calls
         assert file.size_bytes == len(data)
@@ -57,78 +67,82 @@ def test_parts_skip_botocore_and_the_object_is_what_was_sent(workspace, settings
 
 def test_a_part_is_verified_by_the_store_and_errors_are_translated(upload):
     key, upload_id = upload
-    s3 = storage.client()
+    backend = _signed()
     part = bytearray(b"p" * PART)
-    put = storage._PartPut(s3)
-    etag = put.send(key=key, upload_id=upload_id, part_number=1, body=part, checksum=storage.body_checksum(part))
-    assert etag == f'"{hashlib.md5(part).hexdigest()}"'
+    sent = backend.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part)
+    assert sent == {"ETag": f'"{hashlib.md5(part).hexdigest()}"', "ChecksumCRC32C": storage.body_checksum(part)}
+    held = backend.part_connection()
 
     # Bytes that do not match their CRC32C are refused by the store, not retried into success.
     wrong = storage.body_checksum(b"something else")
     with pytest.raises(storage.StorageUnavailable) as refused:
-        put.send(key=key, upload_id=upload_id, part_number=2, body=part, checksum=wrong)
+        backend.send_part(key=key, upload_id=upload_id, part_number=2, body=part, checksum=wrong)
     assert refused.value.details["store_error"] == "BadDigest"
 
     with pytest.raises(storage.StorageObjectMissing):
-        put.send(key=key, upload_id="no-such-upload", part_number=1, body=part, checksum=storage.body_checksum(part))
+        backend.multipart_upload_part(key=key, upload_id="no-such-upload", part_number=1, body=part)
 
     # The connection stays usable after an error answer.
-    assert put.send(key=key, upload_id=upload_id, part_number=3, body=part, checksum=storage.body_checksum(part))
+    assert backend.multipart_upload_part(key=key, upload_id=upload_id, part_number=3, body=part)
+    assert backend.part_connection() is held
 
 
 def test_a_connection_the_store_closed_is_replaced(upload):
     """A kept-alive connection that died while idle costs a reconnect, not a failed part."""
     key, upload_id = upload
-    put = storage._PartPut(storage.client())
+    backend = _signed()
     part = bytearray(b"k" * PART)
-    checksum = storage.body_checksum(part)
-    put.send(key=key, upload_id=upload_id, part_number=1, body=part, checksum=checksum)
-    held = put._connection()
+    backend.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part)
+    held = backend.part_connection()
     held.sock.shutdown(socket.SHUT_RDWR)
-    assert put.send(key=key, upload_id=upload_id, part_number=2, body=part, checksum=checksum)
-    assert put._connection() is not held
+    assert backend.multipart_upload_part(key=key, upload_id=upload_id, part_number=2, body=part)
+    assert backend.part_connection() is not held
 
 
-def test_an_unreachable_store_is_503_after_the_retries(settings):
+def _signed_like_the_configured_one(
+    *, port: int | None = None, secret: str | None = None, max_pool_connections: int = 10, **s3_config
+) -> SignedS3Backend:
+    """A signed backend for the same store and bucket (or another port), with other S3 settings
+    (or another secret)."""
+    configured = _signed()
+    credentials = configured.credentials.get_frozen_credentials()
+    endpoint = configured.client.meta.endpoint_url if port is None else f"http://127.0.0.1:{port}"
+    session = boto3.session.Session(
+        aws_access_key_id=credentials.access_key, aws_secret_access_key=secret or credentials.secret_key
+    )
+    client = session.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=configured.client.meta.region_name,
+        config=BotoConfig(
+            connect_timeout=1,
+            read_timeout=5,
+            s3={"addressing_style": "path", **s3_config},
+            max_pool_connections=max_pool_connections,
+        ),
+    )
+    assert signable(client, session.get_credentials())
+    return SignedS3Backend(client=client, credentials=session.get_credentials(), bucket=configured.bucket)
+
+
+def test_an_unreachable_store_is_503_after_the_retries():
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=f"http://127.0.0.1:{port}",
-        region_name="us-east-1",
-        aws_access_key_id="k",
-        aws_secret_access_key="s",
-        config=BotoConfig(connect_timeout=1, read_timeout=1, s3={"addressing_style": "path"}),
-    )
-    assert storage._SignedRequests.usable(s3)
+    backend = _signed_like_the_configured_one(port=port)
     with pytest.raises(storage.StorageUnavailable) as down:
-        storage.multipart_upload_part(key="files/x/y", upload_id="u", part_number=1, body=b"x", s3=s3)
+        backend.multipart_upload_part(key="files/x/y", upload_id="u", part_number=1, body=b"x")
     assert isinstance(down.value, ServiceUnavailable)
     assert down.value.details["store_error"] == "ConnectionRefusedError"
-
-
-def _client_like_the_configured_one(*, secret: str | None = None, max_pool_connections: int = 10, **s3_config):
-    """A boto3 client for the same store and bucket, with other S3 settings (or another secret)."""
-    configured = storage.client()
-    credentials = configured._request_signer._credentials
-    return boto3.client(
-        "s3",
-        endpoint_url=configured.meta.endpoint_url,
-        region_name=configured.meta.region_name,
-        aws_access_key_id=credentials.access_key,
-        aws_secret_access_key=secret or credentials.secret_key,
-        config=BotoConfig(s3={"addressing_style": "path", **s3_config}, max_pool_connections=max_pool_connections),
-    )
 
 
 def test_signed_payloads_are_accepted(upload):
     """With MANGO_FILE_S3_SIGN_PAYLOAD's client config the PUT carries the body's SHA-256 in
     its signature, and the store takes it."""
     key, upload_id = upload
-    s3 = _client_like_the_configured_one(payload_signing_enabled=True)
+    backend = _signed_like_the_configured_one(payload_signing_enabled=True)
     part = bytearray(b"s" * PART)
-    assert storage.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part, s3=s3) == {
+    assert backend.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part) == {
         "ETag": f'"{hashlib.md5(part).hexdigest()}"',
         "ChecksumCRC32C": storage.body_checksum(part),
     }
@@ -137,26 +151,27 @@ def test_signed_payloads_are_accepted(upload):
 def test_a_bad_signature_is_refused_not_retried(upload):
     """A PUT signed with the wrong secret fails as the store answers (403 is not retried)."""
     key, upload_id = upload
-    s3 = _client_like_the_configured_one(secret="not-the-secret")
+    backend = _signed_like_the_configured_one(secret="not-the-secret")
     part = bytearray(b"x" * PART)
     with pytest.raises(storage.StorageUnavailable) as refused:
-        storage.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part, s3=s3)
+        backend.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part)
     assert refused.value.details["store_error"] in {"SignatureDoesNotMatch", "AccessDenied", "403"}
 
 
 def test_a_forked_child_does_not_share_the_parents_connections(upload):
-    """A prefork worker's child opens its own: two processes on one socket would mix answers."""
+    """A prefork worker's child builds its own backend (connections, boto3's pool): two processes
+    on one socket would mix answers."""
     key, upload_id = upload
-    put = storage._PartPut(storage.client())
+    backend = _signed()
     part = bytearray(b"f" * PART)
-    put.send(key=key, upload_id=upload_id, part_number=1, body=part, checksum=storage.body_checksum(part))
-    assert getattr(put._connections, "conn", None) is not None
+    backend.multipart_upload_part(key=key, upload_id=upload_id, part_number=1, body=part)
+    held = backend.part_connection()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through its exit status
-        os._exit(0 if getattr(storage._PartPut._connections, "conn", None) is None else 1)
+        os._exit(0 if storage.backend() is not backend else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert getattr(put._connections, "conn", None) is not None  # the parent keeps its own
+    assert storage.backend() is backend and backend.part_connection() is held  # the parent keeps its own
 
 
 # --- GETs ------------------------------------------------------------------------------------
@@ -167,25 +182,26 @@ def test_reads_skip_botocore_and_reuse_one_connection(workspace, settings):
     connection serves them one after another; with the setting off, botocore serves them."""
     data = os.urandom(300_000)
     file = make_file(workspace, data, filename="r.bin", mime_type="application/octet-stream")
-    s3 = storage.client()
     for raw, expected_calls in ((True, 0), (False, 3)):
         settings.MANGO_FILE_S3_RAW_REQUESTS = raw
-        storage._ObjectGet.forget_connections()
-        with _botocore_calls(s3, "GetObject") as calls:
+        backend = storage.backend()
+        with _botocore_calls(backend.client, "GetObject") as calls:
             assert b"".join(storage.iter_object(storage.open_object(key=file.object_key))) == data
             ranged = storage.open_object(key=file.object_key, first=10, last=19)
             assert b"".join(storage.iter_object(ranged)) == data[10:20]
             assert storage.read_bounded(key=file.object_key, max_bytes=99) == data[:100]
         assert len(calls) == expected_calls
         if raw:
-            assert len(storage._ObjectGet._idle[storage._ObjectGet(s3).netloc]) == 1
+            assert backend.idle_connections() == 1
 
 
-def test_a_missing_object_and_an_empty_one(workspace):
-    with pytest.raises(storage.StorageObjectMissing):
-        storage.open_object(key=storage.new_object_key(workspace_id=workspace.id))
-    empty = make_file(workspace, b"", filename="empty.txt")
-    assert storage.read_bounded(key=empty.object_key, max_bytes=10) == b""  # the store's 416 InvalidRange
+def test_a_missing_object_and_an_empty_one(workspace, settings):
+    for raw in (True, False):
+        settings.MANGO_FILE_S3_RAW_REQUESTS = raw
+        with pytest.raises(storage.StorageObjectMissing):
+            storage.open_object(key=storage.new_object_key(workspace_id=workspace.id))
+        empty = make_file(workspace, b"", filename="empty.txt")
+        assert storage.read_bounded(key=empty.object_key, max_bytes=10) == b""  # the store's 416 InvalidRange
 
 
 def test_a_read_left_unfinished_closes_its_connection(workspace):
@@ -193,29 +209,52 @@ def test_a_read_left_unfinished_closes_its_connection(workspace):
     would be read as the next answer); a pooled connection the store closed is replaced."""
     data = os.urandom(2 * 1024 * 1024)
     file = make_file(workspace, data, filename="big.bin", mime_type="application/octet-stream")
-    s3 = storage.client()
-    storage._ObjectGet.forget_connections()
-    netloc = storage._ObjectGet(s3).netloc
-    stream = storage.ObjectStream(storage.open_object(key=file.object_key), chunk_size=64 * 1024)
+    backend = _signed()
+    stream = storage.open_object(key=file.object_key, chunk_size=64 * 1024)
     assert stream.read(1000) == data[:1000]
     stream.close()
-    assert storage._ObjectGet._idle.get(netloc, []) == []
+    assert backend.idle_connections() == 0
     assert storage.read_bounded(key=file.object_key, max_bytes=10) == data[:11]
-    (pooled,) = storage._ObjectGet._idle[netloc]
+    (pooled,) = backend._idle
     pooled.sock.shutdown(socket.SHUT_RDWR)
     assert storage.read_bounded(key=file.object_key, max_bytes=10) == data[:11]
-    assert storage._ObjectGet._idle[netloc] != [pooled]
+    assert backend._idle != [pooled]
 
 
 def test_the_idle_pool_keeps_at_most_the_clients_pool_size(workspace):
     """However many downloads ran at once, at most max_pool_connections stay open afterwards."""
     file = make_file(workspace, b"pooled", filename="p.txt")
-    s3 = _client_like_the_configured_one(max_pool_connections=2)
-    storage._ObjectGet.forget_connections()
-    getter = storage._ObjectGet(s3)
-    bodies = [getter.open(key=file.object_key, first=None, last=None) for _ in range(5)]
-    for body in bodies:
-        stream = storage.ObjectStream(body, chunk_size=1024)
+    backend = _signed_like_the_configured_one(max_pool_connections=2)
+    streams = [backend.open_object(key=file.object_key, first=None, last=None, chunk_size=1024) for _ in range(5)]
+    for stream in streams:
         assert b"".join(stream) == b"pooled"
         stream.close()
-    assert len(storage._ObjectGet._idle[getter.netloc]) == 2
+    assert backend.idle_connections() == 2
+
+
+def test_the_plain_backend_translates_library_errors():
+    """Every method of the boto3 backend raises StorageUnavailable / StorageObjectMissing, never
+    botocore's exceptions: here against a port nothing listens on."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    configured = _signed_like_the_configured_one(port=port)
+    backend = Boto3Backend(client=configured.client, credentials=configured.credentials, bucket=configured.bucket)
+    calls = [
+        lambda: backend.ping(),
+        lambda: backend.put_object(key="files/x/y", body=b"x", content_type="text/plain"),
+        lambda: backend.multipart_start(key="files/x/y", content_type="text/plain"),
+        lambda: backend.multipart_upload_part(key="files/x/y", upload_id="u", part_number=1, body=b"x"),
+        lambda: backend.multipart_complete(key="files/x/y", upload_id="u", parts=[]),
+        lambda: backend.multipart_abort(key="files/x/y", upload_id="u"),
+        lambda: backend.delete_object(key="files/x/y"),
+        lambda: backend.copy_object(source_key="files/x/y", key="files/x/z", content_type="text/plain"),
+        lambda: backend.head_object(key="files/x/y"),
+        lambda: backend.open_object(key="files/x/y", first=None, last=None, chunk_size=1024),
+        lambda: list(backend.list_objects(prefix="files/")),
+        lambda: list(backend.list_multipart_uploads(prefix="files/")),
+    ]
+    for call in calls:
+        with pytest.raises(storage.StorageUnavailable) as down:
+            call()
+        assert down.value.details["store_error"] == "EndpointConnectionError"

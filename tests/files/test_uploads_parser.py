@@ -7,7 +7,9 @@ import random
 import pytest
 
 from core.errors import InvalidRequest
-from files.uploads import MultipartReader, UploadForm, clean_filename, resolve_mime_type
+from files.multipart import MultipartReader
+from files.naming import clean_filename, resolve_mime_type
+from files.uploads import UploadForm
 
 BOUNDARY = b"----mango-test-boundary"
 

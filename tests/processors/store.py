@@ -5,7 +5,7 @@ callables (files/ selectors and storage) are exercised by the sessions tests."""
 
 import hashlib
 
-from processors.admission import FileRef
+from processors.file_text import FileRef
 
 
 class Store:

@@ -4,18 +4,17 @@ import json
 
 import pytest
 
-from processors import admission as adm
-from processors.admission import (
+from processors import file_text as adm
+from processors.admission import Admission
+from processors.file_text import (
     MAX_CHARS,
     MAX_RUBRIC_BYTES,
-    Admission,
     AdmissionError,
     FileRef,
-    check_tool_result_content,
     not_found_error,
     read_verified_text,
-    render_message_for_model,
 )
+from processors.rendering import render_message_for_model
 from tests.processors.store import Store
 
 FOUR_BYTE = "\U0001f600"  # 😀, 4 bytes in UTF-8
@@ -299,9 +298,9 @@ def test_admit_message_content(store):
 def test_other_blocks_pass_untouched_without_reads(store):
     content = [
         {"type": "text", "text": "hi"},
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgoAAAAAAAAAAA=="}},
         {"type": "image", "source": {"type": "url", "url": "https://example.com/x.png"}},
-        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "AAAA"}},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjcK"}},
         {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "inline"}},
         {"type": "document", "source": {"type": "url", "url": "https://example.com/x.pdf"}},
         {"type": "redacted"},
@@ -321,15 +320,54 @@ def test_message_rejections_name_position_file_and_reason(store):
     assert str(exc.value) == 'content[1]: File file_e ("e.txt") is empty.'
 
 
-def test_file_image_is_unsupported_and_checked_before_any_read(store):
+def test_file_images_and_pdfs_are_admitted_as_media_snapshots(store):
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 32
+    store.add("file_img", png, mime_type="image/png", filename="shot.png")
+    store.add("file_pdf", b"%PDF-1.7\n...", mime_type="application/pdf", filename="paper.pdf")
     store.add("file_a", b"ok")
-    content = [doc("file_a"), {"type": "image", "source": {"type": "file", "file_id": "file_img"}}]
+    content = [doc("file_a"), {"type": "image", "source": {"type": "file", "file_id": "file_img"}}, doc("file_pdf")]
+    admitted = admit_message_content(content, **store.kw())
+    snapshots = {s["file_id"]: s for s in admitted.snapshots}
+    assert snapshots["file_a"]["text"] == "ok" and "kind" not in snapshots["file_a"]
+    assert snapshots["file_img"] == {
+        "index": 1, "file_id": "file_img", "filename": "shot.png", "media_type": "image/png", "kind": "image",
+        "size_bytes": len(png),
+    }  # fmt: skip
+    assert snapshots["file_pdf"]["kind"] == "pdf" and snapshots["file_pdf"]["media_type"] == "application/pdf"
+    assert admitted.chars == 2  # only text counts toward the characters aggregate
+
+
+@pytest.mark.parametrize(
+    ("block_type", "data", "mime", "reason"),
+    [
+        ("image", b"GIF89a....", "image/png", "signature_mismatch"),  # says PNG, is a GIF
+        ("image", b"%PDF-1.7", "application/pdf", "unsupported_media_type"),  # an image block takes images
+        ("document", b"not a pdf", "application/pdf", "signature_mismatch"),
+        ("image", b"\x89PNG\r\n\x1a\n" + b"\0" * 100, "image/png", "oversized"),
+    ],
+)
+def test_media_files_are_what_they_claim_and_within_the_limits(store, block_type, data, mime, reason):
+    store.add("file_m", data, mime_type=mime)
+    admission = Admission(**store.kw(), media_limits={"image": 64, "pdf": 64})
     with pytest.raises(AdmissionError) as exc:
-        admit_message_content(content, **store.kw())
-    assert exc.value.reason == "unsupported"
-    assert exc.value.file_id == "file_img"
-    assert "content[1]" in str(exc.value) and "not supported" in str(exc.value)
-    assert store.reads == []
+        admission.message_content([{"type": block_type, "source": {"type": "file", "file_id": "file_m"}}])
+    assert exc.value.reason == reason and exc.value.file_id == "file_m"
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ({"type": "base64", "media_type": "image/png", "data": "!!notbase64"}, "standard base64"),
+        ({"type": "base64", "media_type": "image/png", "data": "JVBERi0xLjcK"}, "not a image/png"),
+        ({"type": "base64", "media_type": "image/tiff", "data": "JVBERi0xLjcK"}, "media_type"),
+        ({"type": "url", "url": "file:///etc/passwd"}, "http(s) URL"),
+        ({"type": "text", "data": "x"}, "source.type"),
+    ],
+)
+def test_inline_image_sources_are_checked(store, source, fragment):
+    with pytest.raises(AdmissionError) as exc:
+        admit_message_content([{"type": "image", "source": source}], **store.kw())
+    assert fragment in str(exc.value) and exc.value.reason in ("invalid", "signature_mismatch")
 
 
 @pytest.mark.parametrize("source", [{"type": "file"}, {"type": "file", "file_id": ""}, {"type": "file", "file_id": 7}])
@@ -414,7 +452,7 @@ def test_custom_aggregate_limit(store):
         ({"data": b"abc", "stored": b"ab"}, "corrupt"),
         ({"data": b"\xff"}, "not_utf8"),
         ({"data": b"a\x00", "mime_type": "application/octet-stream"}, "contains_nul"),
-        ({"data": b"%PDF", "mime_type": "application/pdf"}, "unsupported_media_type"),
+        ({"data": b"PK\x03\x04", "mime_type": "application/zip"}, "unsupported_media_type"),
     ],
 )
 def test_every_document_rejection(store, setup, reason):
@@ -489,7 +527,7 @@ def test_render_passes_other_blocks_and_drops_redacted():
     content = [
         {"type": "text", "text": "a"},
         {"type": "redacted"},
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgoAAAAAAAAAAA=="}},
         {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "inline"}},
         {"type": "document", "source": {"type": "url", "url": "https://example.com/x.pdf"}},
     ]
@@ -613,29 +651,6 @@ def test_rubric_does_not_count_toward_the_document_aggregate(store):
 # --- tool results ---------------------------------------------------------------------------
 
 
-def test_tool_result_content():
-    check_tool_result_content(None)
-    check_tool_result_content([])
-    check_tool_result_content(
-        [
-            {"type": "text", "text": "ok"},
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
-            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}},
-        ]
-    )
-
-
-@pytest.mark.parametrize(
-    "block",
-    [doc("file_a"), {"type": "image", "source": {"type": "file", "file_id": "file_a"}}],
-)
-def test_tool_result_file_blocks_are_unsupported(block):
-    with pytest.raises(AdmissionError) as exc:
-        check_tool_result_content([{"type": "text", "text": "x"}, block])
-    assert exc.value.reason == "unsupported"
-    assert "content[1]" in str(exc.value)
-
-
 # --- whole events ---------------------------------------------------------------------------
 
 
@@ -680,10 +695,12 @@ def test_admit_event_errors_carry_the_event_location(store):
     assert str(exc.value) == "initial_events[1].content[0]: File file_x not found."
     with pytest.raises(AdmissionError) as exc:
         admission.event({"type": "user.tool_result", "tool_use_id": "t", "content": [doc("file_x")]})
-    assert exc.value.reason == "unsupported"
-    with pytest.raises(AdmissionError) as exc:
-        admission.event({"type": "user.custom_tool_result", "custom_tool_use_id": "t", "content": [doc("file_x")]})
-    assert exc.value.reason == "unsupported"
+    assert str(exc.value) == "event.content[0]: File file_x not found."
+    store.add("file_t", b"tool output")
+    admitted = admission.event(
+        {"type": "user.custom_tool_result", "custom_tool_use_id": "t", "content": [doc("file_t")]}
+    )
+    assert admitted.private["documents"][0]["text"] == "tool output"
 
 
 def test_file_ref_is_frozen():

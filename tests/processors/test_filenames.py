@@ -5,7 +5,7 @@ import tarfile
 
 import pytest
 
-from files.uploads import clean_filename
+from files.naming import clean_filename
 from processors.errors import InvalidMountPath
 from processors.filenames import filename_shown, filename_strip, path_problem, unsafe_characters
 from processors.outputs import classify_output_member

@@ -180,7 +180,8 @@ REJECTIONS = {
     "oversized": lambda sdk, api_key, other: upload(sdk, "big.txt", b"a" * (MAX_CHARS + 1)).id,
     "corrupt": lambda sdk, api_key, other: (lambda f: (_corrupt(f.id), f.id)[1])(upload(sdk, "c.txt", b"abcdef")),
     "not_utf8": lambda sdk, api_key, other: upload(sdk, "latin1.txt", "café".encode("latin-1")).id,
-    "non_text": lambda sdk, api_key, other: upload(sdk, "doc.pdf", b"%PDF-1.4 text", "application/pdf").id,
+    "non_text": lambda sdk, api_key, other: upload(sdk, "doc.zip", b"PK\x03\x04", "application/zip").id,
+    "not_a_pdf": lambda sdk, api_key, other: upload(sdk, "fake.pdf", b"plain text", "application/pdf").id,
     "session_scoped": lambda sdk, api_key, other: _session_scoped(api_key),
     "missing": lambda sdk, api_key, other: "file_01m8zzzzzzzzzzzzzzzzzzzzzz",
     "deleting": lambda sdk, api_key, other: _deleting(sdk),
@@ -233,17 +234,6 @@ def test_aggregate_limit_spans_all_events_of_one_admission(sdk, new_session):
         sdk.beta.sessions.events.send(session.id, events=[message(doc(half.id)), message(doc(other_half.id))])
     assert "262,144" in raised.value.message
     assert state_counts() == before
-
-
-def test_file_images_and_documents_in_tool_results_are_unsupported(sdk, new_session):
-    picture = upload(sdk, "p.png", b"\x89PNG", "image/png")
-    session = new_session()
-    with pytest.raises(anthropic.BadRequestError) as raised:
-        sdk.beta.sessions.events.send(
-            session.id,
-            events=[message({"type": "image", "source": {"type": "file", "file_id": picture.id}})],
-        )
-    assert "unsupported" in raised.value.message.lower()
 
 
 # --- outcome rubrics ------------------------------------------------------------------------------
@@ -362,22 +352,3 @@ def test_rubric_file_of_any_media_type_is_accepted_if_utf8_and_not_made_download
     assert event.private["rubric_text"] == "Critère: précis"
     assert event.payload["rubric"] == {"type": "file", "file_id": rubric.id}
     assert File.objects.get(pk=rubric.id).downloadable is False
-
-
-def test_file_documents_in_tool_results_are_unsupported(sdk, new_session):
-    notes = upload(sdk, "n.txt", b"notes")
-    session = new_session()
-    before = state_counts()
-    with pytest.raises(anthropic.BadRequestError) as raised:
-        sdk.beta.sessions.events.send(
-            session.id,
-            events=[
-                {
-                    "type": "user.custom_tool_result",
-                    "custom_tool_use_id": "sevt_01m8zzzzzzzzzzzzzzzzzzzzzz",
-                    "content": [doc(notes.id)],
-                }
-            ],
-        )
-    assert "unsupported" in raised.value.message.lower()
-    assert state_counts() == before

@@ -46,16 +46,16 @@ def visible(session: Session) -> dict[str, File]:
 def bucket_keys(workspace: Workspace) -> set[str]:
     keys = set()
     for page in (
-        storage.client()
-        .get_paginator("list_objects_v2")
-        .paginate(Bucket=storage.bucket(), Prefix=storage.workspace_prefix(workspace.id))
+        storage.backend()
+        .client.get_paginator("list_objects_v2")
+        .paginate(Bucket=storage.backend().bucket, Prefix=storage.workspace_prefix(workspace.id))
     ):
         keys.update(item["Key"] for item in page.get("Contents", []))
     return keys
 
 
 def object_bytes(file: File) -> bytes:
-    return storage.client().get_object(Bucket=storage.bucket(), Key=file.object_key)["Body"].read()
+    return storage.backend().client.get_object(Bucket=storage.backend().bucket, Key=file.object_key)["Body"].read()
 
 
 def errors_of(session: Session) -> list[str]:

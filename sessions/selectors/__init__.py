@@ -2,7 +2,6 @@
 as a missing one (one access gate per resource)."""
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
@@ -11,15 +10,7 @@ from django.db.models import F, OuterRef, Subquery
 
 from core.errors import InvalidRequest, NotFound
 from core.pagination import keyset_page, rendered_bytes
-from sessions.events import (
-    CONVERSATION_TYPES,
-    RUNNER_INPUT_TYPES,
-    TERMINAL_RESULTS,
-    TOOL_RESULT_TYPES,
-    EventType,
-    required_action_ids,
-    tool_use_id_of,
-)
+from sessions.events import TERMINAL_RESULTS, EventType
 from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent, SessionResource
 
 
@@ -234,93 +225,6 @@ def session_resource_page(*, session: Session, limit: int | None, page: str | No
         queryset, key="id", descending=False, limit=limit or 1000, page=page, purpose="resources"
     )
     return rows, next_page
-
-
-# --- the runtime's reads ---------------------------------------------------------------------
-
-
-def session_workspace_id(*, session_id: str) -> str | None:
-    """The workspace of a session (deleted or not); None for an unknown id."""
-    return Session.objects.filter(id=session_id).values_list("workspace_id", flat=True).first()
-
-
-def session_is_deleted(*, session_id: str) -> bool:
-    """Whether the session was deleted (a running turn stops and logs nothing more)."""
-    return Session.objects.filter(id=session_id, deleted_at__isnull=False).exists()
-
-
-def session_interrupt_pending(*, session_id: str) -> bool:
-    """Whether a user.interrupt awaits the runner (confirms the Redis flag)."""
-    return SessionEvent.objects.filter(
-        session_id=session_id, type=EventType.USER_INTERRUPT, processed_at__isnull=True
-    ).exists()
-
-
-def session_pending_input(*, session_id: str) -> list[SessionEvent]:
-    """Client events the runner has not yet acted on, oldest first."""
-    return list(
-        SessionEvent.objects.filter(
-            session_id=session_id, processed_at__isnull=True, type__in=RUNNER_INPUT_TYPES
-        ).order_by("seq")
-    )
-
-
-def session_answered_tool_use_ids(*, session_id: str, types=TOOL_RESULT_TYPES) -> set[str]:
-    """Ids of the tool uses that events of `types` answer."""
-    rows = SessionEvent.objects.filter(session_id=session_id, type__in=types).only("payload")
-    return {tool_use_id_of(event.payload) for event in rows}
-
-
-def session_required_action_ids(*, session_id: str) -> list[str]:
-    """The tool uses the last session.status_idle handed to the client (requires_action)."""
-    idle = (
-        SessionEvent.objects.filter(session_id=session_id, type=EventType.SESSION_STATUS_IDLE)
-        .order_by("-seq")
-        .only("payload")
-        .first()
-    )
-    return required_action_ids(idle.payload) if idle is not None else []
-
-
-def session_last_idle_seq(*, session_id: str) -> int:
-    return (
-        SessionEvent.objects.filter(session_id=session_id, type=EventType.SESSION_STATUS_IDLE)
-        .order_by("-seq")
-        .values_list("seq", flat=True)
-        .first()
-    ) or 0
-
-
-@dataclass
-class EventRow:
-    """An event as the runtime's conversation reads it (processors.conversation.Event)."""
-
-    id: str
-    seq: int
-    type: str
-    payload: dict
-    private: dict
-    processed_at: datetime | None
-
-
-_CONVERSATION_SQL = (
-    f"SELECT id, seq, type, payload, private, processed_at FROM {SessionEvent._meta.db_table}"
-    " WHERE session_id = %s AND seq > %s AND type = ANY(%s) ORDER BY seq"
-)
-
-
-def session_conversation_events(*, session_id: str, after_seq: int = 0) -> list[EventRow]:
-    """The events the model's conversation is built from (after `after_seq`), oldest first,
-    client events included whether processed or not: the conversation has a client event only
-    once processed (runtime.model.Conversation). Read once per model call, so without the ORM
-    (a plain query on the (session, seq) key; JSON columns arrive as text)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_CONVERSATION_SQL, [session_id, after_seq, list(CONVERSATION_TYPES)])
-        rows = cursor.fetchall()
-    return [
-        EventRow(id, seq, type, json.loads(payload), json.loads(private), processed_at)
-        for id, seq, type, payload, private, processed_at in rows
-    ]
 
 
 def session_outcome_evaluations(*, session_ids: list[str]) -> dict[str, list[dict]]:

@@ -1,0 +1,120 @@
+"""Storage intents: the durable records that come before every object-store call (a crash at
+any point leaves something reconciliation can finish, files/reconcile.py), and the steps that
+close them. Used by the services, the transfer engine and reconciliation."""
+
+import logging
+
+from django.db import DatabaseError, transaction
+from django.utils import timezone
+
+from core.crashpoints import crash_point
+from core.database import connection_live
+from core.errors import ServiceUnavailable
+from files import liveness, storage
+from files.models import File, StorageIntent
+
+logger = logging.getLogger(__name__)
+
+
+class UploadReclaimed(ServiceUnavailable):
+    message = "The upload took too long and was cleaned up; nothing was stored. Retry."
+    code = "upload_reclaimed"
+
+
+def intent_close(intent_id: int, *, state: str, file_id: str | None = None) -> None:
+    updates = {"state": state, "closed_at": timezone.now(), "updated_at": timezone.now()}
+    if file_id:
+        updates["file_id"] = file_id
+    StorageIntent.objects.filter(pk=intent_id, state=StorageIntent.State.OPEN).update(**updates)
+
+
+def intent_error(intent_id: int, exc: BaseException) -> None:
+    """Best effort (the error being recorded may be the database's own)."""
+    try:
+        StorageIntent.objects.filter(pk=intent_id).update(last_error=f"{type(exc).__name__}: {exc}"[:2000])
+    except DatabaseError:
+        pass
+
+
+def intent_disown(intent_id: int, exc: BaseException) -> None:
+    """This process gives up on an open intent (the store was unreachable while finishing it):
+    record why and hand it to liveness.GIVEN_UP, an owner no process holds, so reconciliation
+    finishes it as soon as the store answers again (files.reconcile_given_up), without a grace.
+    If the database does not answer either, the process hands it over once it does."""
+    try:
+        StorageIntent.objects.filter(pk=intent_id, state=StorageIntent.State.OPEN).update(
+            owner=liveness.GIVEN_UP, last_error=f"{type(exc).__name__}: {exc}"[:2000]
+        )
+    except DatabaseError:
+        liveness.give_up_later(intent_id)
+
+
+def intent_heartbeat(intent_id: int, **fields) -> None:
+    """Refresh a live upload's intent; fail if reconciliation has claimed it meanwhile."""
+    connection_live()  # a long upload may have streamed through a database restart
+    updated = StorageIntent.objects.filter(pk=intent_id, state=StorageIntent.State.OPEN, attempts=0).update(
+        updated_at=timezone.now(), **fields
+    )
+    if not updated:
+        raise UploadReclaimed()
+
+
+def upload_discard(*, intent_id: int, key: str, upload_id: str | None) -> None:
+    """Best effort: remove what a failed upload left in the store and close its intent. If the
+    store is unreachable the intent stays open and reconciliation finishes the job."""
+    try:
+        if upload_id:
+            storage.multipart_abort(key=key, upload_id=upload_id)
+        storage.delete_object(key=key)
+    except Exception as exc:  # noqa: BLE001 — cleanup must not mask the original error
+        logger.warning("upload cleanup deferred to reconciliation", extra={"object_key": key})
+        intent_disown(intent_id, exc)
+        return
+    crash_point("upload_discard_before_close")
+    try:
+        intent_close(intent_id, state=StorageIntent.State.ROLLED_BACK)
+    except DatabaseError:
+        liveness.give_up_later(intent_id)  # nothing left in the store: reconciliation closes it
+
+
+def delete_finish(intent: StorageIntent, *, defer: bool = True, crash_at: str = "delete_object_deleted") -> bool:
+    """Delete the object, then (in one transaction) the row and the intent. If the store is
+    unreachable: with `defer`, False, the intent left open for reconciliation (given up);
+    without (reconciliation itself), the store's error is raised."""
+    try:
+        storage.delete_object(key=intent.object_key)
+    except Exception as exc:
+        if not defer:
+            raise
+        logger.warning("file delete deferred to reconciliation", extra={"file_id": intent.file_id})
+        intent_disown(intent.pk, exc)
+        return False
+    crash_point(crash_at)
+    try:
+        with transaction.atomic():
+            File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
+            intent_close(intent.pk, state=StorageIntent.State.COMMITTED)
+    except DatabaseError:
+        liveness.give_up_later(intent.pk)  # the File stays hidden; reconciliation removes the row
+        raise
+    return True
+
+
+def hide_for_delete(files) -> list[StorageIntent]:
+    """Within the caller's transaction: mark the (locked, ready) files `deleting` and record
+    one delete intent each."""
+    intents = []
+    owner = liveness.owner_id() if files else None
+    for file in files:
+        file.state = File.State.DELETING
+        file.save(update_fields=["state"])
+        intents.append(
+            StorageIntent(
+                kind=StorageIntent.Kind.DELETE,
+                workspace_id=file.workspace_id,
+                object_key=file.object_key,
+                file_id=file.id,
+                owner=owner,
+            )
+        )
+    return StorageIntent.objects.bulk_create(intents)

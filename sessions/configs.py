@@ -1,0 +1,81 @@
+"""Pure rules on stored configuration, shared by serializers (the API's parsing and rendering)
+and services (which apply them under a row lock): the agent snapshot a session keeps, the merge
+of an environment config into the stored one, and metadata patches. No ORM, no serializer."""
+
+from core.errors import InvalidRequest
+
+PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
+METADATA_MAX_PAIRS = 16
+
+
+def agent_snapshot(*, agent_id: str, version: int, config: dict) -> dict:
+    """The SessionAgent shape: the agent's resolved configuration at one version."""
+    return {
+        "id": agent_id,
+        "type": "agent",
+        "version": version,
+        "name": config["name"],
+        "description": config.get("description"),
+        "system": config.get("system"),
+        "model": config["model"],
+        "tools": config.get("tools", []),
+        "mcp_servers": config.get("mcp_servers", []),
+        "skills": config.get("skills", []),
+        "execution_identity": config.get("execution_identity") or {"type": "service_account"},
+        "multiagent": config.get("multiagent"),
+    }
+
+
+def metadata_patch_apply(current: dict, patch: dict) -> dict:
+    """`patch` over `current`: a null or empty value deletes its key."""
+    merged = dict(current)
+    for key, value in patch.items():
+        if value is None or value == "":
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    if len(merged) > METADATA_MAX_PAIRS:
+        raise InvalidRequest(f"metadata: at most {METADATA_MAX_PAIRS} keys.", code="invalid_metadata")
+    return merged
+
+
+def _networking(value: dict | None, current: dict | None) -> dict:
+    if value is None:
+        return current or {
+            "type": "limited",
+            "allowed_hosts": [],
+            "allow_mcp_servers": False,
+            "allow_package_managers": False,
+        }
+    if value["type"] == "unrestricted":
+        return {"type": "unrestricted"}
+    return {
+        "type": "limited",
+        "allowed_hosts": list(value.get("allowed_hosts") or []),
+        "allow_mcp_servers": value.get("allow_mcp_servers", False),
+        "allow_package_managers": value.get("allow_package_managers", False),
+    }
+
+
+def _packages(value: dict | None, current: dict | None) -> dict:
+    if value is None:
+        return current or {"type": "packages", **{manager: [] for manager in PACKAGE_MANAGERS}}
+    return {"type": "packages", **{manager: list(value.get(manager) or []) for manager in PACKAGE_MANAGERS}}
+
+
+def environment_config_resolve(config: dict | None, current: dict | None = None) -> dict:
+    """An environment config (already validated by its serializer) over the stored `current`
+    one: omitted networking/packages keep theirs; the type never changes."""
+    if config is None:
+        return current or {"type": "cloud", "networking": _networking(None, None), "packages": _packages(None, None)}
+    if current is not None and current.get("type") != config["type"]:
+        raise InvalidRequest("config.type: an environment cannot change type.", code="invalid_config_type_change")
+    if config["type"] == "self_hosted":
+        return {"type": "self_hosted"}
+    current = current or {}
+    networking = _networking(config.get("networking"), current.get("networking"))
+    packages = _packages(config.get("packages"), current.get("packages"))
+    has_packages = any(packages[manager] for manager in PACKAGE_MANAGERS)
+    if has_packages and networking["type"] == "limited" and not networking["allow_package_managers"]:
+        raise InvalidRequest("config.packages: limited networking needs allow_package_managers to install packages.")
+    return {"type": "cloud", "networking": networking, "packages": packages}

@@ -1,0 +1,139 @@
+"""The runtime's reads of its own sessions (it holds their lease, so no workspace gate): pending
+input, tool uses and answers, outcomes, the conversation. Statement-lean: the runner asks some of
+these before every model call or tool call."""
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+
+from sessions.events import (
+    CONVERSATION_TYPES,
+    RUNNER_INPUT_TYPES,
+    TOOL_RESULT_TYPES,
+    EventType,
+    required_action_ids,
+    tool_use_id_of,
+)
+from sessions.models import Session, SessionEvent
+
+
+def session_workspace_id(*, session_id: str) -> str | None:
+    """The workspace of a session (deleted or not); None for an unknown id."""
+    return Session.objects.filter(id=session_id).values_list("workspace_id", flat=True).first()
+
+
+def session_by_id(*, session_id: str) -> Session:
+    """The runner's read of its own session (no workspace: the runner holds its lease)."""
+    return Session.objects.get(id=session_id)
+
+
+def session_is_deleted(*, session_id: str) -> bool:
+    """Whether the session was deleted (a running turn stops and logs nothing more)."""
+    return Session.objects.filter(id=session_id, deleted_at__isnull=False).exists()
+
+
+def session_interrupt_pending(*, session_id: str) -> bool:
+    """Whether a user.interrupt awaits the runner (confirms the Redis flag)."""
+    return SessionEvent.objects.filter(
+        session_id=session_id, type=EventType.USER_INTERRUPT, processed_at__isnull=True
+    ).exists()
+
+
+def session_pending_input(*, session_id: str) -> list[SessionEvent]:
+    """Client events the runner has not yet acted on, oldest first."""
+    return list(
+        SessionEvent.objects.filter(
+            session_id=session_id, processed_at__isnull=True, type__in=RUNNER_INPUT_TYPES
+        ).order_by("seq")
+    )
+
+
+def session_answered_tool_use_ids(*, session_id: str, types=TOOL_RESULT_TYPES) -> set[str]:
+    """Ids of the tool uses that events of `types` answer."""
+    rows = SessionEvent.objects.filter(session_id=session_id, type__in=types).only("payload")
+    return {tool_use_id_of(event.payload) for event in rows}
+
+
+def session_required_action_ids(*, session_id: str) -> list[str]:
+    """The tool uses the last session.status_idle handed to the client (requires_action)."""
+    idle = (
+        SessionEvent.objects.filter(session_id=session_id, type=EventType.SESSION_STATUS_IDLE)
+        .order_by("-seq")
+        .only("payload")
+        .first()
+    )
+    return required_action_ids(idle.payload) if idle is not None else []
+
+
+def session_last_idle_seq(*, session_id: str) -> int:
+    return (
+        SessionEvent.objects.filter(session_id=session_id, type=EventType.SESSION_STATUS_IDLE)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    ) or 0
+
+
+def session_tool_confirmations(*, session_id: str) -> dict[str, dict]:
+    """The user.tool_confirmation payloads of the session, by the tool use they answer."""
+    rows = SessionEvent.objects.filter(session_id=session_id, type=EventType.USER_TOOL_CONFIRMATION)
+    return {event.payload["tool_use_id"]: event.payload for event in rows}
+
+
+def session_tool_uses(*, session_id: str, ids: list[str] | None = None, after_seq: int = 0) -> list[SessionEvent]:
+    """The session's agent.tool_use events, oldest first: those of `ids`, or those after `after_seq`."""
+    rows = SessionEvent.objects.filter(session_id=session_id, type=EventType.AGENT_TOOL_USE, seq__gt=after_seq)
+    if ids is not None:
+        rows = rows.filter(id__in=ids)
+    return list(rows.order_by("seq"))
+
+
+def session_latest_outcome(*, session_id: str) -> tuple[SessionEvent, list[str]] | None:
+    """The latest processed user.define_outcome and the results of its evaluations so far."""
+    events = SessionEvent.objects.filter(session_id=session_id)
+    define = events.filter(type=EventType.USER_DEFINE_OUTCOME, processed_at__isnull=False).order_by("-seq").first()
+    if define is None:
+        return None
+    outcome_id = define.payload["outcome_id"]
+    results = events.filter(type=EventType.SPAN_OUTCOME_EVALUATION_END, payload__outcome_id=outcome_id).values_list(
+        "payload__result", flat=True
+    )
+    return define, list(results)
+
+
+def session_events_since(*, session_id: str, after_seq: int) -> list[SessionEvent]:
+    return list(SessionEvent.objects.filter(session_id=session_id, seq__gt=after_seq).order_by("seq"))
+
+
+@dataclass
+class EventRow:
+    """An event as the runtime's conversation reads it (processors.conversation.Event)."""
+
+    id: str
+    seq: int
+    type: str
+    payload: dict
+    private: dict
+    processed_at: datetime | None
+
+
+_CONVERSATION_SQL = (
+    f"SELECT id, seq, type, payload, private, processed_at FROM {SessionEvent._meta.db_table}"
+    " WHERE session_id = %s AND seq > %s AND type = ANY(%s) ORDER BY seq"
+)
+
+
+def session_conversation_events(*, session_id: str, after_seq: int = 0) -> list[EventRow]:
+    """The events the model's conversation is built from (after `after_seq`), oldest first,
+    client events included whether processed or not: the conversation has a client event only
+    once processed (runtime.model.Conversation). Read once per model call, so without the ORM
+    (a plain query on the (session, seq) key; JSON columns arrive as text)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_CONVERSATION_SQL, [session_id, after_seq, list(CONVERSATION_TYPES)])
+        rows = cursor.fetchall()
+    return [
+        EventRow(id, seq, type, json.loads(payload), json.loads(private), processed_at)
+        for id, seq, type, payload, private, processed_at in rows
+    ]

@@ -1,0 +1,76 @@
+"""Reads of skills and their versions, scoped to the caller's workspace (a foreign id is the
+same 404 as a missing one). Only finished uploads are visible: a skill once its first version is
+ready, a version once ready."""
+
+from core.errors import NotFound
+from core.pagination import keyset_page
+from processors.resources import SKILLS_DIR
+from sessions.models import Skill, SkillVersion
+
+SOURCES = ("custom", "anthropic")
+
+
+def skill_get(*, workspace, skill_id: str, for_update: bool = False) -> Skill:
+    queryset = Skill.objects.filter(workspace=workspace, id=skill_id).exclude(latest_version="")
+    if for_update:
+        queryset = queryset.select_for_update()
+    skill = queryset.first()
+    if skill is None:
+        raise NotFound(f"Skill {skill_id!r} not found.")
+    return skill
+
+
+def skill_list(*, workspace, limit: int, page: str | None, source: str | None):
+    """Newest first. This server holds custom skills only: `source=anthropic` lists none."""
+    queryset = Skill.objects.filter(workspace=workspace).exclude(latest_version="")
+    if source not in (None, "custom"):
+        queryset = queryset.none()
+    rows, next_page, _ = keyset_page(queryset, key="id", descending=True, limit=limit, page=page, purpose="skills")
+    return rows, next_page
+
+
+def skill_version_get(*, skill: Skill, version: str) -> SkillVersion:
+    """A ready version of `skill` by id; `latest` is the newest."""
+    wanted = skill.latest_version if version == "latest" else version
+    row = SkillVersion.objects.filter(skill=skill, version=wanted, ready=True).first()
+    if row is None:
+        raise NotFound(f"Version {version!r} of skill {skill.id!r} not found.")
+    return row
+
+
+def skill_version_list(*, skill: Skill, limit: int, page: str | None):
+    queryset = SkillVersion.objects.filter(skill=skill, ready=True)
+    rows, next_page, _ = keyset_page(
+        queryset, key="version", descending=True, limit=limit, page=page, purpose="skill_versions"
+    )
+    return rows, next_page
+
+
+def skill_versions_resolve(*, workspace, refs: list[dict]) -> list[tuple[dict, SkillVersion]]:
+    """Each custom skill reference ({skill_id, version?}) with the version it names (the latest
+    when none, or `latest`); a missing skill or version is a 404 naming it."""
+    resolved = []
+    for ref in refs:
+        skill = skill_get(workspace=workspace, skill_id=ref["skill_id"])
+        resolved.append((ref, skill_version_get(skill=skill, version=ref.get("version") or "latest")))
+    return resolved
+
+
+def skill_versions_by_ref(*, workspace_id: str, refs: list[dict]) -> list[SkillVersion]:
+    """The runner's read of a session's pinned skills ({skill_id, version}): the versions that
+    still exist, in the agent's order."""
+    wanted = [(ref["skill_id"], ref["version"]) for ref in refs if ref.get("type") == "custom"]
+    if not wanted:
+        return []
+    rows = SkillVersion.objects.filter(
+        skill__workspace_id=workspace_id, skill_id__in=[skill for skill, _ in wanted], ready=True
+    ).select_related("skill")
+    found = {(row.skill_id, row.version): row for row in rows}
+    return [found[key] for key in wanted if key in found]
+
+
+def session_skills(*, session) -> list[tuple[SkillVersion, str]]:
+    """The session's pinned skill versions that still exist, each with its path in the sandbox."""
+    refs = session.agent_snapshot.get("skills") or []
+    versions = skill_versions_by_ref(workspace_id=session.workspace_id, refs=refs)
+    return [(version, f"{SKILLS_DIR}/{version.name}") for version in versions]

@@ -1,0 +1,189 @@
+"""The runner's writes: the lease, a turn's start, events marked processed, the session's status
+and last error, the sandbox's state. The runtime (sessions.runtime) says what happened through
+these; it makes no query of its own (tests/sessions/test_runtime_roles.py)."""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from sessions import events as ev
+from sessions import notify
+from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, EventType
+from sessions.models import Session, SessionEvent
+from sessions.selectors.runner import session_answered_tool_use_ids, session_pending_input, session_required_action_ids
+from sessions.services.events import events_append_locked
+
+ACTIVE = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
+
+
+# --- the lease ---------------------------------------------------------------------------------
+
+
+def session_lease_take(*, session_id: str, token: str) -> bool:
+    """Take the session's lease if it is free or stale."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.MANGO_SESSION_LEASE_SECONDS)
+    return (
+        Session.objects.filter(id=session_id)
+        .filter(Q(runner_token__isnull=True) | Q(runner_heartbeat_at__lt=stale))
+        .update(runner_token=token, runner_heartbeat_at=now)
+        == 1
+    )
+
+
+def session_lease_release(*, session_id: str, token: str) -> None:
+    Session.objects.filter(id=session_id, runner_token=token).update(runner_token=None, runner_heartbeat_at=None)
+
+
+def session_leases_renew(*, tokens: list[str]) -> set[str]:
+    """Renew the leases of `tokens`; returns the tokens still held (the others were taken over)."""
+    Session.objects.filter(runner_token__in=tokens).update(runner_heartbeat_at=timezone.now())
+    return set(Session.objects.filter(runner_token__in=tokens).values_list("runner_token", flat=True))
+
+
+# --- a turn's start ----------------------------------------------------------------------------
+
+
+def session_events_mark_processed(*, event_ids: list[str], only_unprocessed: bool = False) -> None:
+    """The runner has acted on these client events (they count in the conversation from now)."""
+    if not event_ids:
+        return
+    rows = SessionEvent.objects.filter(id__in=event_ids)
+    if only_unprocessed:
+        rows = rows.filter(processed_at__isnull=True)
+    rows.update(processed_at=timezone.now())
+
+
+@dataclass
+class TurnStart:
+    """What the runner found under the session's lock (session_turn_begin)."""
+
+    session: Session
+    resume: bool = False  # the session was running: a worker died mid-turn, resume it
+    interrupted: bool = False  # a running turn was interrupted: it must go idle
+    released: bool = False  # nothing to do: the lease was released (no turn started)
+
+
+def session_turn_begin(*, session_id: str, token: str) -> TurnStart | None:
+    """Under the session's row lock: flush what was sent before the last interrupt, then either
+    start a turn (session.status_running, the pending input marked processed) or release the
+    lease (so a later append enqueues a runner; `released`). None when the lease is gone or
+    the session deleted."""
+    with transaction.atomic():
+        session = Session.objects.select_for_update().get(id=session_id)
+        if session.runner_token != token:
+            return None
+        if session.deleted_at is not None:
+            session.runner_token = None
+            session.save(update_fields=["runner_token"])
+            return None
+        pending = session_pending_input(session_id=session_id)
+        last = max((i for i, e in enumerate(pending) if e.type == EventType.USER_INTERRUPT), default=None)
+        interrupted = False
+        if last is not None:  # everything up to the last interrupt was sent before the stop
+            session_events_mark_processed(event_ids=[e.id for e in pending[: last + 1]])
+            transaction.on_commit(lambda: notify.clear_interrupt(session_id))
+            pending, interrupted = pending[last + 1 :], session.status in ACTIVE
+        if interrupted:
+            return TurnStart(session=session, interrupted=True)
+        resume = session.status in ACTIVE
+        if not resume and not _starts_turn(session_id, pending):
+            session.runner_token = None
+            session.runner_heartbeat_at = None
+            session.save(update_fields=["runner_token", "runner_heartbeat_at"])
+            return TurnStart(session=session, released=True)
+        _turn_start(session, pending, resume=resume)
+    return TurnStart(session=session, resume=resume)
+
+
+def _starts_turn(session_id: str, pending: list[SessionEvent]) -> bool:
+    """Whether idle-session input starts a turn. Partial answers to requires_action are marked
+    processed and the session keeps waiting for the rest."""
+    if not pending:
+        return False
+    if any(e.type not in CLIENT_ANSWER_TYPES for e in pending):
+        return True
+    needed = set(session_required_action_ids(session_id=session_id))
+    if needed - session_answered_tool_use_ids(session_id=session_id, types=CLIENT_ANSWER_TYPES):
+        session_events_mark_processed(event_ids=[e.id for e in pending])
+        return False
+    return True
+
+
+def _turn_start(session: Session, pending: list[SessionEvent], *, resume: bool) -> None:
+    now = timezone.now()
+    session_events_mark_processed(event_ids=[e.id for e in pending])
+    items = []
+    if resume:
+        message = "The worker running this session stopped; resuming the turn."
+        items.append(ev.item(EventType.SESSION_ERROR, ev.session_error(message=message, retrying=True)))
+    items.append(ev.item(EventType.SESSION_STATUS_RUNNING))
+    session.status = Session.Status.RUNNING
+    if session.turn_started_at is None:
+        session.turn_started_at = now
+    events_append_locked(session=session, items=items, also_save=("status", "turn_started_at"))
+
+
+def session_interrupts_flush(*, session_id: str) -> None:
+    """A stopped turn: the runner input sent up to the last pending interrupt is processed."""
+    with transaction.atomic():
+        session = Session.objects.select_for_update().get(id=session_id)
+        last = (
+            SessionEvent.objects.filter(session=session, type=EventType.USER_INTERRUPT, processed_at__isnull=True)
+            .order_by("-seq")
+            .first()
+        )
+        if last is not None:
+            SessionEvent.objects.filter(
+                session=session, processed_at__isnull=True, type__in=RUNNER_INPUT_TYPES, seq__lte=last.seq
+            ).update(processed_at=timezone.now())
+    notify.clear_interrupt(session_id)
+
+
+# --- status, errors, the sandbox ---------------------------------------------------------------
+
+
+def session_error_record(*, session_id: str, payload: dict, last_error: str, rescheduling: bool) -> None:
+    """session.error (+ session.status_rescheduled when the call is retried), and the detail in
+    the session's last_error (for operators; never in the event)."""
+    with transaction.atomic():
+        session = Session.objects.select_for_update().get(id=session_id)
+        items = [ev.item(EventType.SESSION_ERROR, payload)]
+        session.last_error = last_error
+        fields = ["last_error"]
+        if rescheduling:
+            items.append(ev.item(EventType.SESSION_STATUS_RESCHEDULED))
+            session.status = Session.Status.RESCHEDULING
+            fields.append("status")
+        session.save(update_fields=fields)
+        events_append_locked(session=session, items=items)
+
+
+def session_status_running_set(*, session_id: str) -> None:
+    """Back to running after a rescheduled call (session.status_running), unless it already is."""
+    with transaction.atomic():
+        session = Session.objects.select_for_update().get(id=session_id)
+        if session.status == Session.Status.RUNNING:
+            return
+        session.status = Session.Status.RUNNING
+        session.save(update_fields=["status"])
+        events_append_locked(session=session, items=[ev.item(EventType.SESSION_STATUS_RUNNING)])
+
+
+def session_last_error_set(*, session_id: str, text: str) -> None:
+    Session.objects.filter(id=session_id).update(last_error=text)
+
+
+def session_sandbox_failed(*, session_id: str, error: str) -> None:
+    Session.objects.filter(id=session_id).update(sandbox_state=Session.SandboxState.FAILED, last_error=error)
+
+
+def session_sandbox_running(*, session: Session, ref: str) -> None:
+    """Record the session's running sandbox (on `session` too); no write when nothing changed."""
+    if session.sandbox_ref != ref or session.sandbox_state != Session.SandboxState.RUNNING:
+        session.sandbox_ref, session.sandbox_state = ref, Session.SandboxState.RUNNING
+        Session.objects.filter(id=session.id).update(sandbox_ref=ref, sandbox_state=Session.SandboxState.RUNNING)

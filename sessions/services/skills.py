@@ -1,0 +1,227 @@
+"""Skills: versioned directory uploads (SKILL.md and its files) kept in the object store, one
+object per file, metadata in PostgreSQL; placed read-only in sandboxes at /mnt/skills/<name>/.
+
+An upload is checked whole before anything is stored (processors/skills.py: one top-level
+directory, SKILL.md with valid frontmatter, safe paths, the limits). Then, intents first: the
+version row commits (not ready) naming the keys its objects will have, the objects are written,
+and one transaction makes it ready and the skill's latest. A failure deletes what was written;
+a crash leaves a not-ready row that skills_unfinished_sweep finishes (nothing is left behind)."""
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import BinaryIO
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import InvalidRequest, RequestTooLarge
+from files import storage
+from processors.resources import SKILLS_DIR, tar_stream_for_files
+from processors.skills import SKILL_FILE, SkillRefused, check_paths, parse_manifest
+from sessions import sandbox
+from sessions.models import Skill, SkillVersion
+from sessions.selectors.skills import session_skills, skill_get, skill_version_get
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class UploadedFile:
+    """One file of an upload: its path as sent (`<skill-dir>/...`), its bytes and size."""
+
+    path: str
+    body: BinaryIO
+    size: int
+
+
+class SkillTooLarge(RequestTooLarge):
+    """A skill file, or the whole upload, over its limit (settings MANGO_SKILL_*_BYTES)."""
+
+
+def _check_upload(files: list[UploadedFile]) -> tuple[str, str, str]:
+    """(top directory, name, description) of an acceptable upload, or a 400 naming the problem."""
+    if len(files) > settings.MANGO_SKILL_MAX_FILES:
+        raise InvalidRequest(f"files: at most {settings.MANGO_SKILL_MAX_FILES} files in a skill.")
+    total = 0
+    for item in files:
+        if item.size > settings.MANGO_SKILL_FILE_MAX_BYTES:
+            limit = settings.MANGO_SKILL_FILE_MAX_BYTES
+            raise SkillTooLarge(f"files: {item.path[:200]!r} is over {limit} bytes (a skill file's limit).")
+        total += item.size
+    if total > settings.MANGO_SKILL_MAX_BYTES:
+        raise SkillTooLarge(f"files: {total} bytes in all; a skill holds at most {settings.MANGO_SKILL_MAX_BYTES}.")
+    try:
+        top = check_paths([item.path for item in files])
+        skill_md = next(item for item in files if item.path == f"{top}/{SKILL_FILE}")
+        skill_md.body.seek(0)
+        manifest = parse_manifest(top, skill_md.body.read())
+    except SkillRefused as exc:
+        raise InvalidRequest(str(exc)) from None
+    return top, manifest.name, manifest.description
+
+
+def _next_version(previous: str | None) -> str:
+    """Microseconds since the epoch, strictly after `previous` (versions sort as they were made)."""
+    now = time.time_ns() // 1000
+    return str(max(now, int(previous) + 1) if previous else now)
+
+
+def skill_create(*, workspace, files: list[UploadedFile], display_name: str | None) -> Skill:
+    """A new skill with its first version; `display_name` defaults to the frontmatter name."""
+    top, name, description = _check_upload(files)
+    if Skill.objects.filter(workspace=workspace).count() >= settings.MANGO_WORKSPACE_MAX_SKILLS:
+        raise InvalidRequest(f"The workspace holds its limit of {settings.MANGO_WORKSPACE_MAX_SKILLS} skills.")
+    now = timezone.now()
+    with transaction.atomic():
+        skill = Skill.objects.create(
+            workspace=workspace, display_name=display_name or name, name=name, created_at=now, updated_at=now
+        )
+        version = _version_begin(skill=skill, files=files, top=top, name=name, description=description)
+    _version_store(version=version, files=files, top=top, drop_skill=True)
+    skill.refresh_from_db()
+    return skill
+
+
+def skill_version_create(*, workspace, skill_id: str, files: list[UploadedFile]) -> SkillVersion:
+    """A new version of a skill; its frontmatter must name the skill as before."""
+    top, name, description = _check_upload(files)
+    with transaction.atomic():
+        skill = skill_get(workspace=workspace, skill_id=skill_id, for_update=True)
+        if name != skill.name:
+            raise InvalidRequest(f"{top}/{SKILL_FILE}: frontmatter name {name!r} must stay {skill.name!r}.")
+        if skill.versions.count() >= settings.MANGO_SKILL_MAX_VERSIONS:
+            raise InvalidRequest(f"A skill holds at most {settings.MANGO_SKILL_MAX_VERSIONS} versions.")
+        version = _version_begin(skill=skill, files=files, top=top, name=name, description=description)
+    return _version_store(version=version, files=files, top=top, drop_skill=False)
+
+
+def _version_begin(*, skill: Skill, files: list[UploadedFile], top: str, name: str, description: str) -> SkillVersion:
+    """Inside the caller's transaction (skill row locked or new): the not-ready row, naming the
+    object keys before any object exists."""
+    previous = skill.versions.order_by("-version").values_list("version", flat=True).first()
+    planned = [
+        {
+            "path": item.path[len(top) + 1 :],
+            "size": item.size,
+            "key": storage.new_object_key(workspace_id=skill.workspace_id),
+        }
+        for item in files
+    ]
+    return SkillVersion.objects.create(
+        skill=skill,
+        version=_next_version(previous),
+        name=name,
+        description=description,
+        files=planned,
+        size_bytes=sum(item.size for item in files),
+        created_at=timezone.now(),
+    )
+
+
+def _version_store(*, version: SkillVersion, files: list[UploadedFile], top: str, drop_skill: bool) -> SkillVersion:
+    """Write the version's objects, then make it ready and its skill's latest in one commit."""
+    try:
+        for entry, item in zip(version.files, files, strict=True):
+            item.body.seek(0)
+            data = item.body.read(settings.MANGO_SKILL_FILE_MAX_BYTES + 1)
+            if len(data) != item.size:
+                raise InvalidRequest(f"files: {item.path[:200]!r} changed size while it was read.")
+            entry["sha256"] = hashlib.sha256(data).hexdigest()
+            storage.put_object(key=entry["key"], body=data, content_type="application/octet-stream")
+        with transaction.atomic():
+            skill = Skill.objects.select_for_update().get(pk=version.skill_id)
+            version.ready = True
+            version.save(update_fields=["files", "ready"])
+            skill.latest_version = version.version
+            skill.updated_at = timezone.now()
+            skill.save(update_fields=["latest_version", "updated_at"])
+    except BaseException:
+        _version_discard(version=version, drop_skill=drop_skill)
+        raise
+    return version
+
+
+def _version_discard(*, version: SkillVersion, drop_skill: bool) -> None:
+    """Delete a version's objects (those written) and its row; with drop_skill, a skill left
+    without a version too. Best effort: what fails here the sweep finishes."""
+    try:
+        for entry in version.files:
+            storage.delete_object(key=entry["key"])
+        SkillVersion.objects.filter(pk=version.pk).delete()
+        if drop_skill:
+            Skill.objects.filter(pk=version.skill_id, latest_version="").delete()
+    except Exception:
+        logger.exception(
+            "could not discard a skill upload; the sweep finishes it", extra={"skill_id": version.skill_id}
+        )
+
+
+def skill_version_delete(*, workspace, skill_id: str, version: str) -> str:
+    """Delete one version (its objects after the commit). A skill keeps at least one version:
+    deleting the last one is refused (delete the skill). Returns the deleted version's id."""
+    with transaction.atomic():
+        skill = skill_get(workspace=workspace, skill_id=skill_id, for_update=True)
+        row = skill_version_get(skill=skill, version=version)
+        remaining = skill.versions.filter(ready=True).exclude(pk=row.pk).order_by("-version").first()
+        if remaining is None:
+            raise InvalidRequest(f"Version {row.version} is the skill's only version; delete the skill instead.")
+        row.delete()
+        skill.latest_version = remaining.version
+        skill.updated_at = timezone.now()
+        skill.save(update_fields=["latest_version", "updated_at"])
+    _objects_delete(row.files)
+    return row.version
+
+
+def skill_delete(*, workspace, skill_id: str) -> None:
+    """Delete the skill and every version (objects after the commit). Sessions already started
+    keep nothing of it: their sandboxes hold their own copy of the files."""
+    with transaction.atomic():
+        skill = skill_get(workspace=workspace, skill_id=skill_id, for_update=True)
+        files = [entry for row in skill.versions.all() for entry in row.files]
+        skill.delete()
+    _objects_delete(files)
+
+
+def _objects_delete(files: list[dict]) -> None:
+    for entry in files:
+        try:
+            storage.delete_object(key=entry["key"])
+        except Exception:  # noqa: BLE001 — a store error of any kind: logged, the row is gone already
+            logger.warning("could not delete a skill object", extra={"key": entry["key"]})
+
+
+def skills_unfinished_sweep(*, older_than_seconds: float) -> int:
+    """Finish uploads a crash interrupted: not-ready versions older than `older_than_seconds`
+    lose their objects and rows, and skills left without any version go. Returns how many."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    stale = list(SkillVersion.objects.filter(ready=False, created_at__lt=cutoff)[:500])
+    for version in stale:
+        _version_discard(version=version, drop_skill=True)
+    return len(stale)
+
+
+def session_skills_place(*, session) -> int:
+    """Write the session's pinned skills into its (new) sandbox, read-only, at
+    /mnt/skills/<name>/: every file mode 0444 and every directory owned by RESOURCE_OWNER_UID,
+    so the sandbox user can read them and change nothing. Streamed from the store, one archive
+    per skill. Returns how many skills were placed."""
+    placed = 0
+    for version, _path in session_skills(session=session):
+        files = (
+            (
+                f"{version.name}/{entry['path']}",
+                entry["size"],
+                storage.iter_object(storage.open_object(key=entry["key"])),
+            )
+            for entry in version.files
+        )
+        owner = sandbox.RESOURCE_OWNER_UID
+        stream = tar_stream_for_files(files, root=SKILLS_DIR, uid=owner, gid=owner)
+        sandbox.put_archive(session_id=session.id, directory=SKILLS_DIR, chunks=stream)
+        placed += 1
+    return placed

@@ -1,0 +1,240 @@
+"""Skills: the official SDK drives the 9 methods (strict response validation); hostile uploads
+are refused with nothing in the bucket or the database; agents resolve skills; a session pinned
+to a version sees exactly that version's files read-only at /mnt/skills/<name>/ and its system
+prompt lists the skill; the SDK's own self-hosted skill download works against Mango."""
+
+import asyncio
+import io
+import zipfile
+
+import anthropic
+import pytest
+from anthropic.lib import files_from_dir
+from anthropic.lib.tools._skills import download_session_skills
+
+from files import storage
+from sessions.models import Skill, SkillVersion
+from tests.scripted_model import text, tool_use
+from tests.sessions.conftest import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MODEL = "claude-sonnet-4-5"
+SKILL_MD = "---\nname: {name}\ndescription: {description}\n---\n# {name}\n\nRun scripts/hello.sh.\n"
+
+
+def make_skill(root, *, name="pdf-tools", description="Tools for PDFs. Use for any PDF task.", extra=None):
+    directory = root / name
+    (directory / "scripts").mkdir(parents=True)
+    (directory / "SKILL.md").write_text(SKILL_MD.format(name=name, description=description))
+    (directory / "scripts" / "hello.sh").write_text("echo hello from the skill\n")
+    for path, content in (extra or {}).items():
+        (directory / path).parent.mkdir(parents=True, exist_ok=True)
+        (directory / path).write_text(content)
+    return directory
+
+
+def bucket_keys(workspace_id: str) -> set[str]:
+    return {item["key"] for item in storage.list_objects(prefix=storage.workspace_prefix(workspace_id))}
+
+
+def test_the_sdk_drives_every_skills_method(sdk, api_key, s3_bucket, tmp_path):
+    directory = make_skill(tmp_path)
+    skill = sdk.beta.skills.create(files=files_from_dir(directory))
+    assert skill.type == "skill" and skill.display_name == "pdf-tools" and skill.source.type == "custom"
+    first = skill.latest_version_id
+
+    assert sdk.beta.skills.retrieve(skill.id).latest_version_id == first
+    assert [s.id for s in sdk.beta.skills.list()] == [skill.id]
+    assert [s.id for s in sdk.beta.skills.list(source="custom")] == [skill.id]
+    assert list(sdk.beta.skills.list(source="anthropic")) == []
+
+    (directory / "scripts" / "hello.sh").write_text("echo version two\n")
+    second = sdk.beta.skills.versions.create(skill.id, files=files_from_dir(directory))
+    assert second.type == "skill_version" and second.skill_id == skill.id and second.name == "pdf-tools"
+    assert second.description == "Tools for PDFs. Use for any PDF task." and int(second.id) > int(first)
+    assert sdk.beta.skills.retrieve(skill.id).latest_version_id == second.id
+    assert [v.id for v in sdk.beta.skills.versions.list(skill.id)] == [second.id, first]
+    assert sdk.beta.skills.versions.retrieve("latest", skill_id=skill.id).id == second.id
+    assert sdk.beta.skills.versions.retrieve(first, skill_id=skill.id).id == first
+
+    archive = zipfile.ZipFile(io.BytesIO(sdk.beta.skills.versions.download(first, skill_id=skill.id).read()))
+    assert sorted(archive.namelist()) == ["pdf-tools/SKILL.md", "pdf-tools/scripts/hello.sh"]
+    assert archive.read("pdf-tools/scripts/hello.sh") == b"echo hello from the skill\n"
+    assert archive.read("pdf-tools/SKILL.md") == (directory / "SKILL.md").read_bytes()
+
+    deleted = sdk.beta.skills.versions.delete(first, skill_id=skill.id)
+    assert deleted.type == "skill_version_deleted" and deleted.id == first
+    with pytest.raises(anthropic.NotFoundError):
+        sdk.beta.skills.versions.retrieve(first, skill_id=skill.id)
+    with pytest.raises(anthropic.BadRequestError, match="only version"):
+        sdk.beta.skills.versions.delete(second.id, skill_id=skill.id)
+
+    keys = bucket_keys(api_key.workspace.id)
+    assert len(keys) == 2  # the remaining version's two files; the deleted version's are gone
+    gone = sdk.beta.skills.delete(skill.id)
+    assert gone.type == "skill_deleted" and gone.id == skill.id
+    with pytest.raises(anthropic.NotFoundError):
+        sdk.beta.skills.retrieve(skill.id)
+    assert bucket_keys(api_key.workspace.id) == set()
+    assert not Skill.objects.exists() and not SkillVersion.objects.exists()
+
+
+def test_display_name_and_a_second_upload_must_keep_the_name(sdk, s3_bucket, tmp_path):
+    skill = sdk.beta.skills.create(files=files_from_dir(make_skill(tmp_path)), display_name="PDF tools")
+    assert skill.display_name == "PDF tools"
+    other = make_skill(tmp_path / "other", name="csv-tools")
+    with pytest.raises(anthropic.BadRequestError, match="must stay 'pdf-tools'"):
+        sdk.beta.skills.versions.create(skill.id, files=files_from_dir(other))
+
+
+SKILL_OK = SKILL_MD.format(name="ok-skill", description="Fine.").encode()
+
+
+@pytest.mark.parametrize(
+    ("files", "fragment"),
+    [
+        ([("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/../../etc/passwd", b"x")], "'..' component"),
+        ([("/ok-skill/SKILL.md", SKILL_OK)], "absolute"),
+        ([("ok-skill/SKILL.md", SKILL_OK), ("other/README", b"x")], "one top-level directory"),
+        ([("ok-skill/README.md", b"no skill file")], "SKILL.md is missing"),
+        ([("SKILL.md", SKILL_OK)], "not inside a directory"),
+        ([("ok-skill/SKILL.md", b"# no frontmatter\n")], "must begin with YAML frontmatter"),
+        ([("ok-skill/SKILL.md", b"---\nname: [unclosed\n---\n")], "not valid YAML"),
+        ([("ok-skill/SKILL.md", b"---\nname: Bad_Name\ndescription: d\n---\n")], "lowercase letters"),
+        ([("ok-skill/SKILL.md", b"---\nname: claude-helper\ndescription: d\n---\n")], "reserved word"),
+        ([("ok-skill/SKILL.md", b"---\nname: fine\n---\n")], "description is required"),
+        ([("ok-skill/SKILL.md", b"---\nname: fine\ndescription: <b>x</b>\n---\n")], "XML tags"),
+        ([("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/a\\b", b"x")], "backslash"),
+        ([("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/SKILL.md", SKILL_OK)], "appears twice"),
+    ],
+    ids=[
+        "traversal",
+        "absolute",
+        "two-tops",
+        "no-skill-md",
+        "no-directory",
+        "no-frontmatter",
+        "bad-yaml",
+        "bad-name",
+        "reserved-name",
+        "no-description",
+        "xml-description",
+        "backslash",
+        "duplicate",
+    ],
+)
+def test_hostile_uploads_are_refused_with_nothing_stored(sdk, api_key, s3_bucket, files, fragment):
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        sdk.beta.skills.create(files=files)
+    assert fragment in refused.value.message
+    assert not Skill.objects.exists() and not SkillVersion.objects.exists()
+    assert bucket_keys(api_key.workspace.id) == set()
+
+
+def test_limits_are_refused_with_nothing_stored(sdk, api_key, s3_bucket, settings):
+    settings.MANGO_SKILL_FILE_MAX_BYTES = 1000
+    settings.MANGO_SKILL_MAX_FILES = 20
+    big = [("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/big.bin", b"x" * 1001)]
+    with pytest.raises(anthropic.APIStatusError) as too_big:
+        sdk.beta.skills.create(files=big)
+    assert too_big.value.status_code == 413 and "ok-skill/big.bin" in too_big.value.message
+    many = [("ok-skill/SKILL.md", SKILL_OK)] + [(f"ok-skill/f{i}.txt", b"x") for i in range(10_000)]
+    with pytest.raises(anthropic.BadRequestError, match="at most 20 files"):
+        sdk.beta.skills.create(files=many)
+    assert not Skill.objects.exists() and bucket_keys(api_key.workspace.id) == set()
+
+
+def test_another_workspace_sees_no_skill(sdk, live_server, other_api_key, s3_bucket, tmp_path):
+    skill = sdk.beta.skills.create(files=files_from_dir(make_skill(tmp_path)))
+    other = anthropic.Anthropic(base_url=live_server.url, api_key=str(other_api_key), max_retries=0)
+    for call in (
+        lambda: other.beta.skills.retrieve(skill.id),
+        lambda: other.beta.skills.versions.retrieve("latest", skill_id=skill.id),
+        lambda: other.beta.skills.versions.download(skill.latest_version_id, skill_id=skill.id),
+        lambda: other.beta.skills.delete(skill.id),
+    ):
+        with pytest.raises(anthropic.NotFoundError):
+            call()
+    assert list(other.beta.skills.list()) == []
+    with pytest.raises(anthropic.BadRequestError, match="not found"):
+        other.beta.agents.create(name="a", model=MODEL, skills=[{"type": "custom", "skill_id": skill.id}])
+
+
+def test_agents_resolve_skills(sdk, s3_bucket, tmp_path):
+    with pytest.raises(anthropic.BadRequestError, match="cannot be served by this server"):
+        sdk.beta.agents.create(name="a", model=MODEL, skills=[{"type": "anthropic", "skill_id": "xlsx"}])
+    with pytest.raises(anthropic.BadRequestError, match="not found"):
+        sdk.beta.agents.create(name="a", model=MODEL, skills=[{"type": "custom", "skill_id": "skill_missing"}])
+    skill = sdk.beta.skills.create(files=files_from_dir(make_skill(tmp_path)))
+    with pytest.raises(anthropic.BadRequestError, match="not found"):
+        sdk.beta.agents.create(
+            name="a", model=MODEL, skills=[{"type": "custom", "skill_id": skill.id, "version": "123"}]
+        )
+    agent = sdk.beta.agents.create(name="a", model=MODEL, skills=[{"type": "custom", "skill_id": skill.id}])
+    assert agent.skills[0].skill_id == skill.id and agent.skills[0].version == "latest"
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_session_sees_its_pinned_version_read_only_and_the_prompt_lists_it(
+    sdk, live_server, api_key, model, celery_worker, s3_bucket, tmp_path
+):
+    directory = make_skill(tmp_path)
+    skill = sdk.beta.skills.create(files=files_from_dir(directory))
+    pinned = skill.latest_version_id
+    agent = sdk.beta.agents.create(
+        name="skilled",
+        model=MODEL,
+        system="Be brief.",
+        tools=[{"type": "agent_toolset_20260401"}],
+        skills=[{"type": "custom", "skill_id": skill.id}],
+    )
+    env = sdk.beta.environments.create(name="cloud", config={"type": "cloud", "networking": {"type": "limited"}})
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    assert session.agent.skills[0].version == pinned  # `latest` pinned at session start
+    # A new version after the session started changes nothing for it.
+    (directory / "scripts" / "hello.sh").write_text("echo version two\n")
+    sdk.beta.skills.versions.create(skill.id, files=files_from_dir(directory))
+
+    probe = (
+        "cat /mnt/skills/pdf-tools/scripts/hello.sh; ls -R /mnt/skills;"
+        " echo changed > /mnt/skills/pdf-tools/SKILL.md && echo WROTE || echo REFUSED;"
+        " touch /mnt/skills/pdf-tools/new && echo CREATED || echo NOCREATE"
+    )
+    model.script([tool_use("bash", {"command": probe}), text("Done.")])
+    sdk.beta.sessions.events.send(
+        session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
+    )
+    requests = model.wait_for_requests(2, timeout=90)
+    wait_for(lambda: sdk.beta.sessions.retrieve(session.id).status == "idle", timeout=30)
+
+    system = requests[0]["body"]["system"]
+    system_text = system if isinstance(system, str) else "".join(block["text"] for block in system)
+    assert system_text.startswith("Be brief.")
+    assert 'name="pdf-tools"' in system_text and "/mnt/skills/pdf-tools/SKILL.md" in system_text
+    assert "Tools for PDFs. Use for any PDF task." in system_text
+    results = [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "agent.tool_result"]
+    output = "".join(block.text for block in results[0].content)
+    assert "hello from the skill" in output and "version two" not in output
+    assert "SKILL.md" in output and "hello.sh" in output
+    assert "REFUSED" in output and "WROTE" not in output
+    assert "NOCREATE" in output and "CREATED" not in output.replace("NOCREATE", "")
+
+
+def test_the_sdk_self_hosted_skill_download_works_against_mango(sdk, live_server, api_key, s3_bucket, tmp_path):
+    skill = sdk.beta.skills.create(files=files_from_dir(make_skill(tmp_path / "src")))
+    agent = sdk.beta.agents.create(name="a", model=MODEL, skills=[{"type": "custom", "skill_id": skill.id}])
+    env = sdk.beta.environments.create(name="self", config={"type": "self_hosted"})
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+
+    async def download():
+        client = anthropic.AsyncAnthropic(base_url=live_server.url, api_key=str(api_key), max_retries=0)
+        async with client:
+            return await download_session_skills(client, workdir=tmp_path / "work", session=session)
+
+    placed = asyncio.run(download())
+    assert [path.name for path in placed] == ["pdf-tools"]
+    assert (placed[0] / "SKILL.md").read_text().startswith("---\nname: pdf-tools")
+    assert (placed[0] / "scripts" / "hello.sh").read_text() == "echo hello from the skill\n"
