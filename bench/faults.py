@@ -309,6 +309,7 @@ class Mango:
             "REDIS_URL": redis.url(0),
             **store.env(),
             "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DJANGO_SECRET_KEY": "mango-faults-secret-key-not-for-production",
             "ANTHROPIC_BASE_URL": upstream_url,
             "ANTHROPIC_API_KEY": "scripted",
             "MANGO_SANDBOX": "local_process",
