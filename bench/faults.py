@@ -396,13 +396,17 @@ class Stack:
         return {"postgresql": self.pg, "redis": self.redis, "object_store": self.store}[name]
 
     def __enter__(self) -> "Stack":
-        self.pg.init()
-        self.pg.start()
-        self.pg.create_database()
-        self.redis.start()
-        self.store.start()
-        self.mango = Mango(self.layout, pg=self.pg, redis=self.redis, store=self.store, upstream_url=self.model.url)
-        self.mango.start()
+        try:
+            self.pg.init()
+            self.pg.start()
+            self.pg.create_database()
+            self.redis.start()
+            self.store.start()
+            self.mango = Mango(self.layout, pg=self.pg, redis=self.redis, store=self.store, upstream_url=self.model.url)
+            self.mango.start()
+        except BaseException:
+            self.__exit__()  # stop whatever started: nothing of ours outlives a failed start
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
