@@ -222,3 +222,34 @@ def test_store_unavailable_answer_carries_retry_after(stack, key, client):
         assert response.getheader("retry-after")
     finally:
         stack.store.start()
+
+
+def test_cap_slot_released_during_a_redis_outage_is_not_left_to_refuse(stack):
+    """A request that ends while Redis is down cannot release its upload/stream slot; with the
+    append-only file the slot outlives the restart, and until it expired (a minute) it counted
+    against the workspace: the 429s bench/faults.py saw after Redis faults. Now the gate releases
+    it before its next take."""
+    import asyncio
+
+    import redis
+
+    from core import caps
+
+    async def scenario():
+        gate = caps.CapsGate(stack.redis.url(5))
+        first = await gate.take(kind="uploads", workspace_id="w", limit=1)
+        assert first is not None
+        stack.redis.stop()
+        try:
+            await gate.release(first)  # Redis is down: not released
+        finally:
+            stack.redis.start()
+        key = caps.cap_key("uploads", "w")
+        assert redis.Redis.from_url(stack.redis.url(5)).zcard(key) == 1  # restored from the AOF
+        second = await gate.take(kind="uploads", workspace_id="w", limit=1)  # not refused
+        assert second is not None
+        await gate.release(second)
+        assert redis.Redis.from_url(stack.redis.url(5)).zcard(key) == 0
+        await gate.redis.aclose()
+
+    asyncio.run(scenario())
