@@ -38,6 +38,6 @@ USER mango
 EXPOSE 8000
 # No HEALTHCHECK here: it would be inherited by the worker, beat and migrate containers, which
 # serve no HTTP. docker-compose.yml sets one per service.
-# uvicorn workers serving config.asgi on one port (README "Serving"); WEB_CONCURRENCY workers;
+# uvicorn workers serving config.asgi on one port (docs/operating.md "Serving"); WEB_CONCURRENCY workers;
 # timeouts, worker recycling (max-requests) and JSON logs: config/gunicorn.conf.py.
 CMD ["sh", "-c", "exec gunicorn -c config/gunicorn.conf.py --bind 0.0.0.0:${PORT} config.asgi:application"]

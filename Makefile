@@ -1,19 +1,34 @@
-.PHONY: run stop test lint bench sandbox-image base-image image
+# `make` alone prints the targets (make help); `make run` serves, `make test` tests.
+.DEFAULT_GOAL := help
+.PHONY: help run stop test lint scripted-model bench sandbox-image base-image image compose-images
 
-run:  ## set everything up and serve the API on 127.0.0.1:$PORT (default 8000)
+help:  ## list the targets (this)
+	@echo "Mango: a self-hosted Files API and Managed Agents server (README.md)."
+	@echo
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  make %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+run:  ## set everything up and serve the API on 127.0.0.1:$PORT (default 8000); Ctrl-C stops it
 	@bash scripts/run.sh
 
-stop:  ## stop what a `make run` that did not exit cleanly left running (var/run.pids)
-	@if [ -f var/run.pids ]; then while read -r pid; do kill -TERM -- "-$$pid" 2>/dev/null || true; done < var/run.pids; rm -f var/run.pids; fi
+stop:  ## stop the `make run` of this checkout (the one var/run.pids describes)
+	@bash scripts/stop.sh
 
-test:  ## run the whole test suite, starting what it needs
+test:  ## run the whole test suite, starting what it needs (ARGS="tests/files -x" for a part)
 	@bash scripts/test.sh $(ARGS)
 
-lint:
+lint:  ## ruff check and format check
 	@.venv/bin/ruff check .
 	@.venv/bin/ruff format --check .
 
-sandbox-image:
+scripted-model:  ## an offline stand-in for the model upstream on 127.0.0.1:$SCRIPTED_MODEL_PORT (default 8099)
+	@.venv/bin/python -m tests.scripted_model --port $${SCRIPTED_MODEL_PORT:-8099}
+
+BENCHES = files_throughput.py files_list.py outputs_publish.py sessions_sse.py tenancy.py sessions_turns.py \
+  "crash_campaign.py --points 100" sandbox_start.py
+bench:  ## the benchmarks (docs/benchmarks.md; need the services `make test` starts), ratios side by side
+	@for bench in $(BENCHES); do .venv/bin/python bench/$$bench || exit 1; done
+
+sandbox-image:  ## the session sandbox image from a static busybox (no registry needed)
 	@bash sandbox/build.sh $${MANGO_SANDBOX_IMAGE:-mango-sandbox:latest}
 
 base-image:  ## a python3.11 base image from Debian's packages, when no image registry is reachable
@@ -22,10 +37,5 @@ base-image:  ## a python3.11 base image from Debian's packages, when no image re
 image:  ## the app image mango:latest (PYTHON_IMAGE=mango-base:python3.11-bookworm after make base-image)
 	@docker build $${PYTHON_IMAGE:+--build-arg PYTHON_IMAGE=$$PYTHON_IMAGE} -t mango:latest .
 
-bench:  ## benchmarks (need the services `make test` starts); each prints ratios measured side by side
-	@.venv/bin/python bench/files_throughput.py
-	@.venv/bin/python bench/files_list.py
-	@.venv/bin/python bench/outputs_publish.py
-	@.venv/bin/python bench/sessions_sse.py
-	@.venv/bin/python bench/crash_campaign.py --points 100
-	@.venv/bin/python bench/sandbox_start.py
+compose-images:  ## every image the compose stack needs, built from Debian's packages (no registry)
+	@bash scripts/compose_images.sh

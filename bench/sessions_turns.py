@@ -525,6 +525,51 @@ def cold_starts(count: int) -> list[float]:
     return times
 
 
+CACHE_STEPS = 20
+
+
+def cache_share(steps: int = CACHE_STEPS) -> list[float]:
+    """For a `steps`-step tool turn, the share of each request's prompt bytes that lies before
+    its last cache breakpoint (what a real upstream bills at the cache-read price): the requests
+    are built by the runtime's own code (processors.conversation.build_messages, then
+    processors.caching.with_breakpoints, as sessions.runtime.model.model_call does), from a turn
+    whose every step runs bash and gets 2 KB of output."""
+    from processors.caching import prefix_share, with_breakpoints
+    from processors.conversation import build_messages
+    from sessions.runtime.tools import session_tools
+    from sessions.selectors.runner import EventRow
+
+    def Event(event_id, kind, payload, private):  # a stored event as the runtime reads it
+        return EventRow(event_id, 0, kind, payload, private, None)
+
+    toolset = {"type": "agent_toolset_20260401", "configs": [
+        {"name": name, "type": name, "enabled": True, "permission_policy": {"type": "always_allow"}}
+        for name in ("bash", "read", "write", "edit", "glob", "grep")
+    ]}  # fmt: skip
+    definitions, _ = session_tools({"tools": [toolset]})
+    events = [Event("e0", "user.message", {"content": [{"type": "text", "text": "Fix the failing tests."}]}, {})]
+    shares = []
+    for step in range(steps):
+        messages = build_messages(events)
+        system, tools, messages = with_breakpoints(
+            system="You are a careful engineer.", tools=definitions, messages=messages
+        )
+        shares.append(prefix_share({"tools": tools, "system": system, "messages": messages}))
+        use_id = f"use{step}"
+        events.append(Event(use_id, "agent.tool_use", {"name": "bash", "input": {"command": f"make test-{step}"}}, {}))
+        output = [{"type": "text", "text": f"step {step}: " + "x" * 2048}]
+        events.append(Event(f"res{step}", "agent.tool_result", {"tool_use_id": use_id, "content": output}, {}))
+    return shares
+
+
+def print_cache_share() -> None:
+    shares = cache_share()
+    after_first = shares[1:]
+    print(f"\nprompt cache, a {CACHE_STEPS}-step tool turn: share of each request's prompt bytes before its last")
+    print("breakpoint (billed at the cache-read price on a hit): " + " ".join(f"{share:.3f}" for share in shares))
+    print(f"    steps after the first: min {min(after_first):.3f} (target >= 0.90)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=200)
@@ -541,7 +586,11 @@ def main() -> None:
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--read-streams", help=argparse.SUPPRESS)  # the API's URL
     parser.add_argument("--timeout", type=float, default=600, help=argparse.SUPPRESS)
+    parser.add_argument("--cache-share-only", action="store_true", help="print the prompt-cache row and stop")
     args = parser.parse_args()
+    if args.cache_share_only:
+        _common.setup()
+        return print_cache_share()
     if args.serve_upstream:
         return serve_upstream(args.delay)
     if args.read_streams:
@@ -606,6 +655,7 @@ def main() -> None:
         api.stop()
         model.close()
     report(results, args)
+    print_cache_share()
     if args.cold_starts:
         os.environ["MANGO_SANDBOX"] = "docker"
         from django.conf import settings

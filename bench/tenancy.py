@@ -92,7 +92,7 @@ class Deployment:
                 env=api_env,
                 start_new_session=True,
             ),
-            # As make run starts them (scripts/run.sh, README "Workers"): MANGO_WORKER_PROCESSES
+            # As make run starts them (scripts/run.sh, docs/operating.md "Workers"): MANGO_WORKER_PROCESSES
             # threads-pool workers of MANGO_WORKER_CONCURRENCY turns each. They consume the sessions
             # queue, so every event sent wakes a turn as under make run.
             *(

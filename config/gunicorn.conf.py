@@ -1,11 +1,11 @@
 """gunicorn settings shared by `make run` and the image (`gunicorn -c config/gunicorn.conf.py`).
-Command-line flags override these. Values from the environment are documented in README.md."""
+Command-line flags override these. Values from the environment are documented in docs/configuration.md."""
 
 import os
 
 from core.logging import json_logging_config
 
-# uvicorn workers running config.asgi (README "Serving"): event streams on the event loop, the rest
+# uvicorn workers running config.asgi (docs/operating.md "Serving"): event streams on the event loop, the rest
 # of the API on two thread pools per worker (MANGO_API_THREADS, MANGO_UPLOAD_THREADS).
 worker_class = "config.uvicorn.MangoUvicornWorker"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))

@@ -1,6 +1,6 @@
 """Mango settings: the one env-driven module. Every value that varies comes from the environment.
 
-Each variable is documented, with its default, in README.md ("Configuration").
+Each variable is documented, with its default, in docs/configuration.md.
 """
 
 import logging
@@ -100,7 +100,7 @@ DATABASES = {
 # (then 503), and connections above MANGO_DB_POOL_MIN_SIZE are closed one per
 # MANGO_DB_POOL_MAX_IDLE_SECONDS of disuse. With the pool, a connection goes back to it at the end
 # of every request (Django requires CONN_MAX_AGE=0 then; DATABASE_CONN_MAX_AGE applies only
-# without the pool). README "Database connections" gives the worst-case total.
+# without the pool). docs/operating.md "Database connections" gives the worst-case total.
 MANGO_DB_POOL = env.bool("MANGO_DB_POOL", default=True)
 MANGO_DB_POOL_MIN_SIZE = env.int("MANGO_DB_POOL_MIN_SIZE", default=1)
 MANGO_DB_POOL_MAX_SIZE = env.int("MANGO_DB_POOL_MAX_SIZE", default=8)
@@ -199,8 +199,17 @@ MANGO_SKILLS_BETA = "skills-2025-10-02"
 # per-image limit, and a PDF size whose base64 fits the Messages API's 32 MB request limit.
 MANGO_MODEL_IMAGE_MAX_BYTES = env.int("MANGO_MODEL_IMAGE_MAX_BYTES", default=5 * 1024 * 1024)
 MANGO_MODEL_PDF_MAX_BYTES = env.int("MANGO_MODEL_PDF_MAX_BYTES", default=24 * 1024 * 1024)
+# List prices for budgets beyond (or instead of) sessions/pricing.py's table: JSON
+# {"model id": [input, 5m cache write, 1h cache write, cache read, output]} in USD per MTok.
+MANGO_MODEL_LIST_PRICES = env.str("MANGO_MODEL_LIST_PRICES", default="")
+# The toolset's web_search / web_fetch are the upstream's server tools; an upstream without them
+# (a stand-in, a gateway) sets this false and they are not offered at all.
+MANGO_MODEL_SERVER_WEB_TOOLS = env.bool("MANGO_MODEL_SERVER_WEB_TOOLS", default=True)
+# Input tokens past which a session's conversation is compacted (a summarizing call) before the
+# next model call; 0: the default, 150,000 (below every named model's window).
+MANGO_CONTEXT_COMPACT_TOKENS = env.int("MANGO_CONTEXT_COMPACT_TOKENS", default=0)
 
-# Skills (sessions/services/skills.py; README "Skills"): what one upload may hold, checked while
+# Skills (sessions/services/skills.py; docs/configuration.md): what one upload may hold, checked while
 # it streams and again before anything is stored; versions per skill and skills per workspace.
 MANGO_SKILL_MAX_FILES = env.int("MANGO_SKILL_MAX_FILES", default=500)
 MANGO_SKILL_FILE_MAX_BYTES = env.int("MANGO_SKILL_FILE_MAX_BYTES", default=8 * 1024 * 1024)
@@ -269,7 +278,7 @@ MANGO_SANDBOX_NPROC = env.int("MANGO_SANDBOX_NPROC", default=8192)
 MANGO_SANDBOX_FSIZE_BYTES = env.int("MANGO_SANDBOX_FSIZE_BYTES", default=512 * 1024 * 1024)
 # `unrestricted` sandboxes get a bridge network of their own, a /29 from this pool; the host
 # firewall rule that keeps them away from the host is installed by the worker (`iptables`, needs
-# root) or by the operator (`external`, see the README).
+# root) or by the operator (`external`, see docs/operating.md).
 MANGO_SANDBOX_NETWORK_POOL = env.str("MANGO_SANDBOX_NETWORK_POOL", default="10.213.0.0/16")
 MANGO_SANDBOX_FIREWALL = env.str("MANGO_SANDBOX_FIREWALL", default="iptables")  # iptables | external
 MANGO_TOOL_TIMEOUT_SECONDS = env.float("MANGO_TOOL_TIMEOUT_SECONDS", default=600.0)

@@ -321,6 +321,9 @@ class MangoUvicornWorker(UvicornWorker):
         self.config.app = self.wsgi
         server = StreamEndingServer(config=self.config)
         self._install_sigquit_handler()
-        await server.serve(sockets=self.sockets)
+        # The listeners' own socket objects, not gunicorn's wrappers: uvloop detaches a
+        # socket.socket when it closes its server (closing the descriptor itself), but closes
+        # anything else again, which gunicorn's wrapper logs as "Bad file descriptor".
+        await server.serve(sockets=[listener.sock for listener in self.sockets])
         if not server.started:
             sys.exit(Arbiter.WORKER_BOOT_ERROR)

@@ -2,6 +2,7 @@
 uses for requests no view answered (unknown routes, CSRF, crashes)."""
 
 from django.http import JsonResponse
+from django.utils.log import log_response
 
 from core import readiness
 from core.errors import ApiError, InvalidRequest, NotFound, PermissionDenied, error_response
@@ -17,7 +18,12 @@ def readyz(request):
     if down:
         error = ApiError(f"Not ready: {', '.join(down)} down.", details={"checks": results})
         error.status = 503
-        return error_response(request, error)
+        response = error_response(request, error)
+        # A dependency being down is an operating state, not a server error: one WARNING line
+        # naming it (Django would log every 503 at ERROR).
+        down_checks = "; ".join(f"{name}: {results[name]}" for name in down)
+        log_response("Not ready: %s", down_checks, response=response, request=request, level="warning")
+        return response
     return JsonResponse({"status": "ready", "checks": results})
 
 

@@ -28,7 +28,17 @@ class FilesConfig(AppConfig):
 
 
 def _check_object_store() -> None:
+    from django.conf import settings
+    from django.core.files.storage import storages
+
+    from core.readiness import NotReady
     from files import storage
 
-    if storage.is_configured():  # unset bucket: the Files routes are off, nothing to check
+    if not storage.is_configured():  # unset bucket: the Files routes are off, nothing to check
+        return
+    try:
         storage.ping()
+    except Exception as exc:  # readiness reports any failure, naming the endpoint
+        reason = getattr(exc, "details", {}).get("store_error") or type(exc).__name__
+        endpoint = storages["files"].endpoint_url or f"AWS S3 ({settings.MANGO_FILE_S3_REGION})"
+        raise NotReady(f"{reason} at {endpoint} (bucket {settings.MANGO_FILE_S3_BUCKET})") from exc

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import Protocol
 
-USER_SIDE = ("user.message", "system.message", "user.define_outcome", "span.outcome_evaluation_end")
+USER_SIDE = ("user.message", "user.define_outcome", "span.outcome_evaluation_end")
 TOOL_USES = ("agent.tool_use", "agent.custom_tool_use")
 TOOL_RESULTS = ("agent.tool_result", "user.tool_result", "user.custom_tool_result")
 EVALUATION_END = "span.outcome_evaluation_end"
@@ -30,9 +30,16 @@ def tool_use_id_of(payload: dict) -> str | None:
     return payload.get("tool_use_id") or payload.get("custom_tool_use_id")
 
 
+def _refused_note(reason: str) -> list[dict]:
+    return [{"type": "text", "text": f"[Content left out: the model refused it earlier ({reason})]"}]
+
+
 def user_blocks(event: Event) -> list[dict]:
     """The model-facing content of a user event. Admission may store a rewritten form in
-    event.private["model_content"] (documents resolved to text)."""
+    event.private["model_content"] (documents resolved to text); content the upstream refused
+    (private["model_refused"]) is replaced by a note."""
+    if "model_refused" in event.private:
+        return _refused_note(event.private["model_refused"])
     if "model_content" in event.private:
         return list(event.private["model_content"])
     if event.type == "user.define_outcome":
@@ -77,7 +84,10 @@ def feedback_blocks(event: Event) -> list[dict]:
 
 
 def _result_block(tool_use_id: str, payload: dict, private: dict | None = None) -> dict:
-    content = (private or {}).get("model_content") or payload.get("content")
+    private = private or {}
+    content = private.get("model_content") or payload.get("content")
+    if "model_refused" in private:
+        content = _refused_note(private["model_refused"])
     block = {"type": "tool_result", "tool_use_id": tool_use_id}
     if content:
         block["content"] = content
@@ -121,6 +131,13 @@ class _Conversation:
             self.open_ids.clear()
         self.flush_deferred()
 
+    def system(self, blocks: list[dict]) -> None:
+        """A system turn follows the input it accompanies (user text deferred behind open tool
+        uses goes first once they are answered)."""
+        if not self.open_ids:
+            self.flush_deferred()
+        self.add("system", blocks)
+
     def user(self, blocks: list[dict]) -> None:
         if self.open_ids:
             self.deferred.extend(blocks)
@@ -155,10 +172,19 @@ def build_messages(events: Iterable[Event]) -> list[dict]:
         kind = event.type
         if kind in USER_SIDE:
             conversation.user(feedback_blocks(event) if kind == EVALUATION_END else user_blocks(event))
+        elif kind == "system.message":
+            # Privileged context as a `role: system` turn right after what it accompanies (the
+            # SDK's rule), never as user text and never in place of the top-level system prompt.
+            conversation.system(user_blocks(event))
         elif kind == "agent.message":
             conversation.close_open()
             text = [b for b in event.payload.get("content") or [] if b.get("type") == "text"]
             conversation.add("assistant", [{"type": "text", "text": b.get("text", "")} for b in text])
+        elif "model_block" in event.private:
+            # A block the model produced that goes back as it came, in the assistant's turn: its
+            # thinking (signed; required back in a tool loop) and its server tools' calls and
+            # results (web search / fetch), which nothing of ours answers.
+            conversation.add("assistant", [event.private["model_block"]])
         elif kind in TOOL_USES:
             conversation.tool_use(event)
         elif kind in TOOL_RESULTS:

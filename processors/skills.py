@@ -8,6 +8,8 @@ letters, digits and single hyphens), naming neither "anthropic" nor "claude", wi
 """
 
 import re
+import stat
+import zipfile
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -141,3 +143,42 @@ def skills_prompt_section(skills: list[dict]) -> str:
         lines.append(f'<skill name="{skill["name"]}" path="{skill["path"]}/SKILL.md">{skill["description"]}</skill>')
     lines.append("</skills>")
     return "\n".join(lines)
+
+
+# Zip creator hosts whose external_attr high bits are a Unix st_mode (as the SDK's own extractor reads them).
+_ZIP_UNIX_HOSTS = (3, 19)
+
+
+def zip_members(fileobj, *, max_files: int, max_file_bytes: int, max_bytes: int) -> list[tuple[str, bytes]]:
+    """The regular files of a zip upload as (path, bytes), the limits applied to what is really
+    read (a member that inflates past its declared size is caught too). A symlink, device or
+    FIFO member is refused, as is a zip that does not open; directories are skipped."""
+    try:
+        archive = zipfile.ZipFile(fileobj)
+    except (zipfile.BadZipFile, OSError, ValueError):
+        raise SkillRefused("files: the .zip upload is not a valid zip archive.") from None
+    members, total = [], 0
+    with archive:
+        infos = archive.infolist()
+        if len(infos) > max_files:
+            raise SkillRefused(f"files: at most {max_files} files in a skill; the zip holds {len(infos)} entries.")
+        for info in infos:
+            mode = info.external_attr >> 16 if info.create_system in _ZIP_UNIX_HOSTS else 0
+            if mode and stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
+                kind = "a symlink" if stat.S_ISLNK(mode) else "not a regular file"
+                raise SkillRefused(
+                    f"files: {info.filename[:200]!r} in the zip is {kind}; only regular files are accepted."
+                )
+            if info.is_dir() or (mode and stat.S_ISDIR(mode)):
+                continue
+            with archive.open(info) as member:
+                data = member.read(max_file_bytes + 1)
+            if len(data) > max_file_bytes:
+                raise SkillRefused(
+                    f"files: {info.filename[:200]!r} is over {max_file_bytes} bytes (a skill file's limit)."
+                )
+            total += len(data)
+            if total > max_bytes:
+                raise SkillRefused(f"files: a skill holds at most {max_bytes} bytes.")
+            members.append((info.filename, data))
+    return members

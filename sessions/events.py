@@ -2,8 +2,8 @@
 reason about, tool modes, and one builder per server-built payload (session.error,
 agent.tool_result, session.status_idle stop reasons). Nothing else writes these shapes.
 
-Depends on nothing in the project but the pure processors, so every floor (tasks, runtime,
-services, selectors) may import it.
+Depends on nothing in the project but the pure processors and the price table
+(sessions/pricing.py), so every floor (tasks, runtime, services, selectors) may import it.
 """
 
 import enum
@@ -11,6 +11,7 @@ import enum
 from django.db import models
 
 from processors.conversation import tool_use_id_of  # noqa: F401  (the one place this is decided)
+from sessions import pricing
 
 
 class EventType(models.TextChoices):
@@ -28,6 +29,7 @@ class EventType(models.TextChoices):
     AGENT_TOOL_USE = "agent.tool_use"
     AGENT_CUSTOM_TOOL_USE = "agent.custom_tool_use"
     AGENT_TOOL_RESULT = "agent.tool_result"
+    AGENT_THREAD_CONTEXT_COMPACTED = "agent.thread_context_compacted"
     SESSION_STATUS_RUNNING = "session.status_running"
     SESSION_STATUS_IDLE = "session.status_idle"
     SESSION_STATUS_RESCHEDULED = "session.status_rescheduled"
@@ -35,6 +37,7 @@ class EventType(models.TextChoices):
     SESSION_ERROR = "session.error"
     SESSION_UPDATED = "session.updated"
     SESSION_DELETED = "session.deleted"
+    SESSION_USAGE = "session.usage"
     SPAN_MODEL_REQUEST_START = "span.model_request_start"
     SPAN_MODEL_REQUEST_END = "span.model_request_end"
     SPAN_OUTCOME_EVALUATION_START = "span.outcome_evaluation_start"
@@ -43,6 +46,12 @@ class EventType(models.TextChoices):
 
 E = EventType
 TOOLSET_TYPE = "agent_toolset_20260401"
+# The toolset's web tools as the upstream's server tools, and the beta header web_fetch needs.
+SERVER_TOOL_TYPES = {"web_search": "web_search_20250305", "web_fetch": "web_fetch_20250910"}
+WEB_FETCH_BETA = "web-fetch-2025-09-10"
+# Response blocks of server tools: their call, and each tool's result block.
+SERVER_TOOL_USE = "server_tool_use"
+SERVER_TOOL_RESULTS = ("web_search_tool_result", "web_fetch_tool_result")
 
 
 def _values(*types: EventType) -> tuple[str, ...]:
@@ -69,6 +78,8 @@ TOOL_RESULT_TYPES = _values(E.AGENT_TOOL_RESULT, E.USER_CUSTOM_TOOL_RESULT, E.US
 MESSAGE_TYPES = _values(E.USER_MESSAGE, E.SYSTEM_MESSAGE, E.USER_DEFINE_OUTCOME)
 # What the transcript for the model is built from (processors.conversation renders them).
 CONVERSATION_TYPES = _values(
+    E.AGENT_THREAD_CONTEXT_COMPACTED,
+    E.AGENT_THINKING,
     E.USER_MESSAGE,
     E.SYSTEM_MESSAGE,
     E.USER_DEFINE_OUTCOME,
@@ -108,6 +119,7 @@ class ErrorType(enum.StrEnum):
     MODEL_REQUEST_FAILED = "model_request_failed_error"
     BILLING = "billing_error"
     TOOL_USE_LIMIT_REACHED = "tool_use_limit_reached_error"
+    COMPACTION_LIMIT_REACHED = "compaction_limit_reached_error"
 
 
 # --- payload builders -----------------------------------------------------------------------
@@ -146,6 +158,10 @@ def stop_refusal() -> dict:
     return {"type": "refusal"}
 
 
+def stop_budget_reached() -> dict:
+    return {"type": "budget_reached"}
+
+
 def stop_requires_action(event_ids: list[str]) -> dict:
     return {"type": "requires_action", "event_ids": list(event_ids)}
 
@@ -159,3 +175,67 @@ def required_action_ids(idle_payload: dict) -> list[str]:
 def item(event_type: str, payload: dict | None = None, **extra) -> dict:
     """One entry for services.events.events_append_locked: {type, payload, id?, private?, processed_at?}."""
     return {"type": str(event_type), "payload": payload or {}, **extra}
+
+
+# The session's stored usage totals (Session.usage; services.events adds each call's delta in
+# the append): token counts, server tool requests, and the list cost in nano-USD.
+USAGE_TOTAL_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "ephemeral_5m_input_tokens",
+    "ephemeral_1h_input_tokens",
+    "web_search_requests",
+    "web_fetch_requests",
+    "list_cost_nanousd",
+)
+
+
+def usage_delta(usage: dict, price) -> dict:
+    """One model call's addition to the session's totals, from the Messages API `usage`; its
+    list cost when the model has a list price (sessions/pricing.py)."""
+    creation = usage.get("cache_creation") or {}
+    server = usage.get("server_tool_use") or {}
+    # Without the breakdown, cache writes are the default 5-minute kind.
+    written_5m = creation.get("ephemeral_5m_input_tokens") if creation else usage.get("cache_creation_input_tokens")
+    delta = {
+        "input_tokens": int(usage.get("input_tokens") or 0),
+        "output_tokens": int(usage.get("output_tokens") or 0),
+        "cache_read_input_tokens": int(usage.get("cache_read_input_tokens") or 0),
+        "ephemeral_5m_input_tokens": int(written_5m or 0),
+        "ephemeral_1h_input_tokens": int(creation.get("ephemeral_1h_input_tokens") or 0),
+        "web_search_requests": int(server.get("web_search_requests") or 0),
+        "web_fetch_requests": int(server.get("web_fetch_requests") or 0),
+    }
+    if price is not None:
+        delta["list_cost_nanousd"] = pricing.call_cost_nanousd(price, usage)
+    return delta
+
+
+def usage_snapshot(totals: dict, *, active_seconds: float | None = None) -> dict:
+    """The SDK's session usage (BetaManagedAgentsSessionUsage and the session.usage snapshot)
+    from stored totals; `list_cost` once any call was priced."""
+    snapshot = {key: int(totals.get(key) or 0) for key in ("input_tokens", "output_tokens", "cache_read_input_tokens")}
+    snapshot["cache_creation"] = {
+        "ephemeral_5m_input_tokens": int(totals.get("ephemeral_5m_input_tokens") or 0),
+        "ephemeral_1h_input_tokens": int(totals.get("ephemeral_1h_input_tokens") or 0),
+    }
+    snapshot["server_tool_use"] = {
+        "web_search_requests": int(totals.get("web_search_requests") or 0),
+        "web_fetch_requests": int(totals.get("web_fetch_requests") or 0),
+    }
+    if "list_cost_nanousd" in totals:
+        snapshot["list_cost"] = {"amount": pricing.cents(int(totals["list_cost_nanousd"])), "currency": "USD"}
+    if active_seconds is not None:
+        snapshot["active_seconds"] = round(active_seconds, 3)
+    return snapshot
+
+
+def session_usage(totals: dict, budget: dict | None) -> dict:
+    """A session.usage event's payload."""
+    return {"usage": usage_snapshot(totals), "budget": budget}
+
+
+def primary_thread_id(session_id: str) -> str:
+    """Every session has one primary thread (no child threads here): its id follows the session's."""
+    return "sthr_" + session_id.split("_", 1)[-1]

@@ -151,6 +151,9 @@ class Session(Archivable, models.Model):
     sandbox_state = models.CharField(max_length=16, choices=SandboxState.choices, default=SandboxState.NONE)
     sandbox_ref = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001 — null and "" differ
     last_error = models.TextField(null=True, blank=True)  # noqa: DJ001 — null and "" differ
+    # {type: limit, max_list_cost: {amount, currency}} or null (sessions/pricing.py): at the cap
+    # the session makes no more model requests (stop_reason budget_reached).
+    budget = models.JSONField(null=True, blank=True)
 
     class Meta:
         indexes = [

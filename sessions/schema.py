@@ -2,19 +2,27 @@
 on the event loop) and so is not seen by drf-spectacular's view inspection."""
 
 STREAM_PATH = "/v1/sessions/{session_id}/events/stream"
+THREAD_STREAM_PATH = "/v1/sessions/{session_id}/threads/{thread_id}/stream"
 
 
 def add_event_stream(result, generator, request, public):
     """POSTPROCESSING_HOOKS (before core.schema.add_error_responses)."""
-    result.setdefault("paths", {})[STREAM_PATH] = {
+    paths = result.setdefault("paths", {})
+    paths[STREAM_PATH] = _stream_operation("sessions_events_stream", ("session_id",))
+    paths[THREAD_STREAM_PATH] = _stream_operation("sessions_threads_stream", ("session_id", "thread_id"))
+    return result
+
+
+def _stream_operation(operation_id: str, path_names: tuple[str, ...]) -> dict:
+    return {
         "get": {
-            "operationId": "sessions_events_stream",
+            "operationId": operation_id,
             "description": "The session's live events as server-sent events: `event: <type>` / "
             "`data: <json>` frames, `ping` heartbeats, `event_start`/`event_delta` previews with "
             "event_deltas[]=agent.message; the stream ends after session.deleted.",
             "tags": ["v1"],
             "parameters": [
-                {"in": "path", "name": "session_id", "required": True, "schema": {"type": "string"}},
+                *({"in": "path", "name": name, "required": True, "schema": {"type": "string"}} for name in path_names),
                 {
                     "in": "query",
                     "name": "event_deltas[]",
@@ -35,4 +43,3 @@ def add_event_stream(result, generator, request, public):
             },
         }
     }
-    return result

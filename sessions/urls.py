@@ -3,7 +3,7 @@
 from django.urls import path
 
 from sessions import streams
-from sessions.apis import agents, environments, events, resources, sessions, skills
+from sessions.apis import agents, environments, events, resources, sessions, skills, threads
 
 urlpatterns = [
     path("agents", agents.AgentListCreateApi.as_view()),
@@ -20,6 +20,11 @@ urlpatterns = [
     path("sessions/<str:session_id>/resources/<str:resource_id>", resources.SessionResourceDetailApi.as_view()),
     path("sessions/<str:session_id>/events", events.SessionEventsApi.as_view()),
     path("sessions/<str:session_id>/events/stream", streams.event_stream_view),
+    path("sessions/<str:session_id>/threads", threads.SessionThreadsApi.as_view()),
+    path("sessions/<str:session_id>/threads/<str:thread_id>", threads.SessionThreadDetailApi.as_view()),
+    path("sessions/<str:session_id>/threads/<str:thread_id>/archive", threads.SessionThreadArchiveApi.as_view()),
+    path("sessions/<str:session_id>/threads/<str:thread_id>/events", threads.SessionThreadEventsApi.as_view()),
+    path("sessions/<str:session_id>/threads/<str:thread_id>/stream", streams.event_stream_view),
     path("skills", skills.SkillListCreateApi.as_view()),
     path("skills/<str:skill_id>", skills.SkillDetailApi.as_view()),
     path("skills/<str:skill_id>/versions", skills.SkillVersionListCreateApi.as_view()),

@@ -19,6 +19,12 @@ Responses (dicts, built with the helpers below) are served in order, one per req
 
 When the script runs out, ``default`` (a short end_turn text) is served. A request with
 ``"stream": true`` gets the same response as Messages-API SSE events.
+
+Run alone, it is the offline model upstream for `make run` (`make scripted-model`, README):
+
+    python -m tests.scripted_model --port 8099    # then ANTHROPIC_BASE_URL=http://127.0.0.1:8099
+
+It then answers every request with ``echo``: a text that quotes the last user message.
 """
 
 import json
@@ -63,6 +69,20 @@ def tool_uses(calls: list[tuple[str, dict]], *, delay: float = 0.0) -> dict:
     return message(content, "tool_use", delay=delay)
 
 
+def echo(body: dict) -> dict:
+    """A reply quoting the request's last user text (the stand-alone server's answer)."""
+    said = ""
+    for item in reversed(body.get("messages") or []):
+        if item.get("role") != "user":
+            continue
+        content = item.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        said = " ".join(block.get("text", "") for block in blocks if block.get("type") == "text").strip()
+        if said:
+            break
+    return text(f"(scripted model) You said: {said}" if said else "(scripted model) Hello.")
+
+
 def error(
     status: int, error_type: str = "api_error", message_text: str = "scripted failure", *, delay: float = 0.0
 ) -> dict:
@@ -72,7 +92,7 @@ def error(
 class ScriptedModel:
     """A threaded HTTP server on 127.0.0.1 serving a per-test script. Thread-safe."""
 
-    def __init__(self, default: dict | None = None):
+    def __init__(self, default: dict | Callable | None = None, *, host: str = "127.0.0.1", port: int = 0):
         self.default = self._initial_default = default or text("(script exhausted)")
         self._lock = threading.Lock()
         self._script: list = []
@@ -171,13 +191,20 @@ class ScriptedModel:
                                 },
                             )
                         delta = {"type": "text_delta", "text": pieces[-1]}
-                    else:
+                    elif "input" in block:  # tool_use and server_tool_use: the input as JSON deltas
                         send(
                             "content_block_start",
                             {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}},
                         )
                         delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-                    send("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+                    else:  # server tool results arrive whole in their start event, as the real API sends them
+                        send(
+                            "content_block_start",
+                            {"type": "content_block_start", "index": index, "content_block": block},
+                        )
+                        delta = None
+                    if delta is not None:
+                        send("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
                     send("content_block_stop", {"type": "content_block_stop", "index": index})
                 send(
                     "message_delta",
@@ -195,7 +222,7 @@ class ScriptedModel:
             # default listen backlog of 5 would drop their SYNs and retry them a second later.
             request_queue_size = 1024
 
-        self._server = Server(("127.0.0.1", 0), Handler)
+        self._server = Server((host, port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="scripted-model")
         self._thread.start()
@@ -242,3 +269,22 @@ class ScriptedModel:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def main() -> None:
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description="An offline stand-in for the model upstream (Messages API).")
+    parser.add_argument("--port", type=int, default=8099)
+    args = parser.parse_args()
+    stop = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # before the server's threads start: they inherit it
+    model = ScriptedModel(default=echo, port=args.port)
+    print(f"scripted model upstream at {model.url}: start make run with ANTHROPIC_BASE_URL={model.url}", flush=True)
+    signal.sigwait(stop)
+    model.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -23,6 +23,26 @@ PAGES = Paging(maximum=1000, default=1000)
 logger = logging.getLogger(__name__)
 
 
+EVENT_LIST_PARAMETERS = [
+    *PAGES.parameters(),
+    OpenApiParameter("order", str, enum=["asc", "desc"], description="By sequence; default asc."),
+    OpenApiParameter("types[]", str, many=True),
+    *time_range_parameters(),
+]
+
+
+def events_page(request, session) -> Response:
+    """One page of a session's log as the list routes answer it (the session's and its thread's)."""
+    rows, next_page = session_event_list(
+        session=session,
+        **PAGES.read(request),
+        order=query_order(request, "asc"),
+        types=query_list(request, "types"),
+        processed=query_time_range(request, "created_at"),
+    )
+    return Response({"data": [event_to_wire(row) for row in rows], "next_page": next_page})
+
+
 class SessionEventsApi(AgentsApi):
     @extend_schema(
         operation_id="sessions_events_send", request=EventsSendInputSerializer, responses=EventsSentOutputSerializer
@@ -33,22 +53,7 @@ class SessionEventsApi(AgentsApi):
         return Response({"data": [event_to_wire(row) for row in rows]})
 
     @extend_schema(
-        operation_id="sessions_events_list",
-        parameters=[
-            *PAGES.parameters(),
-            OpenApiParameter("order", str, enum=["asc", "desc"], description="By sequence; default asc."),
-            OpenApiParameter("types[]", str, many=True),
-            *time_range_parameters(),
-        ],
-        responses=EventListOutputSerializer,
+        operation_id="sessions_events_list", parameters=EVENT_LIST_PARAMETERS, responses=EventListOutputSerializer
     )
     def get(self, request, session_id: str):
-        session = session_get(workspace=request.user, session_id=session_id)
-        rows, next_page = session_event_list(
-            session=session,
-            **PAGES.read(request),
-            order=query_order(request, "asc"),
-            types=query_list(request, "types"),
-            processed=query_time_range(request, "created_at"),
-        )
-        return Response({"data": [event_to_wire(row) for row in rows], "next_page": next_page})
+        return events_page(request, session_get(workspace=request.user, session_id=session_id))

@@ -62,6 +62,7 @@ class SessionListCreateApi(AgentsApi):
             OpenApiParameter("statuses[]", str, many=True, enum=list(SESSION_STATUSES)),
             OpenApiParameter("agent_id", str),
             OpenApiParameter("agent_version", int, description="Only with agent_id."),
+            OpenApiParameter("deployment_id", str, description="No deployments exist here: matches no session."),
             *time_range_parameters(),
         ],
         responses=SessionListOutputSerializer,
@@ -80,6 +81,8 @@ class SessionListCreateApi(AgentsApi):
             agent_id=request.query_params.get("agent_id") or None,
             agent_version=query_int(request, "agent_version", minimum=1),
             created=query_time_range(request, "created_at"),
+            # No deployments exist here: a deployment filter matches nothing (never everything).
+            none=bool(request.query_params.get("deployment_id")),
         )
         return Response({"data": sessions_wire(rows), "next_page": next_page, "prev_page": prev_page})
 

@@ -118,6 +118,7 @@ class _Parsed:
 def _uploaded(request) -> tuple[list[skill_services.UploadedFile], str | None]:
     parts = request.FILES.getlist("files[]") + request.FILES.getlist("files")
     files = [skill_services.UploadedFile(path=part.skill_path, body=part, size=part.size) for part in parts]
+    files = skill_services.uploaded_archive_expand(files)
     display_name = request.data.get("display_name") or None
     if display_name is not None and len(display_name) > 255:
         raise InvalidRequest("display_name: at most 255 characters.")

@@ -15,7 +15,7 @@ from django.conf import settings
 from processors.conversation import grader_transcript
 from sessions.events import TERMINAL_RESULTS, EventType
 from sessions.models import SessionEvent
-from sessions.runtime.model import ModelError, messages_create
+from sessions.runtime.upstream import ModelError, messages_create
 from sessions.selectors.runner import session_events_since, session_latest_outcome
 from sessions.services.events import session_event_append
 

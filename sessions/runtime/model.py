@@ -4,186 +4,38 @@ ANTHROPIC_BASE_URL with ANTHROPIC_API_KEY, and the turn's model call around it â
 events with usage, and streamed agent.message previews.
 
 Errors come back as ModelError: the session error type, whether retrying can help, a message
-safe to show any client (what failed, and for connection or key failures the setting to check;
-never the upstream's text or our internal addresses) and the full detail for logs."""
+safe to show any client (what failed, the upstream's address the operator configured, and for
+connection or key failures the settings to check; never the upstream's own text) and the full
+detail for logs. The start-up warning (sessions/checks.py) quotes the same messages."""
 
 import logging
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import anthropic
 from django.conf import settings
 from django.utils import timezone
 
-from core import metrics
-from core.ids import new_id
 from files.selectors import event_snapshot_read
+from processors.caching import with_breakpoints
 from processors.conversation import build_messages
 from processors.media import inline_snapshots
 from processors.skills import skills_prompt_section
 from sessions import events as ev
-from sessions import notify
-from sessions.events import MESSAGE_TYPES, ErrorType, EventType
+from sessions import pricing
+from sessions.events import MESSAGE_TYPES, SERVER_TOOL_TYPES, WEB_FETCH_BETA, EventType
 from sessions.models import Session
 from sessions.runtime.control import Stop, TurnControl
+from sessions.runtime.upstream import ModelError, PreviewPublisher, messages_create
 from sessions.selectors.runner import EventRow, session_conversation_events
 from sessions.selectors.skills import session_skills
 from sessions.services.events import events_append, session_event_append
-from sessions.services.runner import session_error_record, session_events_mark_processed, session_status_running_set
+from sessions.services.runner import (
+    session_error_record,
+    session_events_mark_processed,
+    session_events_refused,
+    session_status_running_set,
+)
 
 logger = logging.getLogger(__name__)
-
-UPSTREAM = "The model upstream"
-
-
-class ModelError(Exception):
-    def __init__(self, message: str, *, error_type: str, retryable: bool, status: int | None = None, detail=""):
-        super().__init__(message)
-        self.message = message
-        self.error_type = error_type
-        self.retryable = retryable
-        self.status = status
-        self.detail = detail or message
-
-
-_clients: dict[tuple, anthropic.Anthropic] = {}
-_clients_lock = threading.Lock()
-
-
-def _client() -> anthropic.Anthropic:
-    """One client per process (thread-safe; its connection pool and TLS context are shared by
-    every turn the process runs), rebuilt only if the settings change."""
-    key = (settings.ANTHROPIC_BASE_URL, settings.ANTHROPIC_API_KEY, settings.MANGO_MODEL_TIMEOUT_SECONDS)
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            _clients.clear()
-            client = _clients[key] = anthropic.Anthropic(
-                base_url=settings.ANTHROPIC_BASE_URL,
-                api_key=settings.ANTHROPIC_API_KEY or "unset",
-                max_retries=0,  # the turn retries, reporting each attempt as a session.error
-                timeout=settings.MANGO_MODEL_TIMEOUT_SECONDS,
-            )
-        return client
-
-
-def _map_status_error(exc: anthropic.APIStatusError) -> ModelError:
-    status = exc.status_code
-    detail = f"upstream returned {status}: {getattr(exc, 'message', '') or exc}"
-    if status in (401, 403):
-        message = f"{UPSTREAM} rejected the API key (HTTP {status}); check ANTHROPIC_API_KEY."
-        return ModelError(
-            message, error_type=ErrorType.MODEL_REQUEST_FAILED, retryable=False, status=status, detail=detail
-        )
-    kinds = {
-        529: (ErrorType.MODEL_OVERLOADED, True, "is overloaded"),
-        429: (ErrorType.MODEL_RATE_LIMITED, True, "is rate limiting requests"),
-        402: (ErrorType.BILLING, False, "refused the request for billing reasons"),
-    }
-    retryable = status >= 500 or status in (408, 409)
-    error_type, retryable, what = kinds.get(status, (ErrorType.MODEL_REQUEST_FAILED, retryable, "failed the request"))
-    message = f"{UPSTREAM} {what} (HTTP {status})."
-    return ModelError(message, error_type=error_type, retryable=retryable, status=status, detail=detail)
-
-
-@metrics.timed_model_call
-def messages_create(
-    *,
-    model: str,
-    system: str | None,
-    messages: list[dict],
-    tools: list[dict],
-    max_tokens: int,
-    tool_choice: dict | None = None,
-    on_stream_event: Callable[[dict], None] | None = None,
-) -> dict:
-    """One Messages API call. Returns the message as a plain dict. With `on_stream_event` the call
-    streams and reports {"type": "block_start", "index", "block_type"} and
-    {"type": "text_delta", "index", "text"} as they arrive (raising from it aborts the call)."""
-    params: dict = {"model": model, "max_tokens": max_tokens, "messages": messages}
-    if system:
-        params["system"] = system
-    if tools:
-        params["tools"] = tools
-    if tool_choice:
-        params["tool_choice"] = tool_choice
-    try:
-        if on_stream_event is None:
-            message = _client().messages.create(**params)
-        else:
-            with _client().messages.stream(**params) as stream:
-                for event in stream:
-                    if event.type == "content_block_start":
-                        on_stream_event(
-                            {"type": "block_start", "index": event.index, "block_type": event.content_block.type}
-                        )
-                    elif event.type == "content_block_delta" and event.delta.type == "text_delta":
-                        on_stream_event({"type": "text_delta", "index": event.index, "text": event.delta.text})
-                message = stream.get_final_message()
-    except anthropic.APIStatusError as exc:
-        raise _map_status_error(exc) from exc
-    except anthropic.APITimeoutError as exc:
-        message = f"{UPSTREAM} did not answer within {settings.MANGO_MODEL_TIMEOUT_SECONDS:g} s."
-        raise ModelError(
-            message, error_type=ErrorType.MODEL_REQUEST_FAILED, retryable=True, detail=f"timeout: {exc}"
-        ) from exc
-    except anthropic.APIConnectionError as exc:
-        message = f"{UPSTREAM} could not be reached; check ANTHROPIC_BASE_URL."
-        raise ModelError(
-            message, error_type=ErrorType.MODEL_REQUEST_FAILED, retryable=True, detail=f"unreachable: {exc!r}"
-        ) from exc
-    return message.model_dump(mode="json", exclude_none=True)
-
-
-# --- streamed previews -----------------------------------------------------------------------
-
-
-class AbortStream(Exception):
-    """Raised inside the upstream stream to stop it once the turn no longer wants it."""
-
-
-class PreviewPublisher:
-    """Turns the upstream's streamed text into event_start / event_delta previews of the
-    agent.message events the turn will append (ids allocated here, in order; contiguous text
-    blocks form one agent.message, as in turn.append_response). Previews are ephemeral:
-    published on Redis to streams that opted in with event_deltas[], never stored."""
-
-    def __init__(self, session_id: str):
-        self.session_id = session_id
-        self.message_ids: list[str] = []
-        self._blocks: dict[int, tuple[str, int]] = {}
-        self._run: list | None = None  # [event id, content index] while text blocks are contiguous
-        self._cancelled = False
-
-    def cancel(self) -> None:
-        self._cancelled = True
-
-    def handle(self, event: dict) -> None:
-        if self._cancelled:
-            raise AbortStream()
-        if event["type"] == "block_start":
-            self._block_start(event)
-        elif event["type"] == "text_delta" and event["index"] in self._blocks:
-            event_id, content_index = self._blocks[event["index"]]
-            delta = {"type": "content_delta", "content": {"type": "text", "text": event["text"]}}
-            delta["index"] = content_index
-            notify.publish_delta(self.session_id, {"type": "event_delta", "event_id": event_id, "delta": delta})
-
-    def _block_start(self, event: dict) -> None:
-        if event["block_type"] != "text":
-            self._run = None
-            return
-        if self._run is None:
-            event_id = new_id("sevt")
-            self.message_ids.append(event_id)
-            self._run = [event_id, 0]
-            started = {"type": "event_start", "event": {"type": EventType.AGENT_MESSAGE.value, "id": event_id}}
-            notify.publish_delta(self.session_id, started)
-        else:
-            self._run[1] += 1
-        self._blocks[event["index"]] = (self._run[0], self._run[1])
-
 
 # --- the turn's model call -------------------------------------------------------------------
 
@@ -193,6 +45,8 @@ class ModelReply:
     response: dict
     # Ids the streamed previews announced, one per agent.message the response becomes.
     preview_ids: list[str] = field(default_factory=list)
+    # Ids of the agent.thinking previews, one per thinking block.
+    thinking_ids: list[str] = field(default_factory=list)
     # The call's span.model_request_start: its _end is appended in the same statement as the
     # response's events (span_end_item), one row lock and one commit per answer.
     span_start_id: str = ""
@@ -211,6 +65,25 @@ class Conversation:
         self._after_seq = 0
         # The admitted PDFs and images, read once per turn (each call sends them again).
         self._media: dict[str, bytes] = {}
+        self._sent: list[EventRow] = []  # what the latest request was built from
+
+    def refused_input(self, exc: "ModelError") -> list[str]:
+        """After the upstream refused a request as invalid (HTTP 400): the client input the
+        request added since the model last answered (the newest user events). They are left out
+        of every later request (their content replaced by a note), so one bad event cannot fail
+        the session's every turn. Returns their ids (none for other failures)."""
+        if exc.status != 400:
+            return []
+        trailing = []
+        for row in reversed(self._sent):
+            if not row.type.startswith(("user.", "system.")):
+                break
+            trailing.append(row.id)
+        if trailing:
+            session_events_refused(event_ids=trailing, reason=exc.message)
+            self._settled = []  # read again: the refused content is left out from now on
+            self._after_seq = 0
+        return trailing
 
     def media(self, file_id: str) -> bytes:
         if file_id not in self._media:
@@ -226,7 +99,9 @@ class Conversation:
         self._settled.extend(rows[:settled])
         if settled:
             self._after_seq = rows[settled - 1].seq
-        return self._settled + [row for row, keep in zip(rows[settled:], counted[settled:], strict=True) if keep]
+        sent = self._settled + [row for row, keep in zip(rows[settled:], counted[settled:], strict=True) if keep]
+        self._sent = _after_last_compaction(sent)
+        return self._sent
 
     def _absorb(self, messages: list[EventRow]) -> None:
         if messages:
@@ -234,6 +109,30 @@ class Conversation:
             now = timezone.now()
             for row in messages:
                 row.processed_at = now
+
+
+FAST_MODE_BETA = "fast-mode-2026-02-01"
+
+
+def model_options(model: dict, definitions: list[dict] = ()) -> dict:
+    """The agent's model options as Messages API request fields: `effort` as output_config,
+    `speed` (fast needs the fast-mode beta header) and `inference_geo`, each only when set; the
+    web-fetch beta header when the upstream's web_fetch is offered. Sent as extra body fields,
+    so this SDK's request types need not know them."""
+    betas = [WEB_FETCH_BETA] if any(d.get("type") == SERVER_TOOL_TYPES["web_fetch"] for d in definitions) else []
+    body = {}
+    if model.get("effort"):
+        body["output_config"] = {"effort": model["effort"]["type"]}
+    if model.get("speed"):
+        body["speed"] = model["speed"]
+    if model.get("inference_geo"):
+        body["inference_geo"] = model["inference_geo"]
+    options = {"extra_body": body} if body else {}
+    if model.get("speed") == "fast":
+        betas.append(FAST_MODE_BETA)
+    if betas:
+        options["extra_headers"] = {"anthropic-beta": ",".join(betas)}
+    return options
 
 
 def system_prompt(session: Session) -> str | None:
@@ -248,6 +147,84 @@ def system_prompt(session: Session) -> str | None:
     return "\n\n".join(part for part in (system, section) if part) or None
 
 
+COMPACTED = EventType.AGENT_THREAD_CONTEXT_COMPACTED.value
+SUMMARY_REQUEST = (
+    "The conversation is about to be compacted to save context. Write a summary of everything so far that lets you "
+    "continue the task without the earlier messages: the goal, what was done and found (files, commands, results), "
+    "decisions, open problems and the next steps. Reply with the summary only."
+)
+
+
+def _after_last_compaction(rows: list[EventRow]) -> list[EventRow]:
+    """The conversation from the latest compaction on: its summary (as a user turn) in place
+    of everything before it. The public event log keeps every event."""
+    last = max((i for i, row in enumerate(rows) if row.type == COMPACTED), default=None)
+    if last is None:
+        return rows
+    compaction = rows[last]
+    text = "Summary of the conversation so far (earlier messages were compacted):\n\n" + compaction.private["summary"]
+    summary = EventRow(
+        id=compaction.id,
+        seq=compaction.seq,
+        type=EventType.USER_MESSAGE.value,
+        payload={},
+        private={"model_content": [{"type": "text", "text": text}]},
+        processed_at=compaction.processed_at,
+    )
+    return [summary, *rows[last + 1 :]]
+
+
+def context_tokens(usage: dict) -> int:
+    """The prompt size of a call: what the next call starts from."""
+    return sum(
+        int(usage.get(key) or 0) for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
+
+
+def compaction_threshold(model: str) -> int:
+    """Input tokens past which the conversation is compacted before the next call."""
+    return settings.MANGO_CONTEXT_COMPACT_TOKENS or DEFAULT_COMPACT_TOKENS
+
+
+# Well below the smallest context window of the models this server names (200,000 tokens).
+DEFAULT_COMPACT_TOKENS = 150_000
+
+
+def context_compact(
+    *, control: TurnControl, session: Session, definitions: list[dict], conversation: Conversation, system: str | None
+) -> bool:
+    """Summarise the conversation with one model call (no tool may be used) and record the
+    summary as agent.thread_context_compacted: the next calls start from it. False when the
+    summary could not be made (the caller reports compaction_limit_reached_error)."""
+    messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
+    messages.append({"role": "user", "content": [{"type": "text", "text": SUMMARY_REQUEST}]})
+    if messages[-2]["role"] == "user":  # two user turns in a row merge
+        messages[-2:] = [{"role": "user", "content": [*messages[-2]["content"], *messages[-1]["content"]]}]
+    params = {
+        "model": session.agent_snapshot["model"]["id"],
+        "system": system,
+        "messages": messages,
+        "tools": definitions,
+        "tool_choice": {"type": "none"},
+        "max_tokens": settings.MANGO_MODEL_MAX_TOKENS,
+    }
+    try:
+        response = control.interruptible(lambda: messages_create(**params))
+    except ModelError as exc:
+        logger.warning("compaction call failed: %s", exc.detail, extra={"session_id": control.session_id})
+        return False
+    summary = "".join(b.get("text", "") for b in response.get("content") or [] if b.get("type") == "text").strip()
+    if not summary:
+        return False
+    usage = response.get("usage") or {}
+    events_append(
+        session_id=control.session_id,
+        items=[ev.item(COMPACTED, {}, private={"summary": summary})],
+        usage=ev.usage_delta(usage, pricing.price_for(params["model"])) if usage else None,
+    )
+    return True
+
+
 def model_call(
     *, control: TurnControl, session: Session, definitions: list[dict], conversation: Conversation, system: str | None
 ) -> ModelReply | None:
@@ -259,12 +236,14 @@ def model_call(
         messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
         start = session_event_append(session_id=control.session_id, type=EventType.SPAN_MODEL_REQUEST_START)
         previews = PreviewPublisher(control.session_id)
+        cached_system, cached_tools, messages = with_breakpoints(system=system, tools=definitions, messages=messages)
         params = {
             "model": snapshot["model"]["id"],
-            "system": system,
+            "system": cached_system,
             "messages": messages,
-            "tools": definitions,
+            "tools": cached_tools,
             "max_tokens": settings.MANGO_MODEL_MAX_TOKENS,
+            "options": model_options(snapshot["model"], definitions),
             "on_stream_event": previews.handle,
         }
         try:
@@ -272,7 +251,8 @@ def model_call(
         except ModelError as exc:
             _span_end(control.session_id, start.id, None)
             retrying = exc.retryable and attempt + 1 < attempts
-            model_error_record(session_id=control.session_id, exc=exc, retrying=retrying)
+            refused = conversation.refused_input(exc)
+            model_error_record(session_id=control.session_id, exc=exc, retrying=retrying, refused=refused)
             if not retrying:
                 return None
             control.sleep(settings.MANGO_MODEL_RETRY_BACKOFF_SECONDS * (2**attempt))
@@ -281,32 +261,41 @@ def model_call(
         except Stop:
             _span_end(control.session_id, start.id, None)
             raise
-        return ModelReply(response, list(previews.message_ids), span_start_id=start.id)
+        return ModelReply(
+            response, list(previews.message_ids), span_start_id=start.id, thinking_ids=list(previews.thinking_ids)
+        )
     return None
 
 
-def span_end_item(*, start_id: str, usage: dict | None) -> tuple[dict, dict]:
-    """The span.model_request_end item of a call and its token counts, which the caller's append
-    adds to the session's totals (events_append(usage=...))."""
+def span_end_item(*, start_id: str, usage: dict | None, price=None) -> tuple[dict, dict | None]:
+    """The span.model_request_end item of a call and its addition to the session's usage totals
+    (tokens, server tool requests, list cost at `price`), which the caller's append adds
+    (events_append(usage=...)); None for a call that failed."""
     usage = usage or {}
     keys = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     model_usage = {key: int(usage.get(key) or 0) for key in keys}
     payload = {"model_request_start_id": start_id, "model_usage": model_usage, "is_error": usage == {}}
-    return ev.item(EventType.SPAN_MODEL_REQUEST_END, payload), model_usage
+    return ev.item(EventType.SPAN_MODEL_REQUEST_END, payload), (ev.usage_delta(usage, price) if usage else None)
 
 
 def _span_end(session_id: str, start_id: str, usage: dict | None) -> None:
-    item, model_usage = span_end_item(start_id=start_id, usage=usage)
-    events_append(session_id=session_id, items=[item], usage=model_usage)
+    item, delta = span_end_item(start_id=start_id, usage=usage)
+    events_append(session_id=session_id, items=[item], usage=delta)
 
 
-def model_error_record(*, session_id: str, exc: ModelError, retrying: bool) -> None:
+def model_error_record(*, session_id: str, exc: ModelError, retrying: bool, refused: list[str] | None = None) -> None:
     """session.error for a failed call (+ session.status_rescheduled when retrying). The detail
     goes to the log and the session's last_error (operators), never to the event."""
     logger.warning("model call failed: %s", exc.detail, extra={"session_id": session_id})
+    message = exc.message
+    if refused:
+        message += (
+            f" The request carried the input {', '.join(refused)}, which is left out of the conversation from now on:"
+            " send it again in another form."
+        )
     session_error_record(
         session_id=session_id,
-        payload=ev.session_error(message=exc.message, error_type=exc.error_type, retrying=retrying),
+        payload=ev.session_error(message=message, error_type=exc.error_type, retrying=retrying),
         last_error=f"{exc.error_type}: {exc.detail}",
         rescheduling=retrying,
     )

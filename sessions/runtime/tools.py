@@ -13,7 +13,7 @@ from django.conf import settings
 
 from sessions import events as ev
 from sessions import sandbox
-from sessions.events import TOOLSET_TYPE, EventType
+from sessions.events import SERVER_TOOL_TYPES, TOOLSET_TYPE, EventType
 from sessions.models import Session, SessionEvent
 from sessions.runtime.control import Stop, TurnControl, db_release
 from sessions.selectors.runner import (
@@ -92,21 +92,19 @@ TOOL_DEFINITIONS = {
             "required": ["pattern"],
         },
     },
-    "web_fetch": {
-        "description": "Fetch a URL. (Unavailable on this server.)",
-        "input_schema": {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]},
-    },
-    "web_search": {
-        "description": "Search the web. (Unavailable on this server.)",
-        "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
-    },
+}
+# The toolset's web tools are the upstream's server tools (it searches and fetches, not us):
+# offered with the agent's options when MANGO_MODEL_SERVER_WEB_TOOLS is on, not at all otherwise.
+SERVER_TOOL_OPTIONS = {
+    "web_search": ("allowed_domains", "blocked_domains", "user_location"),
+    "web_fetch": ("allowed_domains", "blocked_domains", "max_content_tokens"),
 }
 
 
 @dataclass
 class ToolSpec:
     name: str
-    kind: str  # "builtin" | "custom"
+    kind: str  # "builtin" | "custom" | "server" (run by the upstream)
     permission: ev.ToolPermission  # builtin only
 
 
@@ -119,6 +117,12 @@ def session_tools(agent_snapshot: dict) -> tuple[list[dict], dict[str, ToolSpec]
                 if not config["enabled"]:
                     continue
                 name = config["name"]
+                if name in SERVER_TOOL_TYPES:
+                    if settings.MANGO_MODEL_SERVER_WEB_TOOLS:
+                        options = {key: config[key] for key in SERVER_TOOL_OPTIONS[name] if config.get(key) is not None}
+                        definitions.append({"type": SERVER_TOOL_TYPES[name], "name": name, **options})
+                        specs[name] = ToolSpec(name, "server", ev.ToolPermission.ALWAYS_ALLOW)
+                    continue
                 definitions.append({"name": name, **TOOL_DEFINITIONS[name]})
                 specs[name] = ToolSpec(name, "builtin", ev.ToolPermission(config["permission_policy"]["type"]))
         elif tool["type"] == "custom":
@@ -277,10 +281,6 @@ def _grep(session_id, tool_input, should_cancel) -> ToolOutcome:
     return ToolOutcome(_clip(text))
 
 
-def _unavailable(session_id, tool_input, should_cancel) -> ToolOutcome:
-    return ToolOutcome("Web tools are unavailable on this server.", is_error=True)
-
-
 _HANDLERS = {
     "bash": _bash,
     "read": _read,
@@ -288,11 +288,9 @@ _HANDLERS = {
     "edit": _edit,
     "glob": _glob,
     "grep": _grep,
-    "web_fetch": _unavailable,
-    "web_search": _unavailable,
 }
 
-# Tools that need a sandbox; web tools answer without one.
+# Tools that need a sandbox (the web tools are the upstream's).
 SANDBOX_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
 
 
@@ -366,17 +364,21 @@ def tool_run(*, control: TurnControl, session: Session, event: SessionEvent) -> 
 
 
 def tools_run_confirmed(*, control: TurnControl, session: Session) -> None:
-    """Answer always_ask tool uses the client confirmed (run them) or denied (error result)."""
+    """Answer always_ask tool uses the client confirmed (run them) or denied (error result). On
+    self_hosted a confirmed tool is the client's to run (its user.tool_result answers it): never
+    run in a sandbox of ours."""
     confirmations = session_tool_confirmations(session_id=session.id)
     if not confirmations:
         return
     answered = session_answered_tool_use_ids(session_id=session.id)
+    self_hosted = session.environment_config.get("type") == "self_hosted"
     for tool_use in session_tool_uses(session_id=session.id, ids=list(confirmations)):
         if tool_use.id in answered:
             continue
         confirmation = confirmations[tool_use.id]
         if confirmation["result"] == "allow":
-            tool_run(control=control, session=session, event=tool_use)
+            if not self_hosted:
+                tool_run(control=control, session=session, event=tool_use)
         else:
             message = confirmation.get("deny_message") or "The user denied this tool call."
             _answer(session.id, tool_use.id, message, is_error=True)

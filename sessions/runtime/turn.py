@@ -24,9 +24,9 @@ from core.database import database_answers
 from core.errors import DATABASE_DOWN_ERRORS
 from core.ids import new_id
 from sessions import events as ev
-from sessions import sandbox
+from sessions import pricing, sandbox
 from sessions.dispatch import session_run_enqueue, session_run_enqueue_soon
-from sessions.events import ErrorType, EventType, ToolMode
+from sessions.events import SERVER_TOOL_RESULTS, SERVER_TOOL_USE, ErrorType, EventType, ToolMode
 from sessions.models import Session
 from sessions.runtime.control import Handback, Stop, TurnControl, draining
 from sessions.runtime.fairness import turn_slot
@@ -34,14 +34,17 @@ from sessions.runtime.grader import outcome_evaluate
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
 from sessions.runtime.model import (
     Conversation,
-    ModelError,
     ModelReply,
+    compaction_threshold,
+    context_compact,
+    context_tokens,
     model_call,
     model_error_record,
     span_end_item,
     system_prompt,
 )
 from sessions.runtime.tools import ToolSpec, session_tools, tool_run, tools_answer_dangling, tools_run_confirmed
+from sessions.runtime.upstream import ModelError
 from sessions.selectors.runner import session_by_id, session_is_deleted
 from sessions.services.events import LeaseLost, events_append, runner_fence, session_event_append
 from sessions.services.outputs import outputs_publish_at_idle
@@ -179,15 +182,31 @@ class Runner:
         model_calls = 0
         conversation = Conversation(self.session_id)
         system = system_prompt(session)
+        spend = Spend(session)
+        threshold = compaction_threshold(session.agent_snapshot["model"]["id"])
+        compact_next = just_compacted = False
         while True:
             self.control.check_handback()  # a safe point: every tool use so far is answered
             self.control.check_stop()
+            if spend.reached():  # the cap: no more model requests
+                return self.go_idle(ev.stop_budget_reached())
+            if compact_next:
+                # A call right after a compaction that is still over the threshold: nothing left to compact.
+                if just_compacted or not self._compact(session, definitions, conversation, system):
+                    self._compaction_failed()
+                    return self.go_idle(ev.stop_retries_exhausted())
+                just_compacted = True
+            else:
+                just_compacted = False
             reply = model_call(
                 control=self.control, session=session, definitions=definitions, conversation=conversation, system=system
             )
             if reply is None:
                 return self.go_idle(ev.stop_retries_exhausted())
-            tool_uses = self._append_response(reply, specs, self_hosted)
+            tool_uses = self._append_response(reply, specs, self_hosted, spend)
+            # Past the threshold, the conversation is compacted before the next call (every tool
+            # use is answered by then).
+            compact_next = context_tokens(reply.response.get("usage") or {}) > threshold
             if reply.response.get("stop_reason") == "refusal":
                 return self.go_idle(ev.stop_refusal())
             if not tool_uses:
@@ -211,13 +230,26 @@ class Runner:
             if waiting:
                 return self.go_idle(ev.stop_requires_action(waiting))
 
+    def _compact(self, session: Session, definitions, conversation, system) -> bool:
+        return context_compact(
+            control=self.control, session=session, definitions=definitions, conversation=conversation, system=system
+        )
+
+    def _compaction_failed(self) -> None:
+        message = "The conversation outgrew the context window and could not be compacted further."
+        limit = ModelError(message, error_type=ErrorType.COMPACTION_LIMIT_REACHED, retryable=False)
+        model_error_record(session_id=self.session_id, exc=limit, retrying=False)
+
     # --- the model's answer → events ---------------------------------------------------------
 
-    def _append_response(self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
-        """span.model_request_end, then the model content as agent events, in order, in one
-        statement (with the usage totals). Returns [(tool-use event, ToolMode)]."""
-        items, modes = _response_items(reply, specs, self_hosted)
-        span_end, model_usage = span_end_item(start_id=reply.span_start_id, usage=reply.response.get("usage") or {})
+    def _append_response(self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool, spend: "Spend"):
+        """span.model_request_end and session.usage, then the model content as agent events, in
+        order, in one statement (with the usage totals). Returns [(tool-use event, ToolMode)]."""
+        items, modes = _response_items(reply, specs, self_hosted, ev.primary_thread_id(self.session_id))
+        span_end, model_usage = span_end_item(
+            start_id=reply.span_start_id, usage=reply.response.get("usage") or {}, price=spend.price
+        )
+        usage_event = spend.add(model_usage)
         results = []
         for item, mode in zip(items, modes, strict=True):
             if mode is ToolMode.UNKNOWN:
@@ -225,8 +257,10 @@ class Runner:
                 text = f"Unknown tool {item['payload']['name']!r}."
                 result = ev.tool_result(tool_use_id=item["id"], text=text, is_error=True)
                 results.append(ev.item(EventType.AGENT_TOOL_RESULT, result))
-        rows = events_append(session_id=self.session_id, items=[span_end, *items, *results], usage=model_usage)
-        rows = rows[1 : 1 + len(items)]
+        rows = events_append(
+            session_id=self.session_id, items=[span_end, usage_event, *items, *results], usage=model_usage
+        )
+        rows = rows[2 : 2 + len(items)]
         return [(row, mode) for row, mode in zip(rows, modes, strict=True) if mode is not None]
 
     # --- idle --------------------------------------------------------------------------------
@@ -256,14 +290,38 @@ class Runner:
             logger.exception("could not record a failed turn", extra={"session_id": self.session_id})
 
 
-def _tool_use_item(block: dict, specs: dict[str, ToolSpec], self_hosted: bool) -> tuple[dict, ToolMode]:
+class Spend:
+    """The session's usage totals during a turn (the runner is their only writer: it holds the
+    lease), its list price, and its budget: `reached()` before each model request."""
+
+    def __init__(self, session: Session):
+        self.price = pricing.price_for(session.agent_snapshot["model"]["id"])
+        self.totals = dict(session.usage or {})
+        self.budget = session.budget if (session.budget or {}).get("type") == "limit" else None
+
+    def add(self, delta: dict) -> dict:
+        """Add one call's usage; returns the session.usage event of the new totals."""
+        for key, value in (delta or {}).items():
+            self.totals[key] = int(self.totals.get(key) or 0) + value
+        return ev.item(EventType.SESSION_USAGE, ev.session_usage(self.totals, self.budget))
+
+    def reached(self) -> bool:
+        if not self.budget:
+            return False
+        cap = pricing.amount_nanousd(self.budget["max_list_cost"]["amount"])
+        return int(self.totals.get("list_cost_nanousd") or 0) >= cap
+
+
+def _tool_use_item(
+    block: dict, specs: dict[str, ToolSpec], self_hosted: bool, thread_id: str | None = None
+) -> tuple[dict, ToolMode]:
     name, tool_input = block.get("name"), block.get("input") or {}
     spec = specs.get(name)
     private = {"model_tool_use_id": block.get("id")}
-    payload = {"name": name, "input": tool_input}
+    payload = {"name": name, "input": tool_input, "session_thread_id": thread_id}
     if spec is not None and spec.kind == "custom":
         return ev.item(EventType.AGENT_CUSTOM_TOOL_USE, payload, private=private), ToolMode.CLIENT
-    if spec is None:
+    if spec is None or spec.kind == "server":  # a server tool is the upstream's to run, never a tool_use of ours
         payload["evaluated_permission"] = "deny"
         mode = ToolMode.UNKNOWN
     elif spec.permission == ev.ToolPermission.ALWAYS_ASK:
@@ -281,7 +339,40 @@ def _tool_use_item(block: dict, specs: dict[str, ToolSpec], self_hosted: bool) -
     return ev.item(EventType.AGENT_TOOL_USE, payload, private=private), mode
 
 
-def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
+def _server_tool_use_item(block: dict, server_uses: dict[str, str]) -> dict:
+    """The upstream's own web_search / web_fetch call as agent.tool_use (the raw block kept
+    privately: the conversation replays it as it came)."""
+    event_id = new_id("sevt")
+    server_uses[block.get("id")] = event_id
+    payload = {
+        "name": block.get("name"),
+        "input": block.get("input") or {},
+        "evaluated_permission": "allow",
+        "evaluation": {"type": "always_allow"},
+    }
+    return ev.item(EventType.AGENT_TOOL_USE, payload, id=event_id, private={"model_block": block})
+
+
+def _server_tool_result_item(block: dict, server_uses: dict[str, str]) -> dict:
+    """Its result block as agent.tool_result: a text digest (titles and URLs, or the fetched
+    page's title and URL) for clients, the raw block kept privately for the conversation."""
+    content = block.get("content")
+    is_error = isinstance(content, dict) and str(content.get("type", "")).endswith("_error")
+    if is_error:
+        text = f"The upstream's {block.get('type')} failed: {content.get('error_code', 'error')}."
+    elif isinstance(content, list):
+        text = (
+            "\n".join(f"{item.get('title') or ''} {item.get('url') or ''}".strip() for item in content) or "No results."
+        )
+    elif isinstance(content, dict):
+        text = f"Fetched {content.get('url') or ''}".strip()
+    else:
+        text = "Done."
+    result = ev.tool_result(tool_use_id=server_uses.get(block.get("tool_use_id"), ""), text=text, is_error=is_error)
+    return ev.item(EventType.AGENT_TOOL_RESULT, result, private={"model_block": block})
+
+
+def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool, thread_id: str | None = None):
     """The events one model response becomes, each with its ToolMode (None for non-tool
     events). Contiguous text blocks form one agent.message, whose id is the one its streamed
     preview announced."""
@@ -289,6 +380,7 @@ def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: 
     modes: list[ToolMode | None] = []
     text: list[dict] = []
     preview_ids = list(reply.preview_ids)
+    thinking_ids = list(reply.thinking_ids)
 
     def flush_text():
         if text:
@@ -297,17 +389,29 @@ def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: 
             modes.append(None)
             text.clear()
 
+    server_uses: dict[str, str] = {}  # the upstream's server tool use id -> our event id
     for block in reply.response.get("content") or []:
         kind = block.get("type")
-        if kind == "text":
+        if kind == SERVER_TOOL_USE:
+            flush_text()
+            items.append(_server_tool_use_item(block, server_uses))
+            modes.append(None)  # run by the upstream, already done
+        elif kind in SERVER_TOOL_RESULTS:
+            flush_text()
+            items.append(_server_tool_result_item(block, server_uses))
+            modes.append(None)
+        elif kind == "text":
             text.append({"type": "text", "text": block.get("text", "")})
         elif kind in ("thinking", "redacted_thinking"):
             flush_text()
-            items.append(ev.item(EventType.AGENT_THINKING))
+            # A progress signal for clients (the SDK's agent.thinking carries no content); the
+            # signed block itself is kept privately and goes back to the model in the tool loop.
+            thinking_id = thinking_ids.pop(0) if thinking_ids else None
+            items.append(ev.item(EventType.AGENT_THINKING, id=thinking_id, private={"model_block": block}))
             modes.append(None)
         elif kind == "tool_use":
             flush_text()
-            item, mode = _tool_use_item(block, specs, self_hosted)
+            item, mode = _tool_use_item(block, specs, self_hosted, thread_id)
             items.append(item)
             modes.append(mode)
     flush_text()

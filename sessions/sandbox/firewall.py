@@ -11,7 +11,7 @@ the forward path too.
 
 MANGO_SANDBOX_FIREWALL=iptables: installed idempotently by the worker before the first
 unrestricted sandbox (needs root and iptables on the Docker host); ``external``: the operator
-installs the same rules (README) and this module only trusts that.
+installs the same rules (docs/operating.md) and this module only trusts that.
 """
 
 import shutil

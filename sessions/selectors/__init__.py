@@ -125,8 +125,12 @@ def session_list(
     agent_id: str | None,
     agent_version: int | None,
     created: dict,
+    none: bool = False,
 ):
+    """`none`: a filter that cannot match here (a deployment_id) leaves the page empty."""
     queryset = Session.objects.filter(workspace=workspace, deleted_at__isnull=True)
+    if none:
+        queryset = queryset.none()
     if not include_archived:
         queryset = queryset.filter(archived_at__isnull=True)
     if statuses:

@@ -82,6 +82,15 @@ def session_tool_confirmations(*, session_id: str) -> dict[str, dict]:
     return {event.payload["tool_use_id"]: event.payload for event in rows}
 
 
+def session_denied_tool_use_ids(*, session_id: str) -> list[str]:
+    """The tool uses the client denied (user.tool_confirmation with result deny)."""
+    return [
+        tool_use_id
+        for tool_use_id, payload in session_tool_confirmations(session_id=session_id).items()
+        if payload.get("result") != "allow"
+    ]
+
+
 def session_tool_uses(*, session_id: str, ids: list[str] | None = None, after_seq: int = 0) -> list[SessionEvent]:
     """The session's agent.tool_use events, oldest first: those of `ids`, or those after `after_seq`."""
     rows = SessionEvent.objects.filter(session_id=session_id, type=EventType.AGENT_TOOL_USE, seq__gt=after_seq)

@@ -1,4 +1,4 @@
-"""Limits on every client-chosen field (README "Field limits") and the metadata field.
+"""Limits on every client-chosen field (docs/configuration.md "Field limits") and the metadata field.
 
 A value over a limit is a 400 before anything is stored. Where the SDK's types state a limit
 (metadata: 16 pairs, keys ≤ 64, values ≤ 512 characters; 256 tools; 20 MCP servers; 50 initial

@@ -4,6 +4,7 @@
 from rest_framework import serializers
 
 from core.api import rfc3339
+from core.errors import InvalidRequest
 from core.serializers import Array, Bool, FreeJson, InputSerializer, Int, Text, TypedUnion, page_output, validated
 from sessions.events import CLIENT_EVENT_TYPES
 from sessions.serializers.common import (
@@ -179,9 +180,22 @@ class InitialEventsField(Array):
         super().__init__(child=TypedUnion(choices=choices), max_length=MAX_INITIAL_EVENTS, allow_null=True, **kwargs)
 
 
+SYSTEM_MESSAGE_FOLLOWS = ("user.message", "user.tool_result", "user.custom_tool_result")
+
+
 def parse_events(body) -> list[dict]:
-    """A send body → [{"type", "payload"}], in order."""
-    return [_payload(event) for event in validated(EventsSendInputSerializer, body)["events"]]
+    """A send body → [{"type", "payload"}], in order. A system.message (at most one) must be the
+    final event and follow the user.message or tool result it accompanies (the SDK's rule)."""
+    events = [_payload(event) for event in validated(EventsSendInputSerializer, body)["events"]]
+    for index, event in enumerate(events):
+        if event["type"] != "system.message":
+            continue
+        if index != len(events) - 1 or index == 0 or events[index - 1]["type"] not in SYSTEM_MESSAGE_FOLLOWS:
+            raise InvalidRequest(
+                f"events[{index}]: a system.message must be the last event of the request and immediately follow"
+                " the user.message, user.tool_result or user.custom_tool_result it accompanies."
+            )
+    return events
 
 
 def initial_events(validated_events: list | None) -> list[dict]:

@@ -17,6 +17,7 @@ from core.serializers import (
     validated,
 )
 from processors.resources import MAX_FILE_RESOURCES, MAX_MOUNT_PATH_LENGTH
+from sessions.events import usage_snapshot
 from sessions.serializers.agents import ModelField, SkillSerializer
 from sessions.serializers.common import ID_MAX_CHARS, SKILLS_MAX, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
 from sessions.serializers.events import InitialEventsField, initial_events
@@ -36,6 +37,13 @@ class AgentRefSerializer(InputSerializer):
     tools = ToolsField(required=False)
     model = ModelField(required=False, allow_null=True)
     skills = Array(child=SkillSerializer(), max_length=SKILLS_MAX, required=False, allow_null=True)
+    mcp_servers = Array(
+        child=Object(),
+        max_length=0,
+        required=False,
+        allow_null=True,
+        error_messages={"max_length": "MCP servers are not supported by this server yet (no MCP client)."},
+    )
 
 
 class AgentRefField(StringOrObject):
@@ -71,8 +79,23 @@ class ResourceParamSerializer(InputSerializer):
         return data
 
 
+class MonetaryAmountSerializer(InputSerializer):
+    amount = serializers.RegexField(
+        r"^(0|[1-9][0-9]{0,15})$", error_messages={"invalid": "an integer of minor units (cents), as a string."}
+    )
+    currency = serializers.ChoiceField(choices=["USD"])
+
+
+class BudgetSerializer(InputSerializer):
+    """`{type: limit, max_list_cost: {amount, currency: USD}}`: the session's spend ceiling."""
+
+    type = serializers.ChoiceField(choices=["limit"])
+    max_list_cost = MonetaryAmountSerializer()
+
+
 class SessionCreateInputSerializer(InputSerializer):
     agent = AgentRefField()
+    budget = BudgetSerializer(required=False)
     environment_id = Text(max_length=ID_MAX_CHARS)
     title = Text(max_length=TITLE_MAX_CHARS, required=False, allow_null=True, allow_blank=True)
     metadata = Metadata()
@@ -91,12 +114,7 @@ class SessionUpdateInputSerializer(InputSerializer):
     metadata = Metadata(allow_null_values=True)
     agent = SessionUpdateAgentSerializer(required=False, allow_null=True)
     vault_ids = Array(child=Text(max_length=ID_MAX_CHARS), max_length=0, required=False, allow_null=True)
-    budget = Object(required=False, allow_null=True)
-
-    def validate_budget(self, value):
-        if value is not None:
-            raise serializers.ValidationError("a budget cannot be added to a session created without one.")
-        return value
+    budget = BudgetSerializer(required=False, allow_null=True)
 
 
 def parse_session_create(body) -> dict:
@@ -110,7 +128,14 @@ def parse_session_create(body) -> dict:
         "title": data.get("title"),
         "initial_events": initial_events(data.get("initial_events")),
         "resources": data.get("resources") or [],
+        "budget": _budget(data.get("budget")),
     }
+
+
+def _budget(value) -> dict | None:
+    if value is None:
+        return None
+    return {"type": "limit", "max_list_cost": dict(value["max_list_cost"])}
 
 
 def parse_session_changes(body) -> dict:
@@ -126,6 +151,8 @@ def parse_session_changes(body) -> dict:
         changes["metadata"] = data["metadata"] or {}
     if data.get("agent") is not None:
         changes["agent"] = {key: value for key, value in data["agent"].items() if key == "tools"}
+    if "budget" in data:
+        changes["budget"] = _budget(data["budget"])
     return changes
 
 
@@ -141,7 +168,7 @@ def resource_to_wire(resource) -> dict:
 
 
 def session_to_wire(session, *, resources: list | None = None, outcome_evaluations: list | None = None) -> dict:
-    usage = dict(session.usage or {})
+    usage = usage_snapshot(session.usage or {}, active_seconds=session.active_seconds)
     return {
         "id": session.id,
         "type": "session",
@@ -154,7 +181,7 @@ def session_to_wire(session, *, resources: list | None = None, outcome_evaluatio
         "created_at": rfc3339(session.created_at),
         "updated_at": rfc3339(session.updated_at),
         "archived_at": rfc3339(session.archived_at),
-        "budget": None,
+        "budget": session.budget if (session.budget or {}).get("type") == "limit" else None,
         "outcome_evaluations": [
             {**evaluation, "completed_at": rfc3339(evaluation["completed_at"])}
             for evaluation in outcome_evaluations or []

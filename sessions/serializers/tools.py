@@ -45,10 +45,17 @@ class ToolsetConfigSerializer(InputSerializer):
     allowed_domains = Array(child=Text(max_length=HOST_MAX_CHARS), max_length=256, required=False, allow_null=True)
     blocked_domains = Array(child=Text(max_length=HOST_MAX_CHARS), max_length=256, required=False, allow_null=True)
     max_content_tokens = Int(min_value=1, required=False, allow_null=True)
+    user_location = FreeJson(max_bytes=TOOL_OPTION_MAX_BYTES, max_depth=4, required=False, allow_null=True)
     url_sources = FreeJson(max_bytes=TOOL_OPTION_MAX_BYTES, max_depth=8, required=False, allow_null=True)
 
+    def validate_url_sources(self, value):
+        if value is not None:
+            # No silent drop: the upstream's web_fetch has no such filter and this server does not fetch.
+            raise serializers.ValidationError("cannot be enforced by this server; use allowed_domains/blocked_domains.")
+        return value
 
-WEB_TOOL_EXTRA_FIELDS = ("allowed_domains", "blocked_domains", "max_content_tokens", "url_sources")
+
+WEB_TOOL_EXTRA_FIELDS = ("allowed_domains", "blocked_domains", "max_content_tokens", "user_location")
 
 
 def _default_config(data: dict, *, policy: str) -> dict:

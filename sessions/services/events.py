@@ -21,7 +21,7 @@ from core.ids import new_id
 from files.quotas import StorageQuotaExceeded
 from sessions import notify
 from sessions.dispatch import session_run_enqueue_on_commit
-from sessions.events import RUNNER_INPUT_TYPES, EventType
+from sessions.events import RUNNER_INPUT_TYPES, USAGE_TOTAL_KEYS, EventType
 from sessions.models import Session, SessionEvent
 from sessions.selectors import APPEND_FIELDS, session_get
 from sessions.services.admission import events_admit
@@ -151,7 +151,6 @@ class SessionGone(Exception):
     """events_append(unless_deleted=True) found the session deleted: nothing was appended."""
 
 
-USAGE_TOTAL_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens")
 _USAGE_TOTALS = ", ".join(
     f"'{key}', COALESCE((s.usage ->> '{key}')::bigint, 0) + %(usage_{key})s" for key in USAGE_TOTAL_KEYS
 )

@@ -14,7 +14,12 @@ from sessions import events as ev
 from sessions import notify
 from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, EventType
 from sessions.models import Session, SessionEvent
-from sessions.selectors.runner import session_answered_tool_use_ids, session_pending_input, session_required_action_ids
+from sessions.selectors.runner import (
+    session_answered_tool_use_ids,
+    session_denied_tool_use_ids,
+    session_pending_input,
+    session_required_action_ids,
+)
 from sessions.services.events import events_append_locked
 
 ACTIVE = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
@@ -58,6 +63,15 @@ def session_events_mark_processed(*, event_ids: list[str], only_unprocessed: boo
     rows.update(processed_at=timezone.now())
 
 
+def session_events_refused(*, event_ids: list[str], reason: str) -> None:
+    """The upstream refused these client events' content: it is left out of later model
+    requests (processors/conversation.py reads private["model_refused"]); the public event and
+    the log stay as they were."""
+    for event in SessionEvent.objects.filter(id__in=event_ids).only("id", "private"):
+        event.private = {**event.private, "model_refused": reason}
+        event.save(update_fields=["private"])
+
+
 @dataclass
 class TurnStart:
     """What the runner found under the session's lock (session_turn_begin)."""
@@ -91,7 +105,8 @@ def session_turn_begin(*, session_id: str, token: str) -> TurnStart | None:
         if interrupted:
             return TurnStart(session=session, interrupted=True)
         resume = session.status in ACTIVE
-        if not resume and not _starts_turn(session_id, pending):
+        self_hosted = (session.environment_config or {}).get("type") == "self_hosted"
+        if not resume and not _starts_turn(session_id, pending, self_hosted=self_hosted):
             session.runner_token = None
             session.runner_heartbeat_at = None
             session.save(update_fields=["runner_token", "runner_heartbeat_at"])
@@ -100,15 +115,21 @@ def session_turn_begin(*, session_id: str, token: str) -> TurnStart | None:
     return TurnStart(session=session, resume=resume)
 
 
-def _starts_turn(session_id: str, pending: list[SessionEvent]) -> bool:
+def _starts_turn(session_id: str, pending: list[SessionEvent], *, self_hosted: bool = False) -> bool:
     """Whether idle-session input starts a turn. Partial answers to requires_action are marked
-    processed and the session keeps waiting for the rest."""
+    processed and the session keeps waiting for the rest. On self_hosted, allowing a confirmed
+    tool is no answer: the client runs it, and its user.tool_result is (a denial answers)."""
     if not pending:
         return False
     if any(e.type not in CLIENT_ANSWER_TYPES for e in pending):
         return True
     needed = set(session_required_action_ids(session_id=session_id))
-    if needed - session_answered_tool_use_ids(session_id=session_id, types=CLIENT_ANSWER_TYPES):
+    answered = session_answered_tool_use_ids(session_id=session_id, types=CLIENT_ANSWER_TYPES)
+    if self_hosted:
+        answered = session_answered_tool_use_ids(
+            session_id=session_id, types=(EventType.USER_TOOL_RESULT, EventType.USER_CUSTOM_TOOL_RESULT)
+        ) | set(session_denied_tool_use_ids(session_id=session_id))
+    if needed - answered:
         session_events_mark_processed(event_ids=[e.id for e in pending])
         return False
     return True

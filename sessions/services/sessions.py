@@ -11,7 +11,7 @@ from core.updates import model_update
 from files.selectors import session_scoped_files_orphaned
 from files.services import session_files_delete
 from sessions import events as ev
-from sessions import notify, sandbox
+from sessions import notify, pricing, sandbox
 from sessions.configs import agent_snapshot, metadata_patch_apply
 from sessions.dispatch import sandbox_remove_enqueue
 from sessions.events import EventType
@@ -43,6 +43,7 @@ def session_create(
     title: str | None,
     initial_events: list[dict],
     resources: list,
+    budget: dict | None = None,
 ) -> Session:
     """A session starts idle with a snapshot of the agent version and the environment config.
 
@@ -71,6 +72,7 @@ def session_create(
                 metadata=metadata,
                 title=title,
                 initial_events=admitted,
+                budget=budget,
             )
             resource_rows_create(session=session, copies=copies)
             return session
@@ -81,7 +83,15 @@ def session_create(
 
 
 def _session_create(
-    *, session_id: str, workspace, agent, environment_id: str, metadata: dict, title, initial_events: list[dict]
+    *,
+    session_id: str,
+    workspace,
+    agent,
+    environment_id: str,
+    metadata: dict,
+    title,
+    initial_events: list[dict],
+    budget: dict | None,
 ) -> Session:
     agent_row, version = _resolve_agent_ref(workspace=workspace, agent=agent)
     environment = environment_get(workspace=workspace, environment_id=environment_id)
@@ -102,9 +112,19 @@ def _session_create(
     snapshot["skills"] = [
         {"type": "custom", "skill_id": ref["skill_id"], "version": row.version} for ref, row in resolved
     ]
+    if snapshot.get("mcp_servers"):
+        # No silent drop: the agent would look configured and its MCP tools would never reach the model.
+        raise InvalidRequest(
+            "agent.mcp_servers: this server has no MCP client yet, so the agent's MCP servers cannot be reached;"
+            " remove mcp_servers and mcp_toolset from the agent to run it here.",
+            code="mcp_not_supported",
+        )
+    if budget is not None:
+        _check_budgetable(snapshot)
     now = timezone.now()
     session = Session.objects.create(
         id=session_id,
+        budget=budget,
         workspace=workspace,
         agent=agent_row,
         agent_version=version.version,
@@ -124,6 +144,38 @@ def _session_create(
 
 # session.updated names the agent; the row keeps it as its snapshot.
 FIELD_OF = {"agent": "agent_snapshot"}
+# What a removed budget leaves (rendered as null; it cannot be re-added).
+BUDGET_REMOVED = {"type": "removed"}
+
+
+def _check_budgetable(snapshot: dict) -> None:
+    model = snapshot["model"]["id"]
+    if pricing.price_for(model) is None:
+        raise InvalidRequest(
+            f"budget: model {model!r} has no public list price here, so a budget cannot be enforced"
+            " (an operator may set its price in MANGO_MODEL_LIST_PRICES).",
+            code="model_not_budgetable",
+        )
+
+
+def _budget_change(session: Session, budget: dict | None) -> dict:
+    """The stored budget after an update: raised or lowered while above what was spent, or
+    removed; never added to a session created without one, nor re-added once removed."""
+    if session.budget is None or session.budget == BUDGET_REMOVED:
+        raise InvalidRequest(
+            "budget: a budget can only be set when the session is created (and not re-added once removed).",
+            code="budget_create_only",
+        )
+    if budget is None:
+        return BUDGET_REMOVED
+    _check_budgetable(session.agent_snapshot)
+    spent = int((session.usage or {}).get("list_cost_nanousd") or 0)
+    if pricing.amount_nanousd(budget["max_list_cost"]["amount"]) <= spent:
+        raise InvalidRequest(
+            f"budget.max_list_cost: must be above the session's list cost so far ({pricing.cents(spent)} cents).",
+            code="budget_not_raised",
+        )
+    return budget
 
 
 @transaction.atomic
@@ -143,8 +195,12 @@ def session_update(*, workspace, session_id: str, changes: dict) -> Session:
         if "tools" in changes["agent"]:
             snapshot["tools"] = changes["agent"]["tools"] or []
         updated["agent"] = snapshot
+    if "budget" in changes:
+        updated["budget"] = _budget_change(session, changes["budget"])
     model_update(instance=session, data={FIELD_OF.get(key, key): value for key, value in updated.items()})
     if updated:
+        if updated.get("budget") == BUDGET_REMOVED:
+            updated["budget"] = None
         events_append_locked(session=session, items=[ev.item(EventType.SESSION_UPDATED, updated)])
     return session
 

@@ -8,6 +8,7 @@ and one transaction makes it ready and the skill's latest. A failure deletes wha
 a crash leaves a not-ready row that skills_unfinished_sweep finishes (nothing is left behind)."""
 
 import hashlib
+import io
 import logging
 import time
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from django.utils import timezone
 from core.errors import InvalidRequest, RequestTooLarge
 from files import storage
 from processors.resources import SKILLS_DIR, tar_stream_for_files
-from processors.skills import SKILL_FILE, SkillRefused, check_paths, parse_manifest
+from processors.skills import SKILL_FILE, SkillRefused, check_paths, parse_manifest, zip_members
 from sessions import sandbox
 from sessions.models import Skill, SkillVersion
 from sessions.selectors.skills import session_skills, skill_get, skill_version_get
@@ -40,6 +41,24 @@ class UploadedFile:
 
 class SkillTooLarge(RequestTooLarge):
     """A skill file, or the whole upload, over its limit (settings MANGO_SKILL_*_BYTES)."""
+
+
+def uploaded_archive_expand(files: list[UploadedFile]) -> list[UploadedFile]:
+    """An upload of one `.zip` part is the skill's directory as a zip: its regular files (a
+    symlink, device or FIFO member is a 400), held in memory within the skill limits."""
+    if len(files) != 1 or not files[0].path.lower().endswith(".zip"):
+        return files
+    files[0].body.seek(0)
+    try:
+        members = zip_members(
+            files[0].body,
+            max_files=settings.MANGO_SKILL_MAX_FILES,
+            max_file_bytes=settings.MANGO_SKILL_FILE_MAX_BYTES,
+            max_bytes=settings.MANGO_SKILL_MAX_BYTES,
+        )
+    except SkillRefused as exc:
+        raise InvalidRequest(str(exc)) from None
+    return [UploadedFile(path=path, body=io.BytesIO(data), size=len(data)) for path, data in members]
 
 
 def _check_upload(files: list[UploadedFile]) -> tuple[str, str, str]:

@@ -13,15 +13,23 @@ from django.conf import settings
 from core import caps
 from core.api import beta_values
 from core.auth import api_key_authenticate_meta
-from core.errors import ApiError, AuthenticationFailed, InvalidRequest, ServiceUnavailable, error_body, to_api_error
+from core.errors import (
+    ApiError,
+    AuthenticationFailed,
+    InvalidRequest,
+    NotFound,
+    ServiceUnavailable,
+    error_body,
+    to_api_error,
+)
 from core.serving import db_call
+from sessions.events import primary_thread_id
 from sessions.selectors import session_get
 from sessions.streams.hub import draining, event_frames
 
 logger = logging.getLogger(__name__)
 
 STREAM_PATH_PREFIX = "/v1/sessions/"
-STREAM_PATH_SUFFIX = "/events/stream"
 DELTA_KINDS = ("agent.message", "agent.thinking")
 
 _SECURITY_HEADERS = [
@@ -32,15 +40,24 @@ _SECURITY_HEADERS = [
 ]
 
 
+def _stream_target(path: str) -> tuple[str, str | None] | None:
+    """(session id, thread id or None) of a stream path: /v1/sessions/{id}/events/stream or
+    /v1/sessions/{id}/threads/{thread_id}/stream; None for any other path."""
+    if not path.startswith(STREAM_PATH_PREFIX):
+        return None
+    parts = path[len(STREAM_PATH_PREFIX) :].split("/")
+    if len(parts) == 3 and parts[0] and parts[1:] == ["events", "stream"]:
+        return parts[0], None
+    if len(parts) == 4 and parts[0] and parts[1] == "threads" and parts[2] and parts[3] == "stream":
+        return parts[0], parts[2]
+    return None
+
+
 def is_stream_request(scope) -> bool:
-    path = scope.get("path", "")
     return (
         scope.get("type") == "http"
         and scope.get("method") == "GET"
-        and path.startswith(STREAM_PATH_PREFIX)
-        and path.endswith(STREAM_PATH_SUFFIX)
-        and "/" not in path[len(STREAM_PATH_PREFIX) : -len(STREAM_PATH_SUFFIX)]
-        and len(path) > len(STREAM_PATH_PREFIX) + len(STREAM_PATH_SUFFIX)
+        and _stream_target(scope.get("path", "")) is not None
     )
 
 
@@ -105,15 +122,17 @@ async def _admit(scope) -> tuple[str, list[str], caps.Slot | None]:
         )
     slot = await caps.gate().take(kind="streams", workspace_id=workspace_id, limit=settings.MANGO_WORKSPACE_MAX_STREAMS)
     try:
-        session_id = scope["path"][len(STREAM_PATH_PREFIX) : -len(STREAM_PATH_SUFFIX)]
+        session_id, thread_id = _stream_target(scope["path"])
         session_id = await db_call(_session_check, workspace_id=workspace_id, session_id=session_id)
+        if thread_id is not None and thread_id != primary_thread_id(session_id):
+            raise NotFound(f"Thread {thread_id!r} not found.")
     except BaseException:
         await caps.gate().release(slot)
         raise
     return session_id, event_deltas, slot
 
 
-async def _pump(send, *, request_id: str, session_id: str, deltas: bool) -> None:
+async def _pump(send, *, request_id: str, session_id: str, deltas: frozenset[str]) -> None:
     await send(
         {
             "type": "http.response.start",
@@ -157,7 +176,7 @@ async def stream_endpoint(scope, receive, send) -> None:
         await send_error(send, error, request_id)
         return
     streamer = asyncio.ensure_future(
-        _pump(send, request_id=request_id, session_id=session_id, deltas="agent.message" in event_deltas)
+        _pump(send, request_id=request_id, session_id=session_id, deltas=frozenset(event_deltas))
     )
     watcher = asyncio.ensure_future(_until_disconnect(receive))
     try:

@@ -8,6 +8,7 @@ its channels unsubscribed), and a feed that ends (session.deleted, an error) end
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 
@@ -48,8 +49,9 @@ class Follower:
     """One open stream: frames queued for it, and where it starts (events up to `after_seq`
     existed before it opened and are not sent)."""
 
-    def __init__(self, *, deltas: bool):
-        self.deltas = deltas
+    def __init__(self, *, deltas: frozenset[str] = frozenset()):
+        self.deltas = deltas  # the event types whose previews it asked for (event_deltas[])
+        self.previewing: set[str] = set()  # ids of the previews it was sent the start of
         self.after_seq = 0
         self.queue: asyncio.Queue = asyncio.Queue()
 
@@ -129,11 +131,22 @@ class Feed:
             self.end()
 
     def _fan_out_delta(self, data) -> None:
+        """A preview to the followers that asked for its event type: an event_start by its
+        event's type, an event_delta to those that were sent its start."""
         wanting = [follower for follower in self.followers if follower.deltas]
         frame = delta_frame(data) if wanting else None
-        if frame:
-            for follower in wanting:
-                follower.offer((None, frame))
+        if not frame:
+            return
+        preview = json.loads(data if isinstance(data, str) else data.decode())
+        started = preview.get("event") or {}
+        for follower in wanting:
+            if preview.get("type") == "event_start":
+                if started.get("type") not in follower.deltas:
+                    continue
+                follower.previewing.add(started.get("id"))
+            elif preview.get("event_id") not in follower.previewing:
+                continue
+            follower.offer((None, frame))
 
     def _take_wakeup(self, data) -> bool:
         """Serve a wake-up from the frames it carries: True when this feed is up to date after it
@@ -322,7 +335,7 @@ def _take_ready(follower: Follower, first) -> tuple[bytes, bool]:
         item = follower.queue.get_nowait()
 
 
-async def event_frames(*, session_id: str, deltas: bool, heartbeat_seconds: float) -> AsyncIterator[bytes]:
+async def event_frames(*, session_id: str, deltas: frozenset[str], heartbeat_seconds: float) -> AsyncIterator[bytes]:
     """The SSE bytes of one stream: it starts where its feed stood when it joined (a starting
     feed: where the log ended once it had subscribed), so nothing appended after it opened is
     missed; ends after session.deleted and when this process stops serving (`Hub.end_all`)."""

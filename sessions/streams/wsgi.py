@@ -1,5 +1,5 @@
 """The stream for WSGI-only servers (the test live server, runserver; not a production layout —
-README "Serving"): the ASGI view runs on an event loop private to the request's thread, and its
+docs/operating.md "Serving"): the ASGI view runs on an event loop private to the request's thread, and its
 messages become a Django streaming response.
 
 A WSGI server learns that a client left only when a write fails, i.e. at the next heartbeat. So
@@ -141,7 +141,7 @@ class _PrivateLoop:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-def event_stream_view(request, session_id: str):
+def event_stream_view(request, session_id: str, thread_id: str | None = None):
     """For WSGI servers: the ASGI view on a private loop, its messages as a Django response."""
     private = _PrivateLoop(_scope_from_request(request), _client_socket_fd(request.environ))
     start = private.next_message()

@@ -65,6 +65,9 @@ def test_dashboard_shows_storage_intents_sessions_and_workers(admin_client, s3_b
     assert "upstream unreachable" in page
     assert "dash@test" in page and "dash-queue" in page
     assert "sandboxes running" in page
+    # Counts agree with their nouns, and no "View site" link leads to the API's 404 at "/".
+    assert "(1 session)" in page and not re.search(r"\b1 sessions\b", page)
+    assert "View site" not in page
     # The stuck filter lists the stuck intent only, with its error column on screen.
     StorageIntent.objects.filter(pk=stuck.pk).update(last_error="reconcile: store down")
     _age([stuck])

@@ -1,3 +1,4 @@
+import logging
 import os
 import time
 
@@ -77,16 +78,21 @@ def _store_at(settings, endpoint: str) -> None:
     settings.STORAGES = storages  # Django rebuilds the storage handler on this change
 
 
-def test_readyz_names_the_object_store_when_it_is_down(settings):
+def test_readyz_names_the_object_store_and_its_endpoint_when_it_is_down(settings, caplog):
     # Nothing listens on port 9 (discard) here: the store is unreachable.
     _store_at(settings, "http://127.0.0.1:9")
-    response = Client().get("/readyz")
+    with caplog.at_level(logging.INFO):
+        response = Client().get("/readyz")
     assert response.status_code == 503
     body = response.json()
     assert body["type"] == "error"
     assert "object_store" in body["error"]["message"]
-    assert body["error"]["details"]["checks"]["object_store"].startswith("down")
+    reason = body["error"]["details"]["checks"]["object_store"]
+    assert reason == f"down: EndpointConnectionError at http://127.0.0.1:9 (bucket {settings.MANGO_FILE_S3_BUCKET})"
     assert body["error"]["details"]["checks"]["postgresql"] == "ok"
+    # A dependency that is down is logged once, as a warning naming it, not as a server error.
+    [record] = [r for r in caplog.records if r.name == "django.request"]
+    assert record.levelno == logging.WARNING and "http://127.0.0.1:9" in record.getMessage()
 
 
 def test_readyz_names_redis_when_it_is_down(settings, s3_bucket):

@@ -45,6 +45,11 @@ OPERATIONS = {
     ("get", "/v1/sessions/{session_id}/resources/{resource_id}"): "sessions_resources_retrieve",
     ("post", "/v1/sessions/{session_id}/resources/{resource_id}"): "sessions_resources_update",
     ("delete", "/v1/sessions/{session_id}/resources/{resource_id}"): "sessions_resources_delete",
+    ("get", "/v1/sessions/{session_id}/threads"): "sessions_threads_list",
+    ("get", "/v1/sessions/{session_id}/threads/{thread_id}"): "sessions_threads_retrieve",
+    ("post", "/v1/sessions/{session_id}/threads/{thread_id}/archive"): "sessions_threads_archive",
+    ("get", "/v1/sessions/{session_id}/threads/{thread_id}/events"): "sessions_threads_events_list",
+    ("get", "/v1/sessions/{session_id}/threads/{thread_id}/stream"): "sessions_threads_stream",
     ("get", "/v1/skills"): "skills_list",
     ("post", "/v1/skills"): "skills_create",
     ("get", "/v1/skills/{skill_id}"): "skills_retrieve",
@@ -55,7 +60,7 @@ OPERATIONS = {
     ("delete", "/v1/skills/{skill_id}/versions/{version}"): "skills_versions_delete",
     ("get", "/v1/skills/{skill_id}/versions/{version}/content"): "skills_versions_download",
 }
-BODYLESS = {"files_download", "agents_archive", "environments_archive", "sessions_archive"}
+BODYLESS = {"files_download", "agents_archive", "environments_archive", "sessions_archive", "sessions_threads_archive"}
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +172,13 @@ def test_every_operation_replayed_answers_as_documented(api, api_key, s3_bucket)
     stream = api.get(f"/v1/sessions/{sid}/events/stream")
     assert stream.status_code == 200
     stream.close()
+    thread = api.get(f"/v1/sessions/{sid}/threads").json()["data"][0]["id"]
+    assert api.get(f"/v1/sessions/{sid}/threads/{thread}").status_code == 200
+    assert api.get(f"/v1/sessions/{sid}/threads/{thread}/events").status_code == 200
+    assert _post(api, f"/v1/sessions/{sid}/threads/{thread}/archive").status_code == 400
+    thread_stream = api.get(f"/v1/sessions/{sid}/threads/{thread}/stream")
+    assert thread_stream.status_code == 200
+    thread_stream.close()
     assert _post(api, f"/v1/sessions/{sid}/archive").status_code == 200
     assert _post(api, f"/v1/agents/{agent['id']}/archive").status_code == 200
     assert api.delete(f"/v1/sessions/{sid}").status_code == 200

@@ -203,3 +203,28 @@ def test_compose_config_passes_and_the_stack_is_sound():
     # The app uses its own store identity, not the admin one.
     assert services["api"]["environment"]["MANGO_FILE_S3_ACCESS_KEY_ID"] == "mango-app"
     assert "Read:mango-files" in str(services["seaweedfs"]["command"])
+
+
+@pytest.mark.skipif(not shutil.which("docker-compose"), reason="docker-compose is not installed (.ci/run installs it)")
+def test_the_debian_override_needs_no_registry():
+    """deploy/compose.debian.yml replaces every registry image by one make compose-images builds."""
+    secrets = {
+        name: "x" for name in ("POSTGRES_PASSWORD", "DJANGO_SECRET_KEY", "MANGO_S3_SECRET", "MANGO_S3_ADMIN_SECRET")
+    }
+    result = subprocess.run(
+        ["docker-compose", "-f", "docker-compose.yml", "-f", "deploy/compose.debian.yml", "config"],
+        cwd=ROOT, env={**os.environ, **secrets}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    script = (ROOT / "scripts" / "compose_images.sh").read_text()
+    built_here = set(re.findall(r"^build (mango-[a-z-]+:[\w.-]+) ", script, re.M))
+    assert len(built_here) == 4
+    built_here |= {"mango-busybox:static", "mango:latest"}
+    for name, service in services.items():
+        assert service["image"].startswith("mango") and ("build" in service or service["image"] in built_here), name
+        args = service.get("build", {}).get("args", {})
+        base = args.get("PYTHON_IMAGE") or args.get("BUSYBOX_IMAGE")
+        assert "build" not in service or base in ("mango-base:python3.11-bookworm", "mango-busybox:static"), name
+    for dockerfile in (ROOT / "deploy" / "images").glob("*.Dockerfile"):
+        assert "FROM ${DEBIAN_IMAGE}" in dockerfile.read_text(), dockerfile.name

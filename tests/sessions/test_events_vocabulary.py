@@ -10,7 +10,8 @@ from processors import conversation
 from sessions import events as ev
 from sessions.events import EventType
 from sessions.models import SessionEvent
-from sessions.runtime import model as upstream
+from sessions.runtime import model as turn_model
+from sessions.runtime import upstream
 from tests.factories import make_session
 
 
@@ -42,9 +43,9 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_unreachable_upstream_names_the_setting_not_the_address():
+def test_unreachable_upstream_names_the_url_it_tried_and_the_settings():
     port = _closed_port()
-    base_url = f"http://127.0.0.1:{port}/internal-gateway"
+    base_url = f"http://user:secret@127.0.0.1:{port}/internal-gateway"
     with (
         override_settings(ANTHROPIC_BASE_URL=base_url, MANGO_MODEL_TIMEOUT_SECONDS=5),
         pytest.raises(upstream.ModelError) as caught,
@@ -58,10 +59,15 @@ def test_unreachable_upstream_names_the_setting_not_the_address():
         )
     error = caught.value
     assert error.retryable and error.error_type == "model_request_failed_error"
-    assert "ANTHROPIC_BASE_URL" in error.message
-    assert str(port) not in error.message and "127.0.0.1" not in error.message and "gateway" not in error.message
-    payload = ev.session_error(message=error.message, error_type=error.error_type)
-    assert str(port) not in str(payload) and "internal-gateway" not in str(payload)
+    # What a client (and the start-up warning) sees: the URL tried, without its credentials; the
+    # reason in the system's words; the two settings to check.
+    assert error.message == (
+        f"The model upstream at http://127.0.0.1:{port}/internal-gateway could not be reached "
+        "([Errno 111] Connection refused); check ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY."
+    )
+    assert "secret" not in error.message and "secret" not in error.detail
+    # The worker's log line names it too, not only the exception's class.
+    assert error.detail == f"http://127.0.0.1:{port}/internal-gateway unreachable: [Errno 111] Connection refused"
 
 
 @pytest.mark.django_db
@@ -69,12 +75,12 @@ def test_a_recorded_model_error_keeps_the_detail_off_the_event(api_key):
     workspace = api_key.workspace
     session = make_session(workspace)
     failure = upstream.ModelError(
-        "The model upstream could not be reached; check ANTHROPIC_BASE_URL.",
+        "The model upstream at https://gateway.example could not be reached (timed out); check ANTHROPIC_BASE_URL.",
         error_type=ev.ErrorType.MODEL_REQUEST_FAILED,
         retryable=True,
-        detail="unreachable: ConnectError('http://10.1.2.3:4000 refused')",
+        detail="https://gateway.example unreachable: [Errno 111] via 10.1.2.3",
     )
-    upstream.model_error_record(session_id=session.id, exc=failure, retrying=True)
+    turn_model.model_error_record(session_id=session.id, exc=failure, retrying=True)
     stored = list(SessionEvent.objects.filter(session_id=session.id).order_by("seq"))
     assert [e.type for e in stored] == ["session.error", "session.status_rescheduled"]
     assert "10.1.2.3" not in str(stored[0].payload)

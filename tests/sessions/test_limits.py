@@ -1,4 +1,4 @@
-"""Every client-chosen field has a limit (README "Field limits"): one over it is a 400 envelope
+"""Every client-chosen field has a limit (docs/configuration.md "Field limits"): one over it is a 400 envelope
 before anything is stored; at the limit it is accepted (issue 9 part 4)."""
 
 import json

@@ -9,7 +9,7 @@ import pytest
 
 from files.models import File
 from sessions.models import SessionEvent
-from tests.scripted_model import text, tool_use
+from tests.scripted_model import error, text, tool_use
 from tests.sessions.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(120)]
@@ -132,3 +132,26 @@ def test_a_file_that_is_not_what_it_claims_is_refused_with_nothing_stored(sdk, s
         )
     assert fake.id in refused.value.message and "image/png" in refused.value.message
     assert (SessionEvent.objects.count(), File.objects.count()) == before
+
+
+def test_an_event_the_upstream_refuses_does_not_poison_the_session(sdk, model, celery_worker, session):
+    """A 400 caused by one event: a session.error names it, it is left out of later requests
+    (a note instead of its content), and the next message gets an answer."""
+    bad = {"type": "image", "source": {"type": "url", "url": "https://example.com/not-an-image"}}
+    model.script([error(400, "invalid_request_error", "Could not process image"), text("Recovered.")])
+    first = sdk.beta.sessions.events.send(session.id, events=[{"type": "user.message", "content": [bad]}])
+    wait_for(lambda: idle_count(sdk, session.id) == 1, timeout=30)
+    errors = [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.error"]
+    assert first.data[0].id in errors[-1].error.message
+
+    sdk.beta.sessions.events.send(
+        session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "Try this instead."}]}]
+    )
+    wait_for(lambda: idle_count(sdk, session.id) == 2, timeout=30)
+    retried = model.requests[-1]["body"]["messages"]
+    flat = str(retried)
+    assert "example.com/not-an-image" not in flat and "Content left out" in flat and "Try this instead." in flat
+    answers = [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "agent.message"]
+    assert answers[-1].content[0].text == "Recovered."
+    # The public log keeps the event as it was sent.
+    assert sdk.beta.sessions.events.list(session.id).data[0].content[0].source.url == bad["source"]["url"]

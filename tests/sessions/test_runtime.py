@@ -77,17 +77,19 @@ def test_bash_turn_streamed_over_sse(sdk, api_key, model, celery_worker, env_clo
         "session.status_running",
         "span.model_request_start",
         "span.model_request_end",
+        "session.usage",
         "agent.tool_use",
         "agent.tool_result",
         "span.model_request_start",
         "span.model_request_end",
+        "session.usage",
         "agent.message",
         "session.status_idle",
     ]
-    tool_use_event = seen[4]
+    tool_use_event = seen[5]
     assert tool_use_event.name == "bash"
     assert tool_use_event.evaluated_permission == "allow"
-    result = seen[5]
+    result = seen[6]
     assert result.tool_use_id == tool_use_event.id
     output = result.content[0].text
     assert "hello from Linux" in output and "oops" in output and "[exit status: 3]" in output
@@ -97,11 +99,14 @@ def test_bash_turn_streamed_over_sse(sdk, api_key, model, celery_worker, env_clo
 
     # The model saw the tool definitions and, on the second call, the tool result.
     first, second = model.requests[0]["body"], model.requests[1]["body"]
-    assert first["model"] == MODEL and first["system"] == "Be brief."
+    assert first["model"] == MODEL
+    assert first["system"] == [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
     assert {"bash", "read", "write", "edit", "glob", "grep"} <= {t["name"] for t in first["tools"]}
     bash_tool = next(t for t in first["tools"] if t["name"] == "bash")
     assert bash_tool["input_schema"]["required"] == ["command"]
-    assert first["messages"] == [{"role": "user", "content": [{"type": "text", "text": "run it"}]}]
+    assert first["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "run it", "cache_control": {"type": "ephemeral"}}]}
+    ]
     assert second["messages"][1]["content"][0]["type"] == "tool_use"
     tool_result = second["messages"][2]["content"][0]
     assert (
@@ -162,7 +167,8 @@ def test_file_tools_in_the_sandbox(sdk, model, celery_worker, env_cloud, agent_b
     assert "BETA" in texts[2] and "     2\tBETA" in texts[2]
     assert "a.txt:3:gamma" in texts[3]
     assert "/workspace/notes/a.txt" in texts[4]
-    assert results[5].is_error and "unavailable" in texts[5]
+    # web_search is the upstream's server tool: a client tool_use naming it is refused.
+    assert results[5].is_error and "Unknown tool 'web_search'" in texts[5]
     assert not any(r.is_error for r in results[:5])
 
 
@@ -206,7 +212,8 @@ def test_interrupt_stops_a_long_command_within_two_seconds(sdk, model, celery_wo
     events = _wait_idle(sdk, session.id)
     assert events[-2].type == "agent.message" and events[-2].content[0].text == "back"
     history = model.requests[0]["body"]["messages"]
-    assert history[-1]["content"][-1] == {"type": "text", "text": "again"}
+    # The rolling cache breakpoint sits on the newest block (processors/caching.py).
+    assert history[-1]["content"][-1] == {"type": "text", "text": "again", "cache_control": {"type": "ephemeral"}}
 
 
 @pytest.mark.parametrize(
@@ -278,12 +285,14 @@ def test_custom_tool_round_trip(sdk, model, celery_worker, env_cloud):
         "type": "tool_result",
         "tool_use_id": custom.id,
         "content": [{"type": "text", "text": "sunny"}],
+        "cache_control": {"type": "ephemeral"},
     }
     assert body["tools"] == [
         {
             "name": "get_weather",
             "description": "Weather for a city",
             "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            "cache_control": {"type": "ephemeral"},
         }
     ]
 
@@ -304,6 +313,42 @@ def test_self_hosted_environment_hands_builtin_tools_to_the_client(
     )
     wait_for(lambda: _events(sdk, session.id)[-1].type == "session.status_idle" and len(model.requests) == 2)
     assert _events(sdk, session.id)[-1].stop_reason.type == "end_turn"
+    assert _containers(docker_client, session.id) == []
+
+
+def test_self_hosted_always_ask_makes_one_model_call_after_the_clients_result(sdk, model, celery_worker, docker_client):
+    """A confirmed built-in tool on self_hosted is the client's to run: no sandbox of ours, and
+    the confirmation followed by the client's tool result makes exactly one model call."""
+    agent = sdk.beta.agents.create(
+        name="careful",
+        model=MODEL,
+        tools=[
+            {
+                "type": "agent_toolset_20260401",
+                "configs": [{"name": "bash", "permission_policy": {"type": "always_ask"}}],
+            }
+        ],
+    )
+    environment = sdk.beta.environments.create(name="mine", config={"type": "self_hosted"})
+    model.script([tool_use("bash", {"command": "ls"}), text("Listed."), text("spurious")])
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    sdk.beta.sessions.events.send(session.id, events=[_user("list")])
+    ask = next(e for e in _wait_idle(sdk, session.id) if e.type == "agent.tool_use")
+    sdk.beta.sessions.events.send(
+        session.id, events=[{"type": "user.tool_confirmation", "tool_use_id": ask.id, "result": "allow"}]
+    )
+    time.sleep(1.5)  # a turn the confirmation alone started would call the model now
+    assert len(model.requests) == 1
+    sdk.beta.sessions.events.send(
+        session.id,
+        events=[{"type": "user.tool_result", "tool_use_id": ask.id, "content": [{"type": "text", "text": "a b"}]}],
+    )
+    wait_for(lambda: len(model.requests) == 2 and _events(sdk, session.id)[-1].type == "session.status_idle", 20)
+    time.sleep(1.0)
+    events = _events(sdk, session.id)
+    assert len(model.requests) == 2
+    assert [e.type for e in events].count("agent.message") == 1 and events[-1].stop_reason.type == "end_turn"
+    assert not [e for e in events if e.type == "agent.tool_result"]  # nothing of ours ran it
     assert _containers(docker_client, session.id) == []
 
 
@@ -445,8 +490,10 @@ def test_upstream_key_rejected_names_the_setting_and_hides_upstream_text(
     errors = [e for e in events if e.type == "session.error"]
     assert len(errors) == 1  # a rejected key is not retried
     message_text = errors[0].error.message
-    assert "ANTHROPIC_API_KEY" in message_text and "401" in message_text
-    assert "sk-test" not in message_text and model.url not in message_text and "x-api-key" not in message_text
+    # The URL it tried and the setting to check; never the upstream's own words (its text echoes the key).
+    expected = f"The model upstream at {model.url} rejected the API key (HTTP 401); check ANTHROPIC_API_KEY."
+    assert message_text == expected
+    assert "sk-test" not in message_text and "x-api-key" not in message_text
     assert errors[0].error.retry_status.type == "exhausted"
     assert events[-1].stop_reason.type == "retries_exhausted"
     # Operators still find the upstream's words on the session row.

@@ -71,13 +71,20 @@ def test_statements_per_tool_step_stay_bounded(api_key, local_runner):
     three_steps, session = _turn_statements(workspace, local_runner, 3)
 
     types = list(SessionEvent.objects.filter(session=session).order_by("seq").values_list("type", flat=True))
-    step = ["span.model_request_start", "span.model_request_end", "agent.tool_use", "agent.tool_result"]
+    step = [
+        "span.model_request_start",
+        "span.model_request_end",
+        "session.usage",
+        "agent.tool_use",
+        "agent.tool_result",
+    ]
     assert types == [
         "user.message",
         "session.status_running",
         *step * 3,
         "span.model_request_start",
         "span.model_request_end",
+        "session.usage",
         "agent.message",
         "session.status_idle",
     ]

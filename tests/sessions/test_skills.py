@@ -5,6 +5,7 @@ prompt lists the skill; the SDK's own self-hosted skill download works against M
 
 import asyncio
 import io
+import re
 import zipfile
 
 import anthropic
@@ -238,3 +239,37 @@ def test_the_sdk_self_hosted_skill_download_works_against_mango(sdk, live_server
     assert [path.name for path in placed] == ["pdf-tools"]
     assert (placed[0] / "SKILL.md").read_text().startswith("---\nname: pdf-tools")
     assert (placed[0] / "scripts" / "hello.sh").read_text() == "echo hello from the skill\n"
+
+
+def _zip(entries: list[tuple[str, bytes, int | None]]) -> bytes:
+    """A zip of (name, data, unix mode or None) entries, as a Unix zip tool writes them."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data, mode in entries:
+            info = zipfile.ZipInfo(name)
+            if mode is not None:
+                info.create_system = 3
+                info.external_attr = mode << 16
+            archive.writestr(info, data)
+    return buffer.getvalue()
+
+
+def test_a_zip_upload_is_the_skill_directory_and_its_symlinks_are_refused(sdk, api_key, s3_bucket):
+    good = _zip([("zipped/SKILL.md", SKILL_MD.format(name="zipped", description="From a zip.").encode(), 0o100644),
+                 ("zipped/run.sh", b"echo zipped\n", 0o100755)])  # fmt: skip
+    skill = sdk.beta.skills.create(files=[("zipped.zip", good, "application/zip")])
+    version = sdk.beta.skills.versions.retrieve("latest", skill_id=skill.id)
+    assert version.name == "zipped" and version.description == "From a zip."
+    download = zipfile.ZipFile(io.BytesIO(sdk.beta.skills.versions.download(version.id, skill_id=skill.id).read()))
+    assert download.read("zipped/run.sh") == b"echo zipped\n"
+    sdk.beta.skills.delete(skill.id)
+
+    linked = _zip([("evil/SKILL.md", SKILL_OK, 0o100644), ("evil/passwd", b"/etc/passwd", 0o120777)])
+    with pytest.raises(anthropic.BadRequestError, match="is a symlink"):
+        sdk.beta.skills.create(files=[("evil.zip", linked, "application/zip")])
+    climbing = _zip([("ok-skill/SKILL.md", SKILL_OK, None), ("ok-skill/../../x", b"x", None)])
+    with pytest.raises(anthropic.BadRequestError, match=re.escape("'..' component")):
+        sdk.beta.skills.create(files=[("climb.zip", climbing, "application/zip")])
+    with pytest.raises(anthropic.BadRequestError, match="not a valid zip"):
+        sdk.beta.skills.create(files=[("broken.zip", b"PK not really", "application/zip")])
+    assert not Skill.objects.exists() and bucket_keys(api_key.workspace.id) == set()

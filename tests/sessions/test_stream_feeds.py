@@ -64,7 +64,7 @@ class Streams:
         self.tasks = [asyncio.ensure_future(self._read(*key)) for key in self.received]
 
     async def _read(self, session_id: str, index: int) -> None:
-        frames = event_frames(session_id=session_id, deltas=False, heartbeat_seconds=60)
+        frames = event_frames(session_id=session_id, deltas=frozenset(), heartbeat_seconds=60)
         async for chunk in frames:
             if chunk == framing.CONNECTED:
                 self.connected.release()
@@ -239,8 +239,8 @@ def test_previews_are_subscribed_to_only_once_a_stream_asks_for_them(api_key):
         return chunk
 
     async def scenario():
-        plain = event_frames(session_id=session.id, deltas=False, heartbeat_seconds=60)
-        previews = event_frames(session_id=session.id, deltas=True, heartbeat_seconds=60)
+        plain = event_frames(session_id=session.id, deltas=frozenset(), heartbeat_seconds=60)
+        previews = event_frames(session_id=session.id, deltas=frozenset({"agent.message"}), heartbeat_seconds=60)
         try:
             assert await anext(plain) == framing.CONNECTED
             before = subscribers(deltas_channel)

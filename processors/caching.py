@@ -1,0 +1,74 @@
+"""Prompt-caching breakpoints for every model call (issue 24), pure.
+
+The Messages API caches the prompt prefix up to each `cache_control` breakpoint, at most four
+per request. A turn's calls share their prefix (tools, system, the conversation so far), so:
+one breakpoint on the last tool definition, one on the system prompt, and the rest on the
+rolling tail of the conversation: the last block of the last message (what the next call
+reads back) and of the message before it (what this call reads back, written by the previous
+call). Breakpoints the client put on its own content blocks count toward the four and are kept;
+ours fill what remains, tail first.
+"""
+
+import copy
+import json
+
+MAX_BREAKPOINTS = 4
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def _client_breakpoints(messages: list[dict]) -> int:
+    return sum(
+        1
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("cache_control")
+    )
+
+
+def with_breakpoints(
+    *, system: str | list | None, tools: list[dict], messages: list[dict]
+) -> tuple[list | None, list[dict], list[dict]]:
+    """(system, tools, messages) with cache_control breakpoints added (copies; inputs unchanged)."""
+    budget = MAX_BREAKPOINTS - _client_breakpoints(messages)
+    messages = copy.deepcopy(messages)
+    tail = []
+    for message in reversed(messages):
+        if len(tail) == 2:
+            break
+        content = message.get("content")
+        if isinstance(content, str):
+            message["content"] = content = [{"type": "text", "text": content}]
+        if isinstance(content, list) and content and isinstance(content[-1], dict):
+            tail.append(content[-1])
+    for block in tail:
+        if budget <= 0:
+            break
+        if not block.get("cache_control") and block.get("type") not in ("thinking", "redacted_thinking"):
+            block["cache_control"] = dict(EPHEMERAL)
+            budget -= 1
+    system_blocks = None
+    if system:
+        system_blocks = [{"type": "text", "text": system}] if isinstance(system, str) else copy.deepcopy(system)
+        if budget > 0 and not system_blocks[-1].get("cache_control"):
+            system_blocks[-1]["cache_control"] = dict(EPHEMERAL)
+            budget -= 1
+    tools = copy.deepcopy(tools)
+    if tools and budget > 0 and not tools[-1].get("cache_control"):
+        tools[-1]["cache_control"] = dict(EPHEMERAL)
+    return system_blocks, tools, messages
+
+
+def prefix_share(request: dict) -> float:
+    """The share of a request's prompt bytes (tools, system, messages, as JSON) that lies before
+    its last cache breakpoint: what a real upstream bills at the cache-read price on a hit."""
+    parts = [("tools", request.get("tools") or []), ("system", request.get("system") or []),
+             ("messages", request.get("messages") or [])]  # fmt: skip
+    text = json.dumps([value for _, value in parts], separators=(",", ":"))
+    marker = '"cache_control":'
+    last = text.rfind(marker)
+    if last < 0:
+        return 0.0
+    # Everything up to the end of the block that holds the last breakpoint.
+    end = text.find("}", text.find("}", last) + 1)
+    return (end + 1) / len(text) if text else 0.0

@@ -1,0 +1,106 @@
+"""/v1/sessions/{id}/threads: a session's threads. Every session here has exactly one, its
+primary thread (multiagent child threads are refused at agent create), which carries all of the
+session's events: list, retrieve, archive (refused: it is archived with its session), and its
+events (the stream, .../threads/{id}/stream, is sessions/streams)."""
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+
+from core.api import Paging, query_list, rfc3339
+from core.errors import InvalidRequest, NotFound
+from core.serializers import page_output
+from sessions.apis.base import AgentsApi
+from sessions.apis.events import EVENT_LIST_PARAMETERS, events_page
+from sessions.events import primary_thread_id, usage_snapshot
+from sessions.selectors import session_get
+from sessions.serializers.events import EventListOutputSerializer
+from sessions.serializers.sessions import SESSION_STATUSES, SessionStatsOutputSerializer
+
+PAGES = Paging(maximum=1000, default=1000)
+
+
+class ThreadOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["session_thread"])
+    session_id = serializers.CharField()
+    parent_thread_id = serializers.CharField(allow_null=True)
+    agent = serializers.DictField()
+    status = serializers.ChoiceField(choices=SESSION_STATUSES)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    archived_at = serializers.DateTimeField(allow_null=True)
+    stats = SessionStatsOutputSerializer()
+    usage = serializers.DictField()
+
+
+ThreadListOutputSerializer = page_output("ThreadListOutputSerializer", ThreadOutputSerializer)
+
+
+def thread_to_wire(session) -> dict:
+    return {
+        "id": primary_thread_id(session.id),
+        "type": "session_thread",
+        "session_id": session.id,
+        "parent_thread_id": None,
+        "agent": session.agent_snapshot,
+        "status": session.status,
+        "created_at": rfc3339(session.created_at),
+        "updated_at": rfc3339(session.updated_at),
+        "archived_at": rfc3339(session.archived_at),
+        "stats": {
+            "active_seconds": round(session.active_seconds, 3),
+            "duration_seconds": round((timezone.now() - session.created_at).total_seconds(), 3),
+        },
+        "usage": usage_snapshot(session.usage or {}, active_seconds=session.active_seconds),
+    }
+
+
+def _thread_session(request, session_id: str, thread_id: str):
+    session = session_get(workspace=request.user, session_id=session_id)
+    if thread_id != primary_thread_id(session.id):
+        raise NotFound(f"Thread {thread_id!r} not found.")
+    return session
+
+
+class SessionThreadsApi(AgentsApi):
+    @extend_schema(
+        operation_id="sessions_threads_list",
+        parameters=[*PAGES.parameters(), OpenApiParameter("statuses[]", str, many=True, enum=list(SESSION_STATUSES))],
+        responses=ThreadListOutputSerializer,
+    )
+    def get(self, request, session_id: str):
+        session = session_get(workspace=request.user, session_id=session_id)
+        PAGES.read(request)  # the bounds still apply; one thread is one page
+        statuses = query_list(request, "statuses")
+        for status in statuses:
+            if status not in SESSION_STATUSES:
+                raise InvalidRequest(f"statuses: {status[:40]!r} is not one of {', '.join(SESSION_STATUSES)}.")
+        threads = [thread_to_wire(session)] if not statuses or session.status in statuses else []
+        return Response({"data": threads, "next_page": None})
+
+
+class SessionThreadDetailApi(AgentsApi):
+    @extend_schema(operation_id="sessions_threads_retrieve", responses=ThreadOutputSerializer)
+    def get(self, request, session_id: str, thread_id: str):
+        return Response(thread_to_wire(_thread_session(request, session_id, thread_id)))
+
+
+class SessionThreadArchiveApi(AgentsApi):
+    @extend_schema(operation_id="sessions_threads_archive", request=None, responses=ThreadOutputSerializer)
+    def post(self, request, session_id: str, thread_id: str):
+        _thread_session(request, session_id, thread_id)
+        raise InvalidRequest(
+            "The primary thread cannot be archived on its own; archive the session (POST /v1/sessions/{id}/archive)."
+        )
+
+
+class SessionThreadEventsApi(AgentsApi):
+    @extend_schema(
+        operation_id="sessions_threads_events_list",
+        parameters=EVENT_LIST_PARAMETERS,
+        responses=EventListOutputSerializer,
+    )
+    def get(self, request, session_id: str, thread_id: str):
+        return events_page(request, _thread_session(request, session_id, thread_id))

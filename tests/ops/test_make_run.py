@@ -1,0 +1,213 @@
+"""Day two with `make run`, from a fresh checkout (tests/ops/checkout.py): `make` alone explains
+itself and starts nothing; `make run` serves Files and sessions, the README's quickstarts run
+against it as written; a second `make run` is refused, naming the first; `make stop` stops it; a
+restart (the .env the first run wrote now in place) serves Files again, with the first run's file;
+and `make stop` also stops a run whose script was killed."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anthropic
+import boto3
+import httpx
+import pytest
+
+from tests.ops.checkout import Checkout, alive, free_port, group_alive
+from tests.scripted_model import ScriptedModel, echo
+
+ROOT = Path(__file__).resolve().parents[2]
+README_URL = "http://127.0.0.1:8000"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def readme_snippet(name: str) -> str:
+    """The ```python block that follows `<!-- test: NAME -->` in README.md."""
+    text = (ROOT / "README.md").read_text()
+    match = re.search(rf"<!-- test: {re.escape(name)} -->\s*```python\n(.*?)```", text, re.S)
+    assert match, f"README.md has no block marked <!-- test: {name} -->"
+    return match.group(1)
+
+
+def run_snippet(name: str, *, url: str, key: str, cwd: Path) -> subprocess.CompletedProcess:
+    code = readme_snippet(name)
+    assert README_URL in code
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    return subprocess.run(
+        [sys.executable, "-c", code.replace(README_URL, url)], cwd=cwd, env={**env, "MANGO_API_KEY": key},
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float, message) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, message() if callable(message) else message
+        time.sleep(0.25)
+
+
+def test_make_run_twice_from_a_fresh_checkout(tmp_path):
+    snippets = tmp_path / "snippets"
+    snippets.mkdir()
+    with Checkout(tmp_path) as checkout:
+        # `make` alone: the targets, one line each, and nothing started.
+        plain = checkout.make()
+        assert plain.returncode == 0, plain.stderr
+        listed = re.findall(r"^  make ([a-z-]+) ", plain.stdout, re.M)
+        declared = re.findall(r"^([a-z][a-z-]*):", (checkout.path / "Makefile").read_text(), re.M)
+        assert listed[:3] == ["help", "run", "stop"] and sorted(listed) == sorted(declared)
+        assert not (checkout.path / "var").exists() and not (checkout.path / ".env").exists()
+
+        # First run, with an upstream that cannot be reached: one warning, in the turn's words.
+        unreachable = f"http://127.0.0.1:{closed_port()}"
+        env = checkout.run_env(
+            PORT=str(free_port()), MANGO_EMBEDDED_S3_PORT=str(free_port()),
+            ANTHROPIC_BASE_URL=unreachable, MANGO_MODEL_MAX_RETRIES="0",
+        )  # fmt: skip
+        first = checkout.make_run(env)
+        first.wait_ready()
+        header, groups = checkout.run_pids()
+        assert header["port"] == env["PORT"] and alive(int(header["pid"])) and len(groups) >= 4
+        log = first.text()
+        assert log.count("could not be reached") == 1, log
+        warning = next(line for line in log.splitlines() if "could not be reached" in line)
+        assert unreachable in warning and "ANTHROPIC_API_KEY" in warning
+        assert "mango.W001" not in log  # printed once, as the banner's warning, not by each command
+        dotenv = (checkout.path / ".env").read_text()
+        assert "MANGO_EMBEDDED_S3=true" in dotenv and f"PORT={env['PORT']}" in dotenv
+
+        # The key from a new shell (it reads .env), then the README's Files quickstart.
+        created = checkout.manage("create_api_key", "--workspace", "default")
+        assert created.returncode == 0, created.stderr
+        key = created.stdout.strip().splitlines()[-1]
+        files = run_snippet("files-quickstart", url=first.url, key=key, cwd=snippets)
+        assert files.returncode == 0, files.stderr
+        assert "notes.md" in files.stdout and "text/markdown" in files.stdout
+        client = anthropic.Anthropic(base_url=first.url, api_key=key, max_retries=0)
+        [kept] = client.beta.files.list().data
+
+        # A turn then fails with the message the warning quoted (the reason is the same refusal).
+        agent = client.beta.agents.create(name="a", model="claude-sonnet-4-5")
+        environment = client.beta.environments.create(name="e")
+        session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+        client.beta.sessions.events.send(
+            session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "hi"}]}]
+        )
+        errors = []
+        wait_until(
+            lambda: errors.extend(
+                e for e in client.beta.sessions.events.list(session.id).data if e.type == "session.error"
+            ) or errors,
+            60, "no session.error",
+        )  # fmt: skip
+        assert errors[0].error.message in warning, (errors[0].error.message, warning)
+
+        # A second `make run` of the same checkout is refused and names the first.
+        second = checkout.make("run", env=checkout.run_env(PORT=str(free_port())), timeout=60)
+        assert second.returncode != 0
+        assert f"pid {header['pid']}" in second.stderr and f"port {env['PORT']}" in second.stderr
+        assert checkout.run_pids() == (header, groups) and all(group_alive(g) for g in groups)
+
+        # `make stop` stops it all.
+        stopped = checkout.make("stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert first.wait_exit(60) == 0
+        assert not [g for g in groups if group_alive(g)]
+        assert not (checkout.path / "var" / "run.pids").exists()
+        assert "stopping (" in first.text() and "stopped" in first.text()
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{first.url}/healthz", timeout=2)
+
+        # Day two: the same command, .env in place, now with the scripted upstream. Files work
+        # (the first run's file too), and the README's session quickstart runs as written.
+        model = ScriptedModel(default=echo)
+        try:
+            env2 = {**env, "ANTHROPIC_BASE_URL": model.url}
+            again = checkout.make_run(env2)
+            again.wait_ready()
+            assert "not usable" not in again.text() and "starting SeaweedFS" in again.text(), again.text()
+            files = run_snippet("files-quickstart", url=again.url, key=key, cwd=snippets)
+            assert files.returncode == 0, files.stderr
+            assert client.beta.files.retrieve_metadata(kept.id).size_bytes == kept.size_bytes
+            assert len(client.beta.files.list().data) == 2
+            # Both files' bytes are in the embedded store the restart started again.
+            store = boto3.client(
+                "s3", endpoint_url=f"http://127.0.0.1:{env['MANGO_EMBEDDED_S3_PORT']}", region_name="us-east-1",
+                aws_access_key_id="mango", aws_secret_access_key="mango-dev-secret",
+            )  # fmt: skip
+            objects = store.list_objects_v2(Bucket="mango-files").get("Contents", [])
+            assert sorted(o["Size"] for o in objects) == [kept.size_bytes] * 2
+            chat = run_snippet("session-quickstart", url=again.url, key=key, cwd=snippets)
+            assert chat.returncode == 0, chat.stderr
+            assert "(scripted model) You said:" in chat.stdout, chat.stdout
+            assert model.requests, "the turn never reached the scripted upstream"
+
+            # A run whose script was killed: the next `make run` names what it left, `make
+            # stop` stops that too.
+            header, groups = checkout.run_pids()
+            os.kill(int(header["pid"]), signal.SIGKILL)
+            again.wait_exit(30)
+            refused = checkout.make("run", env=env2, timeout=60)
+            assert refused.returncode != 0 and "make stop" in refused.stderr, refused.stderr
+            assert all(group_alive(g) for g in groups)
+            stopped = checkout.make("stop")
+            assert stopped.returncode == 0, stopped.stderr
+            assert not [g for g in groups if group_alive(g)]
+
+            # A .env written before the embedded store was marked: its default endpoint is still
+            # taken for the embedded store, and the rewritten .env carries the mark.
+            dotenv = checkout.path / ".env"
+            dotenv.write_text(
+                "".join(line for line in dotenv.read_text().splitlines(True) if "EMBEDDED_S3=" not in line)
+            )
+            third = checkout.make_run(env2)
+            third.wait_ready()
+            assert "starting SeaweedFS" in third.text() and "MANGO_EMBEDDED_S3=true" in dotenv.read_text()
+            client.beta.files.upload(file=("third.txt", b"third run\n", "text/plain"))
+            assert len(client.beta.files.list().data) == 3
+            assert checkout.make("stop").returncode == 0 and third.wait_exit(60) == 0
+        finally:
+            model.close()
+
+
+def test_ctrl_c_stops_everything_when_output_is_piped(tmp_path):
+    """`make run | tee log` in a terminal: Ctrl-C is SIGINT to the whole foreground process group
+    (make, the script, tee); the script must outlive tee's pipe, stop every component and say so
+    on the terminal (stderr)."""
+    with Checkout(tmp_path) as checkout:
+        env = checkout.run_env(PORT=str(free_port()), MANGO_EMBEDDED_S3_PORT=str(free_port()))
+        out, err = tmp_path / "out.log", tmp_path / "terminal.log"
+        err.touch()
+        shell = subprocess.Popen(
+            ["bash", "-c", f"make run 2>{err} | tee {out} >/dev/null"], cwd=checkout.path, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+        checkout.shells.append(shell)
+        url = f"http://127.0.0.1:{env['PORT']}"
+        wait_until(lambda: "Mango is serving" in err.read_text(errors="replace"), 180, lambda: err.read_text()[-3000:])
+        assert httpx.get(f"{url}/static/admin/css/base.css", timeout=60).status_code == 200
+        _, groups = checkout.run_pids()
+        assert len(groups) >= 4 and all(group_alive(g) for g in groups)
+        assert (checkout.path / ".env").read_text().startswith("# Written by make run")
+
+        os.killpg(shell.pid, signal.SIGINT)
+        shell.wait(60)
+        wait_until(lambda: not [g for g in groups if group_alive(g)], 30, lambda: err.read_text()[-3000:])
+        terminal = err.read_text(errors="replace")
+        assert "stopping (" in terminal and "stopped" in terminal
+        assert "Bad file descriptor" not in terminal + out.read_text(errors="replace")
+        assert not (checkout.path / "var" / "run.pids").exists()
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{url}/healthz", timeout=2)

@@ -1,0 +1,53 @@
+"""Session threads (issue 27, point 4): every session has its primary thread, which carries all
+of its events; the SDK's 5 thread methods with strict response validation."""
+
+import anthropic
+import pytest
+
+from tests.scripted_model import text, tool_use
+from tests.sessions.conftest import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(120)]
+
+MODEL = "claude-sonnet-4-5"
+
+
+def test_the_primary_thread_through_the_sdk(sdk, live_server, other_api_key, model, celery_worker):
+    agent = sdk.beta.agents.create(
+        name="t",
+        model=MODEL,
+        tools=[{"type": "custom", "name": "ping", "description": "Ping.", "input_schema": {"type": "object"}}],
+    )
+    env = sdk.beta.environments.create(name="e", config={"type": "cloud"})
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    (thread,) = list(sdk.beta.sessions.threads.list(session.id))
+    assert thread.type == "session_thread" and thread.session_id == session.id and thread.parent_thread_id is None
+    assert thread.status == "idle" and thread.agent.id == agent.id
+    assert sdk.beta.sessions.threads.retrieve(thread.id, session_id=session.id).id == thread.id
+    assert list(sdk.beta.sessions.threads.list(session.id, statuses=["running"])) == []
+
+    model.script([tool_use("ping", {}), text("pong")])
+    with sdk.beta.sessions.threads.events.stream(thread.id, session_id=session.id) as stream:
+        sdk.beta.sessions.events.send(
+            session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
+        )
+        seen = []
+        for event in stream:
+            seen.append(event)
+            if event.type == "session.status_idle":
+                break
+    use = next(e for e in seen if e.type == "agent.custom_tool_use")
+    assert use.session_thread_id == thread.id
+    listed = [e.id for e in sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id)]
+    assert listed == [e.id for e in sdk.beta.sessions.events.list(session.id)]
+    wait_for(lambda: sdk.beta.sessions.retrieve(session.id).status == "idle")
+
+    with pytest.raises(anthropic.BadRequestError, match="archive the session"):
+        sdk.beta.sessions.threads.archive(thread.id, session_id=session.id)
+    with pytest.raises(anthropic.NotFoundError):
+        sdk.beta.sessions.threads.retrieve("sthr_unknown", session_id=session.id)
+    other = anthropic.Anthropic(base_url=live_server.url, api_key=str(other_api_key), max_retries=0)
+    with pytest.raises(anthropic.NotFoundError):
+        other.beta.sessions.threads.retrieve(thread.id, session_id=session.id)
+    with pytest.raises(anthropic.NotFoundError):
+        other.beta.sessions.threads.events.list(thread.id, session_id=session.id)
