@@ -339,6 +339,7 @@ MANGO_SESSIONS_QUEUE = env.str("MANGO_SESSIONS_QUEUE", default="celery")
 CELERY_TASK_ROUTES = ("sessions.dispatch.route_task",)
 CELERY_BEAT_SCHEDULE = {
     "files-reconcile": {"task": "files.reconcile", "schedule": timedelta(minutes=5)},
+    "files-reconcile-given-up": {"task": "files.reconcile_given_up", "schedule": timedelta(seconds=10)},
     "files-expire": {"task": "files.expire", "schedule": timedelta(minutes=1)},
     "sessions-recover": {"task": "sessions.recover_stuck", "schedule": timedelta(minutes=1)},
     "sessions-orphan-files": {"task": "sessions.orphan_files_sweep", "schedule": timedelta(minutes=10)},
@@ -351,6 +352,8 @@ CELERY_BEAT_SCHEDULE = {
 MANGO_HEARTBEAT_SECONDS = env.float("MANGO_HEARTBEAT_SECONDS", default=10.0)
 MANGO_HEARTBEAT_STALE_SECONDS = env.int("MANGO_HEARTBEAT_STALE_SECONDS", default=30)
 MANGO_READYZ_REQUIRE_WORKER = env.bool("MANGO_READYZ_REQUIRE_WORKER", default=True)
+# /readyz answers within this, whatever hangs; a check that has not answered by then is down.
+MANGO_READYZ_TIMEOUT_SECONDS = env.float("MANGO_READYZ_TIMEOUT_SECONDS", default=2.0)
 
 # /metrics (core/metrics.py) asks for `Authorization: Bearer <token>` when this is set.
 MANGO_METRICS_TOKEN = env.str("MANGO_METRICS_TOKEN", default="") or None

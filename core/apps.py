@@ -8,6 +8,10 @@ class CoreConfig(AppConfig):
     verbose_name = "Workspaces and API keys"
 
     def ready(self):
+        from core import database
+
+        database.pool_retry_constant()
+
         from core import readiness
 
         readiness.register("postgresql", readiness.check_database)

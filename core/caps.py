@@ -70,6 +70,13 @@ class _Gate:
         self._take = client.register_script(_TAKE)
         self._refresh = client.register_script(_REFRESH)
         self._held: set[Slot] = set()
+        # Slots whose release met an unreachable Redis: released before the next take, so that
+        # after an outage a workspace is not refused for a minute by slots nobody holds.
+        self._unreleased: set[Slot] = set()
+
+    def _could_not_release(self, slot: Slot) -> None:
+        logger.warning("could not release a cap slot; released once Redis answers")
+        self._unreleased.add(slot)
 
     @staticmethod
     def _slot(kind: str, workspace_id: str) -> Slot:
@@ -107,6 +114,9 @@ class CapsGate(_Gate):
         None when Redis is unreachable (fail open: nothing to release)."""
         slot = self._slot(kind, workspace_id)
         try:
+            for pending in list(self._unreleased):
+                await self.redis.zrem(pending.key, pending.member)
+                self._unreleased.discard(pending)
             taken = await self._take(**self._take_call(slot, limit))
         except (redis.RedisError, OSError):
             self._unavailable(kind)
@@ -125,7 +135,7 @@ class CapsGate(_Gate):
         try:
             await self.redis.zrem(slot.key, slot.member)
         except (redis.RedisError, OSError):
-            logger.warning("could not release a cap slot; it expires on its own")
+            self._could_not_release(slot)
 
     async def _keep(self) -> None:
         while self._held:
@@ -153,6 +163,12 @@ class ThreadGate(_Gate):
         unreachable (fail open: nothing to release)."""
         slot = self._slot(kind, workspace_id)
         try:
+            with self._lock:
+                unreleased = list(self._unreleased)
+            for pending in unreleased:
+                self.redis.zrem(pending.key, pending.member)
+                with self._lock:
+                    self._unreleased.discard(pending)
             taken = self._take(**self._take_call(slot, limit))
         except (redis.RedisError, OSError):
             self._unavailable(kind)
@@ -174,7 +190,8 @@ class ThreadGate(_Gate):
         try:
             self.redis.zrem(slot.key, slot.member)
         except (redis.RedisError, OSError):
-            logger.warning("could not release a cap slot; it expires on its own")
+            with self._lock:
+                self._could_not_release(slot)
 
     def _keep(self) -> None:
         while True:

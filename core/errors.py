@@ -10,15 +10,23 @@ The `request-id` header is added by core.middleware.RequestIdMiddleware on every
 
 import json
 import logging
+import threading
+import time
 import uuid
 from collections.abc import Callable
 
+import kombu.exceptions
+import psycopg
+import redis
+from django import db
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import Http404, HttpResponse
 from psycopg_pool import PoolTimeout
 from rest_framework import exceptions as drf_exceptions
+
+from core.database import database_answers
 
 logger = logging.getLogger(__name__)
 
@@ -116,10 +124,62 @@ class ServiceUnavailable(ApiError):
 
 
 class DatabaseBusy(ServiceUnavailable):
-    """No database connection came free within MANGO_DB_POOL_TIMEOUT_SECONDS."""
+    """No database connection came free within MANGO_DB_POOL_TIMEOUT_SECONDS, the database
+    answering all along (every connection was in use)."""
 
     message = "The server is busy; retry shortly."
     headers = {"retry-after": "1"}
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """The database did not answer (down, restarting, or this connection was terminated)."""
+
+    message = "The database is unavailable; retry shortly."
+    code = "database_unavailable"
+    headers = {"retry-after": "2"}
+
+
+class ObjectStoreUnavailable(ServiceUnavailable):
+    """The object store did not answer (files/storage.py raises its subclass)."""
+
+    message = "The object store is unavailable; nothing was changed. Retry later."
+    code = "object_store_unavailable"
+    headers = {"retry-after": "2"}
+
+
+class QueueUnavailable(ServiceUnavailable):
+    """The task queue (Redis) did not answer, and the request could not go ahead without it."""
+
+    message = "The task queue is unavailable; retry shortly."
+    code = "queue_unavailable"
+    headers = {"retry-after": "2"}
+
+
+# Exceptions that mean "the database did not answer", whichever layer raised them. Django wraps
+# psycopg's in its own classes (django.db.utils), with the original as __cause__.
+DATABASE_DOWN_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, db.OperationalError, db.InterfaceError)
+QUEUE_DOWN_ERRORS = (kombu.exceptions.OperationalError, redis.ConnectionError, redis.TimeoutError)
+
+
+_pool_checked_at = [0.0]
+
+
+def _check_pool_soon() -> None:
+    """A request met a dead database connection (the server restarted, or ended it): have the
+    pool test its idle connections now, in the background, so the next requests get live ones
+    instead of meeting the other dead ones one by one. At most once a second per process."""
+    pool = getattr(db.connection, "pool", None)
+    if pool is None or time.monotonic() - _pool_checked_at[0] < 1.0:
+        return
+    _pool_checked_at[0] = time.monotonic()
+
+    def check():
+        try:
+            pool.check()
+        except Exception:
+            logger.warning("database pool check failed", exc_info=True)
+
+    threading.Thread(target=check, name="mango-pool-check", daemon=True).start()
 
 
 def new_request_id() -> str:
@@ -202,7 +262,13 @@ def to_api_error(exc: Exception) -> ApiError | None:
     if isinstance(exc, drf_exceptions.Throttled):
         return RateLimited(str(exc.detail))
     if isinstance(exc, PoolTimeout) or isinstance(exc.__cause__, PoolTimeout):
-        return DatabaseBusy()
+        # The pool cannot tell "every connection busy" from "no connection can be made".
+        return DatabaseBusy() if database_answers() else DatabaseUnavailable()
+    if isinstance(exc, DATABASE_DOWN_ERRORS) or isinstance(exc.__cause__, DATABASE_DOWN_ERRORS):
+        _check_pool_soon()
+        return DatabaseUnavailable()
+    if isinstance(exc, QUEUE_DOWN_ERRORS):
+        return QueueUnavailable()
     if isinstance(exc, RequestDataTooBig):
         return RequestTooLarge()
     if isinstance(exc, SuspiciousOperation):

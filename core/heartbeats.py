@@ -58,19 +58,23 @@ def beat_beat() -> None:
         client.close()
 
 
-def live_workers(*, queue: str = "*") -> list[dict]:
-    """Workers that renewed their heartbeat within the stale window (one entry per hostname)."""
+def live_workers(*, queue: str = "*", since_server_start: bool = False) -> list[dict]:
+    """Workers that renewed their heartbeat within the stale window (one entry per hostname);
+    with since_server_start, only heartbeats written since the Redis server last started (one
+    restored from before a restart proves nothing about the worker's connection now)."""
     client = _client()
     try:
         keys = list(client.scan_iter(match=f"{WORKER_PREFIX}{queue}:*", count=500))
         values = client.mget(keys) if keys else []
+        started = time.time() - int(client.info("server")["uptime_in_seconds"]) - 1 if since_server_start else 0
     finally:
         client.close()
     workers: dict[str, dict] = {}
     for raw in values:
         if raw:
             entry = json.loads(raw)
-            workers[entry["hostname"]] = entry
+            if entry["ts"] >= started:
+                workers[entry["hostname"]] = entry
     now = time.time()
     return [
         {**entry, "age_seconds": now - entry["ts"]} for entry in sorted(workers.values(), key=lambda e: e["hostname"])
@@ -103,6 +107,10 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def beat_now(self) -> None:
+        """Beat at once, off the caller's thread (e.g. a worker that has just reconnected)."""
+        threading.Thread(target=self._beat_once, name="mango-heartbeat-now", daemon=True).start()
 
     def _beat_once(self) -> None:
         try:

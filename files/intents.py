@@ -4,10 +4,11 @@ close them. Used by the services, the transfer engine and reconciliation."""
 
 import logging
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from core.crashpoints import crash_point
+from core.database import connection_live
 from core.errors import ServiceUnavailable
 from files import liveness, storage
 from files.models import File, StorageIntent
@@ -28,20 +29,29 @@ def intent_close(intent_id: int, *, state: str, file_id: str | None = None) -> N
 
 
 def intent_error(intent_id: int, exc: BaseException) -> None:
-    StorageIntent.objects.filter(pk=intent_id).update(last_error=f"{type(exc).__name__}: {exc}"[:2000])
+    """Best effort (the error being recorded may be the database's own)."""
+    try:
+        StorageIntent.objects.filter(pk=intent_id).update(last_error=f"{type(exc).__name__}: {exc}"[:2000])
+    except DatabaseError:
+        pass
 
 
 def intent_disown(intent_id: int, exc: BaseException) -> None:
     """This process gives up on an open intent (the store was unreachable while finishing it):
-    record why and drop its owner, so reconciliation finishes it after the grace window even
-    while this process lives on."""
-    StorageIntent.objects.filter(pk=intent_id, state=StorageIntent.State.OPEN).update(
-        owner=None, last_error=f"{type(exc).__name__}: {exc}"[:2000]
-    )
+    record why and hand it to liveness.GIVEN_UP, an owner no process holds, so reconciliation
+    finishes it as soon as the store answers again (files.reconcile_given_up), without a grace.
+    If the database does not answer either, the process hands it over once it does."""
+    try:
+        StorageIntent.objects.filter(pk=intent_id, state=StorageIntent.State.OPEN).update(
+            owner=liveness.GIVEN_UP, last_error=f"{type(exc).__name__}: {exc}"[:2000]
+        )
+    except DatabaseError:
+        liveness.give_up_later(intent_id)
 
 
 def intent_heartbeat(intent_id: int, **fields) -> None:
     """Refresh a live upload's intent; fail if reconciliation has claimed it meanwhile."""
+    connection_live()  # a long upload may have streamed through a database restart
     updated = StorageIntent.objects.filter(pk=intent_id, state=StorageIntent.State.OPEN, attempts=0).update(
         updated_at=timezone.now(), **fields
     )
@@ -61,12 +71,15 @@ def upload_discard(*, intent_id: int, key: str, upload_id: str | None) -> None:
         intent_disown(intent_id, exc)
         return
     crash_point("upload_discard_before_close")
-    intent_close(intent_id, state=StorageIntent.State.ROLLED_BACK)
+    try:
+        intent_close(intent_id, state=StorageIntent.State.ROLLED_BACK)
+    except DatabaseError:
+        liveness.give_up_later(intent_id)  # nothing left in the store: reconciliation closes it
 
 
 def delete_finish(intent: StorageIntent, *, defer: bool = True, crash_at: str = "delete_object_deleted") -> bool:
     """Delete the object, then (in one transaction) the row and the intent. If the store is
-    unreachable: with `defer`, False, the intent left open for reconciliation (ownerless);
+    unreachable: with `defer`, False, the intent left open for reconciliation (given up);
     without (reconciliation itself), the store's error is raised."""
     try:
         storage.delete_object(key=intent.object_key)
@@ -77,9 +90,13 @@ def delete_finish(intent: StorageIntent, *, defer: bool = True, crash_at: str = 
         intent_disown(intent.pk, exc)
         return False
     crash_point(crash_at)
-    with transaction.atomic():
-        File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
-        intent_close(intent.pk, state=StorageIntent.State.COMMITTED)
+    try:
+        with transaction.atomic():
+            File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
+            intent_close(intent.pk, state=StorageIntent.State.COMMITTED)
+    except DatabaseError:
+        liveness.give_up_later(intent.pk)  # the File stays hidden; reconciliation removes the row
+        raise
     return True
 
 

@@ -7,9 +7,11 @@ processes, workers and reconcilers at once:
 * an intent is finished as soon as its owner process is provably dead (files/liveness.py: the
   owner's advisory lock is no longer held), and never while its owner lives — so after a
   crash and restart, interrupted operations are finished at once, whatever the number of
-  processes. Only intents without an owner (rows from older builds, or intents their owner
-  gave up on because the store was unreachable) wait for the grace window, measured from
-  their last sign of life;
+  processes. An intent its owner (or a reconciler) gave up on because the store was
+  unreachable belongs to liveness.GIVEN_UP, which no process holds: it is finished by the next
+  pass that reaches the store (files.reconcile_given_up retries them every few seconds). Only
+  intents whose owner cannot be known (NULL: rows from older builds) wait for the grace window,
+  measured from their last sign of life;
 * intents are claimed with SELECT … FOR UPDATE SKIP LOCKED and the claim (attempts + 1, and
   the reconciler becomes the owner, so a concurrent reconciler leaves it alone and a crashed
   one's claims are finished by the next) is committed before any object-store call; a request
@@ -20,6 +22,7 @@ processes, workers and reconcilers at once:
 """
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -38,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 100
 CLOSED_INTENT_RETENTION = timedelta(days=7)
+UNOWNED_MULTIPART_SECONDS = 60
 
 
 @dataclass
@@ -57,31 +61,48 @@ class Report:
         return {k: v for k, v in self.__dict__.items() if k != "actions"}
 
 
-def dead_owners() -> set[int]:
-    """Owners of open intents whose advisory lock is not held: their processes are gone.
+def _unlocked_owners() -> tuple[set[int], float]:
+    """Owners of open intents whose advisory lock is not held, and the database's uptime.
 
     The owners are read before the locks: an owner takes its lock before it stamps an intent,
-    so an owner seen on an intent and then missing from the locks has died (ids are never
-    reused). The other order would take a process that started in between for a dead one."""
+    so an owner seen on an intent and then missing from the locks has lost its session (ids
+    are never reused). The other order would take a process that started in between for one."""
     owners = set(
         StorageIntent.objects.filter(state=StorageIntent.State.OPEN, owner__isnull=False)
         .values_list("owner", flat=True)
         .distinct()
     )
-    return owners - liveness.live_owners() if owners else set()
+    if not owners:
+        return set(), float("inf")
+    live, uptime = liveness.live_owners()
+    return owners - live, uptime
 
 
-def _finishable(*, cutoff) -> Q:
+def dead_owners(*, wait: bool = True) -> set[int]:
+    """Owners of open intents whose processes are gone: unlocked, and still unlocked after the
+    time a living process takes to notice a lost session and re-stamp its intents under a new
+    id (files/liveness.py). Their intents still carry the old id only if nobody re-stamped
+    them, so a claim of `owner__in=dead_owners()` never takes a living process's intent. Just
+    after a database restart (every lock lost at once) the wait is longer. `wait=False` (dry
+    runs) skips the wait."""
+    unlocked, uptime = _unlocked_owners()
+    if not wait or not (unlocked - {liveness.GIVEN_UP}):
+        return unlocked
+    time.sleep(max(liveness.RELOCK_SECONDS, liveness.RESTART_SECONDS - uptime))
+    return unlocked
+
+
+def _finishable(*, cutoff, dead: set[int]) -> Q:
     """Open intents reconciliation may finish now: a dead owner's, or an ownerless one idle
     for longer than the grace window."""
-    return Q(state=StorageIntent.State.OPEN) & (
-        Q(owner__in=dead_owners()) | Q(owner__isnull=True, updated_at__lt=cutoff)
-    )
+    return Q(state=StorageIntent.State.OPEN) & (Q(owner__in=dead) | Q(owner__isnull=True, updated_at__lt=cutoff))
 
 
-def _claim(*, cutoff, batch_size: int, intent_ids=None) -> list[StorageIntent]:
+def _claim(*, cutoff, dead: set[int], batch_size: int, intent_ids=None) -> list[StorageIntent]:
     with transaction.atomic():
-        queryset = StorageIntent.objects.select_for_update(skip_locked=True).filter(_finishable(cutoff=cutoff))
+        queryset = StorageIntent.objects.select_for_update(skip_locked=True).filter(
+            _finishable(cutoff=cutoff, dead=dead)
+        )
         if intent_ids is not None:
             queryset = queryset.filter(pk__in=intent_ids)
         intents = list(queryset.order_by("updated_at")[:batch_size])
@@ -102,12 +123,12 @@ def _finish_upload(intent: StorageIntent, report: Report) -> None:
         return
     if intent.upload_id:
         storage.multipart_abort(key=intent.object_key, upload_id=intent.upload_id)
-    else:
-        # The owner may have died between starting a multipart upload and recording its id.
-        # Keys are unique per intent, so every upload under this exact key is the intent's.
-        for upload in storage.list_multipart_uploads(prefix=intent.object_key):
-            if upload["key"] == intent.object_key:
-                storage.multipart_abort(key=upload["key"], upload_id=upload["upload_id"])
+    # Also the uploads the intent does not name: its owner may have died between starting one and
+    # recording its id, or a retried start may have made a second. Keys are unique per intent, so
+    # every upload under this exact key is the intent's.
+    for upload in storage.list_multipart_uploads(prefix=intent.object_key):
+        if upload["key"] == intent.object_key:
+            storage.multipart_abort(key=upload["key"], upload_id=upload["upload_id"])
     storage.delete_object(key=intent.object_key)
     crash_point("reconcile_object_removed")
     intent_close(intent.pk, state=StorageIntent.State.ROLLED_BACK)
@@ -141,29 +162,34 @@ def reconcile(
     cutoff = timezone.now() - timedelta(seconds=grace)
 
     if dry_run:
-        queryset = StorageIntent.objects.filter(_finishable(cutoff=cutoff))
+        queryset = StorageIntent.objects.filter(_finishable(cutoff=cutoff, dead=dead_owners(wait=False)))
         if intent_ids is not None:
             queryset = queryset.filter(pk__in=intent_ids)
         report.actions += [_describe(intent) for intent in queryset.order_by("updated_at")]
     else:
-        while True:
-            intents = _claim(cutoff=cutoff, batch_size=BATCH_SIZE, intent_ids=intent_ids)
+        dead = dead_owners()
+        store_down = False
+        while not store_down:
+            intents = _claim(cutoff=cutoff, dead=dead, batch_size=BATCH_SIZE, intent_ids=intent_ids)
             if not intents:
                 break
             for intent in intents:
                 report.actions.append(_describe(intent))
-                try:
-                    if intent.kind == StorageIntent.Kind.UPLOAD:
-                        _finish_upload(intent, report)
-                    else:
-                        _finish_delete(intent, report)
-                except storage.StorageUnavailable as exc:
-                    report.deferred += 1
-                    # Ownerless again: the next pass after the grace window retries it.
-                    StorageIntent.objects.filter(pk=intent.pk, state=StorageIntent.State.OPEN).update(
-                        owner=None, last_error=f"reconcile: {exc.details}"[:2000]
-                    )
-                    logger.warning("reconcile deferred", extra={"intent_id": intent.pk})
+                if not store_down:
+                    try:
+                        if intent.kind == StorageIntent.Kind.UPLOAD:
+                            _finish_upload(intent, report)
+                        else:
+                            _finish_delete(intent, report)
+                        continue
+                    except storage.StorageUnavailable as exc:
+                        store_down, error = True, f"reconcile: {exc.details}"[:2000]
+                        logger.warning("reconcile deferred: object store unavailable", extra={"intent_id": intent.pk})
+                report.deferred += 1
+                # Given up: no process owns it, so the next pass retries it without a grace.
+                StorageIntent.objects.filter(pk=intent.pk, state=StorageIntent.State.OPEN).update(
+                    owner=liveness.GIVEN_UP, last_error=error
+                )
 
     if intent_ids is None:
         try:
@@ -183,14 +209,36 @@ def reconcile(
     return report
 
 
-def _abort_stale_multipart(*, cutoff, dry_run: bool, report: Report) -> None:
-    owned = set(
-        StorageIntent.objects.filter(state=StorageIntent.State.OPEN, upload_id__isnull=False).values_list(
-            "upload_id", flat=True
-        )
+def reconcile_given_up() -> Report:
+    """Finish the intents their owners gave up on (liveness.GIVEN_UP): they have no live owner,
+    so they wait for nothing but the store. Cheap when there are none (one indexed query)."""
+    ids = list(
+        StorageIntent.objects.filter(state=StorageIntent.State.OPEN, owner=liveness.GIVEN_UP).values_list(
+            "pk", flat=True
+        )[:BATCH_SIZE]
     )
-    for upload in storage.list_multipart_uploads(prefix=storage.KEY_PREFIX):
-        if upload["upload_id"] in owned or upload["initiated"] is None or upload["initiated"] >= cutoff:
+    return reconcile(intent_ids=ids) if ids else Report()
+
+
+def _abort_stale_multipart(*, cutoff, dry_run: bool, report: Report) -> None:
+    """Abort the multipart uploads no open intent owns, once older than the grace window or
+    UNOWNED_MULTIPART_SECONDS, whichever is shorter. A multipart upload is started only under a
+    committed intent for its key (keys are unique per intent), so one whose key has no open intent
+    is never going to be completed (the short age only covers an intent not yet visible to this
+    transaction). The uploads are listed before the intents are read, so an upload started
+    meanwhile is never taken for an unowned one."""
+    uploads = list(storage.list_multipart_uploads(prefix=storage.KEY_PREFIX))
+    keys = sorted({upload["key"] for upload in uploads})
+    owned = set()
+    for start in range(0, len(keys), 1000):
+        owned |= set(
+            StorageIntent.objects.filter(
+                state=StorageIntent.State.OPEN, object_key__in=keys[start : start + 1000]
+            ).values_list("object_key", flat=True)
+        )
+    cutoff = max(cutoff, timezone.now() - timedelta(seconds=UNOWNED_MULTIPART_SECONDS))
+    for upload in uploads:
+        if upload["key"] in owned or upload["initiated"] is None or upload["initiated"] >= cutoff:
             continue
         report.actions.append(f"abort stale multipart upload {upload['upload_id']} key {upload['key']}")
         if not dry_run:

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.crashpoints import crash_point
+from core.database import connection_live
 from core.errors import NotFound
 from core.models import Workspace
 from files import liveness, storage
@@ -31,6 +32,7 @@ def create_visible_file(*, intent_id: int, workspace: Workspace, **fields) -> Fi
     """In one transaction: create the ready File and close its upload intent. Refuses when
     reconciliation has claimed the intent (it is deleting the object)."""
     crash_point("upload_before_commit")
+    connection_live()  # the body may have streamed through a database restart
     with transaction.atomic():
         intent = StorageIntent.objects.select_for_update().get(pk=intent_id)
         if intent.state != StorageIntent.State.OPEN or intent.attempts:

@@ -110,12 +110,15 @@ started_component $! "the API (gunicorn)"
 # MANGO_WORKER_CONCURRENCY turns at once; a process is bound to one core by Python's interpreter
 # lock, so the node runs MANGO_WORKER_PROCESSES of them (default 2 x 100 = 200 turns). Worker and
 # beat processes take at most MANGO_WORKER_DB_POOL_MAX_SIZE (4) database connections each
-# (docs/operating.md "Database connections" adds them up; "Workers").
+# (docs/operating.md "Database connections" adds them up; "Workers"). Workers find each other
+# through Redis heartbeats (core/heartbeats.py), not Celery's gossip, mingle and event heartbeats,
+# which are off: Gossip's restart after a Redis outage fails (AttributeError, celery/kombu#582).
 worker_processes="${MANGO_WORKER_PROCESSES:-2}"
 for index in $(seq 1 "$worker_processes"); do
   MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
     MANGO_WORKER_CONCURRENCY="${MANGO_WORKER_CONCURRENCY:-100}" \
-    setsid "$VENV/bin/celery" -A config worker --loglevel INFO -n "worker$index-$$@%h" 9>&- &
+    setsid "$VENV/bin/celery" -A config worker --loglevel INFO -n "worker$index-$$@%h" \
+      --without-gossip --without-mingle --without-heartbeat 9>&- &
   started_component $! "Celery worker $index"
 done
 MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \

@@ -5,11 +5,12 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
+from django.db import DatabaseError
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from sessions import sandbox
-from sessions.dispatch import SANDBOX_REMOVE, SESSION_RUN
+from sessions.dispatch import QUEUE_ERRORS, SANDBOX_REMOVE, SESSION_RUN
 from sessions.events import RUNNER_INPUT_TYPES
 from sessions.models import Session, SessionEvent
 from sessions.runtime import turn  # imported before the pool forks: children start warm (anthropic is slow to import)
@@ -50,18 +51,27 @@ def session_recover_stuck(stale_seconds: float | None = None) -> list[str]:
         session=OuterRef("pk"), processed_at__isnull=True, type__in=RUNNER_INPUT_TYPES, created_at__lt=stale
     )
     active = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
-    ids = list(
-        Session.objects.filter(deleted_at__isnull=True)
-        .filter(
-            Q(runner_token__isnull=False, runner_heartbeat_at__lt=stale)
-            | Q(runner_token__isnull=True, status__in=active)
-            | Q(runner_token__isnull=True) & Exists(pending_input)
+    try:
+        ids = list(
+            Session.objects.filter(deleted_at__isnull=True)
+            .filter(
+                Q(runner_token__isnull=False, runner_heartbeat_at__lt=stale)
+                | Q(runner_token__isnull=True, status__in=active)
+                | Q(runner_token__isnull=True) & Exists(pending_input)
+            )
+            .values_list("id", flat=True)[:500]
         )
-        .values_list("id", flat=True)[:500]
-    )
-    for session_id in ids:
+    except DatabaseError:
+        # A database restart: the next pass (a reaper interval away) finds the same sessions.
+        logger.warning("session recovery skipped: database unavailable")
+        return []
+    for index, session_id in enumerate(ids):
         logger.warning("recovering session", extra={"session_id": session_id})
-        session_run.delay(session_id)
+        try:
+            session_run.delay(session_id)
+        except QUEUE_ERRORS:
+            logger.warning("session recovery stopped: queue unavailable", extra={"left": len(ids) - index})
+            return ids[:index]
     return ids
 
 

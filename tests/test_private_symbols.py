@@ -5,6 +5,8 @@ time. Each such library is pinned (requirements-runtime.txt) to the version chec
 
 The apps use none (the import contracts in .importlinter keep them from importing a server);
 the signed object-store backend uses botocore's public signer and boto3's public credentials.
+Outside the serving layer: the worker's broker-reconnect guards (config/celery.py) and the
+database pool's reconnect interval (core/database.py), both for dependency outages.
 """
 
 import inspect
@@ -23,6 +25,9 @@ LIBRARIES = {
     "httptools": "config/uvicorn.py",
     "gunicorn": "config/bodies.py",
     "a2wsgi": "config/asgi.py, config/downloads.py",
+    "celery": "config/celery.py",
+    "kombu": "config/celery.py",
+    "psycopg-pool": "core/database.py",
 }
 
 
@@ -164,3 +169,31 @@ def test_a2wsgi_environ_and_executor():
         "a2wsgi.WSGIMiddleware(workers=, send_queue_size=) changed"
     )
     _check(WSGIMiddleware, ["executor"], user="config/asgi.py (downloads run on api_app.executor)")
+
+
+def test_celery_consumer_reconnect_and_kombu_redis_channel():
+    import kombu
+    from celery.worker.consumer import Consumer
+    from kombu.transport import redis as kombu_redis
+
+    user = "config/celery.py (Consumer, RedisChannel, RedisTransport)"
+    _check(Consumer, ["ensure_connected", "on_connection_error_after_connected", "connection"], user=user)
+    assert list(inspect.signature(Consumer.ensure_connected).parameters) == ["self", "conn"], user
+    internal = inspect.signature(kombu.Connection._ensure_connection)
+    assert {"interval_start", "interval_step", "interval_max"} <= set(internal.parameters), user
+    _check(kombu_redis.Channel, ["basic_ack", "basic_reject", "closed"], user=user)
+    assert kombu_redis.Transport.Channel is kombu_redis.Channel, user
+
+
+def test_psycopg_pool_reconnect_backoff():
+    from psycopg_pool.base import AttemptWithBackoff
+
+    user = "core/database.py (pool_retry_constant)"
+    _check(AttemptWithBackoff, ["INITIAL_DELAY", "DELAY_BACKOFF", "update_delay"], user=user)
+    attempt = AttemptWithBackoff(timeout=300)
+    delays = []
+    for _ in range(6):
+        attempt.update_delay(0.0)
+        delays.append(attempt.delay)
+    # As set at start by core.apps: about a second each time (jitter), never growing.
+    assert max(delays) < 1.2, (user, delays)

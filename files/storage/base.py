@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import crc32c
 
-from core.errors import ServiceUnavailable
+from core.errors import ObjectStoreUnavailable
 
 KEY_PREFIX = "files/"
 
@@ -23,9 +23,8 @@ KEY_PREFIX = "files/"
 CHECKSUM_ALGORITHM = "CRC32C"
 
 
-class StorageUnavailable(ServiceUnavailable):
-    message = "The object store is unavailable; nothing was changed. Retry later."
-    code = "object_store_unavailable"
+class StorageUnavailable(ObjectStoreUnavailable):
+    """The store could not be reached or answered an error (503 object_store_unavailable)."""
 
 
 class StorageObjectMissing(Exception):

@@ -12,16 +12,20 @@ killed) and the session goes idle.
 """
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 
 from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
 from django.db import close_old_connections
 
+from core.database import database_answers
+from core.errors import DATABASE_DOWN_ERRORS
 from core.ids import new_id
 from sessions import events as ev
 from sessions import pricing, sandbox
-from sessions.dispatch import session_run_enqueue
+from sessions.dispatch import session_run_enqueue, session_run_enqueue_soon
 from sessions.events import SERVER_TOOL_RESULTS, SERVER_TOOL_USE, ErrorType, EventType, ToolMode
 from sessions.models import Session
 from sessions.runtime.control import Handback, Stop, TurnControl, draining
@@ -94,6 +98,16 @@ def _run_leased(*, session_id: str) -> None:
         keeper.drop(lease)
         lease_release(session_id=session_id, token=token)
         session_run_enqueue(session_id=session_id)
+    except DATABASE_DOWN_ERRORS:
+        # Not the turn's fault: once the database answers again, hand the session to a new
+        # runner, which resumes the turn (as after a soft time limit), instead of failing it or
+        # leaving the lease to go stale (a lease time without a turn).
+        logger.warning("database unavailable mid-turn; resuming once it answers", extra={"session_id": session_id})
+        if _database_back(timeout=settings.MANGO_SESSION_LEASE_SECONDS / 2):
+            keeper.drop(lease)
+            lease_release(session_id=session_id, token=token)
+            session_run_enqueue_soon(session_id=session_id)
+            runner.released = True
     except Exception as exc:
         logger.exception("turn failed", extra={"session_id": session_id})
         runner.fail(exc)
@@ -104,6 +118,17 @@ def _run_leased(*, session_id: str) -> None:
         # not deleted then, and ran no tool since: nothing to release or remove.
         if not runner.released:
             _release_and_clean(session_id=session_id, token=token)
+
+
+def _database_back(*, timeout: float) -> bool:
+    """Wait (this runner's thread only) until the database accepts connections again."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if database_answers():
+            close_old_connections()
+            return True
+        time.sleep(0.5)
+    return False
 
 
 def _release_and_clean(*, session_id: str, token: str) -> None:
