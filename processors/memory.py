@@ -19,6 +19,8 @@ CONTENT_MAX_BYTES = 102_400
 STORE_NAME_MAX_CHARS = 255
 STORE_DESCRIPTION_MAX_CHARS = 1024
 INSTRUCTIONS_MAX_CHARS = 4096
+# Memory stores one session mounts (each a directory under /mnt/memory/ and a prompt entry).
+MAX_MEMORY_STORES_PER_SESSION = 8
 _SLUG_GAP = re.compile(r"[^a-z0-9]+")
 _SEPARATORS = ("\u2028", "\u2029")
 

@@ -125,8 +125,11 @@ def session_list(
     agent_id: str | None,
     agent_version: int | None,
     created: dict,
+    memory_store_id: str | None = None,
 ):
     queryset = Session.objects.filter(workspace=workspace, deleted_at__isnull=True)
+    if memory_store_id:
+        queryset = queryset.filter(memory_stores__memory_store_id=memory_store_id)
     if not include_archived:
         queryset = queryset.filter(archived_at__isnull=True)
     if statuses:

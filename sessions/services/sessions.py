@@ -20,6 +20,7 @@ from sessions.selectors import agent_get, agent_version_get, environment_get, se
 from sessions.services.admission import events_admit
 from sessions.services.agents import agent_skills_resolve
 from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
+from sessions.services.memory import session_memory_stores_attach
 from sessions.services.resources import resource_rows_create, resources_admit, resources_copy
 
 logger = logging.getLogger(__name__)
@@ -43,14 +44,16 @@ def session_create(
     title: str | None,
     initial_events: list[dict],
     resources: list,
+    memory_stores: list | None = None,
 ) -> Session:
     """A session starts idle with a snapshot of the agent version and the environment config.
 
     Everything that reads or copies objects happens first, outside any transaction: initial
     events are admitted (File references read and snapshotted) and file resources are admitted
     and copied. Then one transaction creates the session, its resources and its events (which
-    wake the runner). A rejected File means no session at all; if the transaction fails, the
-    copies are deleted."""
+    wake the runner), and attaches its memory stores (snapshotting their names and
+    descriptions). A rejected File or store means no session at all; if the transaction fails,
+    the copies are deleted."""
     admitted = events_admit(workspace=workspace, parsed=initial_events, field="initial_events")
     sources = resources_admit(workspace=workspace, params=resources, existing=[])
     session_id = new_id("sesn")
@@ -67,6 +70,7 @@ def session_create(
                 initial_events=admitted,
             )
             resource_rows_create(session=session, copies=copies)
+            session_memory_stores_attach(session=session, params=memory_stores or [])
             return session
     except BaseException:
         if copies:

@@ -273,3 +273,82 @@ def test_another_workspace_sees_nothing(sdk, live_server, api_key, other_api_key
     with pytest.raises(anthropic.NotFoundError):
         sdk.beta.memory_stores.memories.retrieve(memory.id, memory_store_id=mine.id)
     assert sdk.beta.memory_stores.memories.retrieve(memory.id, memory_store_id=store.id).content == "mine"
+
+
+MODEL = "claude-sonnet-4-5"
+
+
+def _agent_and_env(sdk, *, config=None):
+    agent = sdk.beta.agents.create(name="a", model=MODEL, system="Be brief.")
+    env = sdk.beta.environments.create(name="e", config=config or {"type": "cloud"})
+    return agent, env
+
+
+def test_sessions_attach_stores_snapshot_them_and_filter_by_them(sdk, api_key):
+    prefs = sdk.beta.memory_stores.create(name="User Preferences!", description="Likes and dislikes.")
+    facts = sdk.beta.memory_stores.create(name="facts")
+    agent, env = _agent_and_env(sdk)
+    session = sdk.beta.sessions.create(
+        agent=agent.id,
+        environment_id=env.id,
+        resources=[
+            {"type": "memory_store", "memory_store_id": prefs.id, "instructions": "Update after each task."},
+            {"type": "memory_store", "memory_store_id": facts.id, "access": "read_only"},
+        ],
+    )
+    first, second = session.resources
+    assert first.type == "memory_store" and first.memory_store_id == prefs.id and first.access == "read_write"
+    assert first.mount_path == "/mnt/memory/user-preferences" and first.name == "User Preferences!"
+    assert first.description == "Likes and dislikes." and first.instructions == "Update after each task."
+    assert second.access == "read_only" and second.mount_path == "/mnt/memory/facts" and second.instructions is None
+
+    # Snapshotted: renaming the store later does not change the session's record.
+    sdk.beta.memory_stores.update(prefs.id, name="renamed", description="other")
+    again = sdk.beta.sessions.retrieve(session.id).resources[0]
+    assert again.name == "User Preferences!" and again.mount_path == "/mnt/memory/user-preferences"
+
+    other = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    assert [s.id for s in sdk.beta.sessions.list(memory_store_id=facts.id)] == [session.id]
+    assert {s.id for s in sdk.beta.sessions.list()} == {session.id, other.id}
+    assert list(sdk.beta.sessions.list(memory_store_id="memstore_unknown")) == []
+
+    from sessions.runtime.model import system_prompt
+    from sessions.selectors import session_get
+
+    prompt = system_prompt(session_get(workspace=api_key.workspace, session_id=session.id))
+    assert prompt.startswith("Be brief.\n\n<memory>")
+    assert '<memory_store name="User Preferences!" path="/mnt/memory/user-preferences" access="read_write">' in prompt
+    assert "<description>Likes and dislikes.</description>" in prompt
+    assert "<instructions>Update after each task.</instructions>" in prompt
+    assert '<memory_store name="facts" path="/mnt/memory/facts" access="read_only">' in prompt
+
+
+def test_bad_memory_store_resources_are_400_with_no_session(sdk, api_key, other_api_key, live_server):
+    agent, env = _agent_and_env(sdk)
+    store = sdk.beta.memory_stores.create(name="notes")
+    same_slug = sdk.beta.memory_stores.create(name="NOTES")
+    archived = sdk.beta.memory_stores.create(name="old")
+    sdk.beta.memory_stores.archive(archived.id)
+    foreign = anthropic.Anthropic(base_url=live_server.url, api_key=str(other_api_key), max_retries=0)
+    theirs = foreign.beta.memory_stores.create(name="theirs")
+    cases = [
+        ([{"type": "memory_store", "memory_store_id": "memstore_missing"}], "not found"),
+        ([{"type": "memory_store", "memory_store_id": theirs.id}], "not found"),
+        ([{"type": "memory_store", "memory_store_id": archived.id}], "archived"),
+        ([{"type": "memory_store", "memory_store_id": store.id}] * 2, "attached twice"),
+        (
+            [
+                {"type": "memory_store", "memory_store_id": store.id},
+                {"type": "memory_store", "memory_store_id": same_slug.id},
+            ],
+            "/mnt/memory/notes",
+        ),
+        ([{"type": "memory_store", "memory_store_id": store.id, "access": "write_only"}], "access"),
+        ([{"type": "memory_store", "memory_store_id": store.id, "instructions": "x" * 4097}], "instructions"),
+        ([{"type": "memory_store", "memory_store_id": store.id, "mount_path": "/mnt/x"}], "output-only"),
+    ]
+    for resources, fragment in cases:
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            sdk.beta.sessions.create(agent=agent.id, environment_id=env.id, resources=resources)
+        assert fragment in refused.value.message, (resources, refused.value.message)
+    assert list(sdk.beta.sessions.list()) == []
