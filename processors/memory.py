@@ -152,3 +152,28 @@ def memory_prompt_section(stores: list[dict]) -> str:
         lines.append("</memory_store>")
     lines.append("</memory>")
     return "\n".join(lines)
+
+
+def classify_memory_member(tarinfo, *, root: str) -> tuple[str, str | None]:
+    """A member of the tar archive of a store's directory (`root`: the directory's name):
+    ("dir", None); ("file", memory path) for a regular file that may be a memory; or
+    ("invalid", reason) naming the path as the agent sees it: links, devices and other special
+    files, paths the memory rules refuse, files over the content limit."""
+    name = tarinfo.name.removesuffix("/") if tarinfo.isdir() else tarinfo.name
+    shown = f"{MEMORY_ROOT}/{name}"[:300].encode("unicode_escape").decode("ascii")
+    if name != root and not name.startswith(root + "/"):
+        return "invalid", f"{shown}: outside the store's directory"
+    if tarinfo.isdir():
+        return "dir", None
+    if not tarinfo.isreg():
+        return "invalid", f"{shown}: only regular files are saved (links and special files are not)"
+    path = name[len(root) :]
+    if not path:
+        return "invalid", f"{shown}: the store's directory must be a directory"
+    try:
+        check_path(path)
+    except MemoryRefused as exc:
+        return "invalid", f"{shown}: the path {exc}"
+    if tarinfo.size > CONTENT_MAX_BYTES:
+        return "invalid", f"{shown}: {tarinfo.size:,} bytes; a memory holds at most {CONTENT_MAX_BYTES:,} bytes"
+    return "file", path

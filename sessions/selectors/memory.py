@@ -150,12 +150,6 @@ def memory_version_list(*, store: MemoryStore, limit: int, page: str | None, fil
     return rows, next_page
 
 
-def memory_store_snapshot(*, store: MemoryStore) -> dict[str, tuple[str, str, str]]:
-    """The store's memories as {path: (memory id, sha256, content)}: what a sandbox is filled with."""
-    rows = Memory.objects.filter(store=store).values_list("path", "id", "content_sha256", "content")
-    return {path: (memory_id, sha, content) for path, memory_id, sha, content in rows}
-
-
 def session_memory_stores(*, session: Session) -> list[SessionMemoryStore]:
     """The memory stores attached to `session`, in the order they were given."""
     return list(SessionMemoryStore.objects.filter(session=session).order_by("position"))
@@ -171,3 +165,14 @@ def session_memory_stores_by_session(*, session_ids: list[str]) -> dict[str, lis
 def memory_store_for_session(*, workspace_id: str, memory_store_id: str) -> MemoryStore | None:
     """The runner's read of an attached store (None once it is deleted)."""
     return MemoryStore.objects.filter(workspace_id=workspace_id, id=memory_store_id).first()
+
+
+def memory_store_contents(*, store: MemoryStore):
+    """Every memory of the store as (id, path, sha256, content), streamed from the database in
+    batches (a sandbox is filled without holding the whole store in memory)."""
+    rows = Memory.objects.filter(store=store).order_by("path").values_list("id", "path", "content_sha256", "content")
+    return rows.iterator(chunk_size=200)
+
+
+def session_memory_store_get(*, pk: int) -> SessionMemoryStore:
+    return SessionMemoryStore.objects.get(pk=pk)
