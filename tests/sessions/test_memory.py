@@ -352,3 +352,44 @@ def test_bad_memory_store_resources_are_400_with_no_session(sdk, api_key, other_
             sdk.beta.sessions.create(agent=agent.id, environment_id=env.id, resources=resources)
         assert fragment in refused.value.message, (resources, refused.value.message)
     assert list(sdk.beta.sessions.list()) == []
+
+
+def test_the_sdk_self_hosted_memory_sync_works_against_mango(sdk, live_server, api_key, tmp_path):
+    """The SDK's own EnvironmentWorker memory sync (lib/tools/_memories.py): download every
+    memory to the store's mount_path, then push local edits, creations and deletions back."""
+    import asyncio
+    import uuid
+    from pathlib import Path
+
+    from anthropic.lib.tools._memories import SessionMemoryStores
+
+    store = sdk.beta.memory_stores.create(name=f"sync test {uuid.uuid4().hex[:12]}")
+    ms = sdk.beta.memory_stores.memories
+    ms.create(store.id, path="/notes/a.md", content="remote")
+    ms.create(store.id, path="/gone.md", content="bye")
+    agent, env = _agent_and_env(sdk, config={"type": "self_hosted"})
+    session = sdk.beta.sessions.create(
+        agent=agent.id, environment_id=env.id, resources=[{"type": "memory_store", "memory_store_id": store.id}]
+    )
+    root = Path(session.resources[0].mount_path)
+    assert not root.exists()
+
+    async def run():
+        client = anthropic.AsyncAnthropic(base_url=live_server.url, api_key=str(api_key), max_retries=0)
+        async with client:
+            stores = SessionMemoryStores(client, workdir=tmp_path)
+            await stores.download(session)
+            try:
+                pulled = (root / "notes" / "a.md").read_text(), (root / "gone.md").read_text()
+                (root / "notes" / "a.md").write_text("local edit")
+                (root / "new.md").write_text("created locally")
+                (root / "gone.md").unlink()
+                await stores.finish()
+            finally:
+                await stores.dispose()
+            return pulled
+
+    assert asyncio.run(run()) == ("remote", "bye")
+    assert not root.exists()  # the SDK removes the folder it made
+    current = {item.path: item.content for item in ms.list(store.id, view="full")}
+    assert current == {"/notes/a.md": "local edit", "/new.md": "created locally"}
