@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection, transaction
 
+from core.crashpoints import crash_point
 from core.errors import ApiError
 from core.streams import buffered_reader
 from processors.memory import (
@@ -141,46 +142,54 @@ def memory_writeback_apply(
     these bytes, "gone": a deleted memory already absent). Raises _Conflict with the reason."""
     actor = session_actor(session_id)
     with transaction.atomic():
-        store = MemoryStore.objects.select_for_update().filter(pk=store_id).first()
-        if store is None:
-            raise _Conflict("the memory store was deleted")
-        if store.archived_at is not None:
-            raise _Conflict("the memory store is archived")
-        if change.operation == "created":
-            existing = Memory.objects.filter(store=store, path=change.path).first()
-            if existing is not None:
-                if existing.content_sha256 != change.content_sha256:
-                    raise _Conflict("another writer created this path meanwhile; the store keeps its version")
-                _baseline_set(attachment.pk, change.path, existing.id, existing.content_sha256)
-                return "adopted"
-            try:
-                memory = memory_create_locked(store=store, path=change.path, content=content, actor=actor)
-            except MemoryPathConflict:
-                raise _Conflict("another writer holds this path") from None
-            _baseline_set(attachment.pk, change.path, memory.id, memory.content_sha256)
-            return "created"
-        memory = Memory.objects.select_for_update().filter(store=store, id=change.memory_id).first()
-        if change.operation == "deleted":
-            if memory is None:
-                _baseline_drop(attachment.pk, change.path)
-                return "gone"
-            if memory.content_sha256 != change.expected_sha256:
-                raise _Conflict("changed in the store since this session read it; it was not deleted")
-            memory_delete_locked(store=store, memory=memory, expected=change.expected_sha256, actor=actor)
-            _baseline_drop(attachment.pk, change.path)
-            return "deleted"
-        if memory is None:
-            raise _Conflict("deleted from the store since this session read it; your edit was not saved")
-        if memory.content_sha256 != change.expected_sha256:
-            if memory.content_sha256 == change.content_sha256:
-                _baseline_set(attachment.pk, change.path, memory.id, memory.content_sha256)
-                return "adopted"
-            raise _Conflict("changed in the store since this session read it (content_sha256 precondition)")
-        memory_update_locked(
-            store=store, memory=memory, path=None, content=content, expected=change.expected_sha256, actor=actor
-        )
+        outcome = _apply_locked(attachment=attachment, store_id=store_id, change=change, content=content, actor=actor)
+        crash_point("memory_writeback_before_commit")
+    crash_point("memory_writeback_after_commit")
+    return outcome
+
+
+def _apply_locked(*, attachment: SessionMemoryStore, store_id: str, change: Change, content: str | None, actor: dict):
+    """memory_writeback_apply's body, inside its transaction."""
+    store = MemoryStore.objects.select_for_update().filter(pk=store_id).first()
+    if store is None:
+        raise _Conflict("the memory store was deleted")
+    if store.archived_at is not None:
+        raise _Conflict("the memory store is archived")
+    if change.operation == "created":
+        existing = Memory.objects.filter(store=store, path=change.path).first()
+        if existing is not None:
+            if existing.content_sha256 != change.content_sha256:
+                raise _Conflict("another writer created this path meanwhile; the store keeps its version")
+            _baseline_set(attachment.pk, change.path, existing.id, existing.content_sha256)
+            return "adopted"
+        try:
+            memory = memory_create_locked(store=store, path=change.path, content=content, actor=actor)
+        except MemoryPathConflict:
+            raise _Conflict("another writer holds this path") from None
         _baseline_set(attachment.pk, change.path, memory.id, memory.content_sha256)
-        return "modified"
+        return "created"
+    memory = Memory.objects.select_for_update().filter(store=store, id=change.memory_id).first()
+    if change.operation == "deleted":
+        if memory is None:
+            _baseline_drop(attachment.pk, change.path)
+            return "gone"
+        if memory.content_sha256 != change.expected_sha256:
+            raise _Conflict("changed in the store since this session read it; it was not deleted")
+        memory_delete_locked(store=store, memory=memory, expected=change.expected_sha256, actor=actor)
+        _baseline_drop(attachment.pk, change.path)
+        return "deleted"
+    if memory is None:
+        raise _Conflict("deleted from the store since this session read it; your edit was not saved")
+    if memory.content_sha256 != change.expected_sha256:
+        if memory.content_sha256 == change.content_sha256:
+            _baseline_set(attachment.pk, change.path, memory.id, memory.content_sha256)
+            return "adopted"
+        raise _Conflict("changed in the store since this session read it (content_sha256 precondition)")
+    memory_update_locked(
+        store=store, memory=memory, path=None, content=content, expected=change.expected_sha256, actor=actor
+    )
+    _baseline_set(attachment.pk, change.path, memory.id, memory.content_sha256)
+    return "modified"
 
 
 def _open_archive(chunks: Iterable[bytes]) -> tarfile.TarFile:
