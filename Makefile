@@ -26,6 +26,7 @@ bench:  ## benchmarks (need the services `make test` starts); each prints ratios
 	@.venv/bin/python bench/files_throughput.py
 	@.venv/bin/python bench/files_list.py
 	@.venv/bin/python bench/outputs_publish.py
+	@.venv/bin/python bench/memory_writeback.py
 	@.venv/bin/python bench/sessions_sse.py
 	@.venv/bin/python bench/crash_campaign.py --points 100
 	@.venv/bin/python bench/sandbox_start.py

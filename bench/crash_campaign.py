@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 OUT = "/mnt/session/outputs"
 MEMORY_DIR = "/mnt/memory/campaign-memory"
+MEMORY_BATCH_FILES = 2
 SMALL_MAX = 256 * 1024
 PART = 8 * 1024 * 1024
 COUNTS = (
@@ -438,13 +439,17 @@ class Campaign:
 
         changed = self._mutate_memory()
         where = self.rng.choice(["memory_writeback_before_commit", "memory_writeback_after_commit"])
-        crash = f"{where}@{self.rng.randint(1, max(changed, 1))}"
+        batches = max(1, -(-changed // MEMORY_BATCH_FILES))
+        crash = f"{where}@{self.rng.randint(1, batches)}"
         session = self.session
-        return (
-            Point("memory", crash, f"{changed} changed"),
-            lambda: memory_writeback_at_idle(session=session),
-            set(),
-        )
+
+        def operation():
+            from django.conf import settings
+
+            settings.MANGO_MEMORY_WRITEBACK_BATCH_FILES = MEMORY_BATCH_FILES  # several commits per write-back
+            memory_writeback_at_idle(session=session)
+
+        return Point("memory", crash, f"{changed} changed"), operation, set()
 
     def _check_memory(self, before: dict[str, str], new_tree: dict[str, str]) -> Counter:
         """At the kill: every path holds its old or its new content (a path gone only if the tree

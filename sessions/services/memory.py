@@ -124,8 +124,14 @@ def _writable(store: MemoryStore) -> None:
 # --- memories --------------------------------------------------------------------------------
 
 
-def _version(*, store: MemoryStore, memory_id: str, operation: str, path: str, content: str | None, actor: dict, now):
-    return MemoryVersion.objects.create(
+MEMORY_CONTENT_FIELDS = ["path", "content", "content_sha256", "content_size_bytes", "version_id", "updated_at"]
+
+
+def memory_version_row(
+    *, store: MemoryStore, memory_id: str, operation: str, path: str, content: str | None, actor: dict, now
+) -> MemoryVersion:
+    """An unsaved version (callers that write many at once save them with bulk_create)."""
+    return MemoryVersion(
         store=store,
         memory_id=memory_id,
         operation=operation,
@@ -138,6 +144,19 @@ def _version(*, store: MemoryStore, memory_id: str, operation: str, path: str, c
         session_id=actor.get("session_id"),
         created_at=now,
     )
+
+
+def memory_content_set(memory: Memory, version: MemoryVersion, *, now) -> None:
+    """Point `memory` at `version`: its path and content, their hash and size (unsaved)."""
+    memory.path, memory.content = version.path, version.content
+    memory.content_sha256, memory.content_size_bytes = version.content_sha256, version.content_size_bytes
+    memory.version_id, memory.updated_at = version.id, now
+
+
+def _version(**fields) -> MemoryVersion:
+    version = memory_version_row(**fields)
+    version.save(force_insert=True)
+    return version
 
 
 def _path_taken(store: MemoryStore, path: str, *, other_than: str | None = None) -> None:
@@ -194,10 +213,8 @@ def memory_update_locked(
     version = _version(
         store=store, memory_id=memory.id, operation="modified", path=new_path, content=new_content, actor=actor, now=now
     )
-    memory.path, memory.content = new_path, new_content
-    memory.content_sha256, memory.content_size_bytes = version.content_sha256, version.content_size_bytes
-    memory.version_id, memory.updated_at = version.id, now
-    memory.save(update_fields=["path", "content", "content_sha256", "content_size_bytes", "version_id", "updated_at"])
+    memory_content_set(memory, version, now=now)
+    memory.save(update_fields=MEMORY_CONTENT_FIELDS)
     return memory
 
 

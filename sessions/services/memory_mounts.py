@@ -10,15 +10,20 @@ user. What was placed becomes the attachment's baseline ({path: [memory id, sha2
 Write-back reads the store's directory once as a tar stream from dockerd and compares each
 regular file with the baseline: an unchanged file makes no version; a new path is a create, a
 changed one an update guarded by the baseline's sha256 (the content_sha256 precondition), a
-path gone from the tree a delete guarded the same way, each with a `session_actor`. Each file is
-one transaction: the version, the memory and the baseline's entry commit together, so a crash
-loses no committed memory and shows no half-written version, and a retry after it finds the
-baseline already moved on. A precondition that fails (another session or an API call changed
-the memory since this sandbox was filled) is a conflict: nothing is written for that path, the
-sandbox keeps the file, and one session.error names every such path. Nothing is lost.
+path gone from the tree a delete guarded the same way, each with a `session_actor`. Files commit
+in batches (MANGO_MEMORY_WRITEBACK_BATCH_FILES, at most BATCH_MAX_BYTES of content): a file's
+version, its memory and its baseline entry always commit together, so a kill loses no committed
+memory and shows no half-written version, and the resumed write-back finds the baseline moved on
+exactly as far as the commits went. Each file is atomic; a batch costs a few statements and one
+commit whatever its size (500 files: bench/memory_writeback.py).
+
+A precondition that fails (another session or an API call changed the memory since this sandbox
+was filled) is a conflict: nothing is written for that path, the sandbox keeps the file, and one
+session.error names every such path. Nothing is lost.
 """
 
 import hashlib
+import json
 import logging
 import tarfile
 from collections.abc import Iterable
@@ -26,9 +31,9 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
 from core.crashpoints import crash_point
-from core.errors import ApiError
 from core.streams import buffered_reader
 from processors.memory import (
     CONTENT_MAX_BYTES,
@@ -42,14 +47,13 @@ from processors.resources import tar_stream_for_files
 from sessions import events as ev
 from sessions import sandbox
 from sessions.events import EventType
-from sessions.models import Memory, MemoryStore, Session, SessionMemoryStore
+from sessions.models import Memory, MemoryStore, MemoryVersion, Session, SessionMemoryStore
 from sessions.selectors.memory import memory_store_contents, memory_store_for_session, session_memory_stores
 from sessions.services.events import session_event_append
 from sessions.services.memory import (
-    MemoryPathConflict,
-    memory_create_locked,
-    memory_delete_locked,
-    memory_update_locked,
+    MEMORY_CONTENT_FIELDS,
+    memory_content_set,
+    memory_version_row,
     session_actor,
 )
 
@@ -112,21 +116,20 @@ class _Conflict(Exception):
     pass
 
 
-_BASELINE_SET = (
-    f"UPDATE {SessionMemoryStore._meta.db_table} SET baseline = baseline || jsonb_build_object(%s::text, %s::jsonb)"
-    " WHERE id = %s"
+# Write-back commits in batches: each file in a savepoint of its own (a conflict or refusal
+# leaves the others), the batch's baseline entries in the same commit. A batch is applied only
+# after its files were read from the archive: no Docker read happens inside a transaction.
+BATCH_MAX_BYTES = 8 * 1024 * 1024
+
+_BASELINE_APPLY = (
+    f"UPDATE {SessionMemoryStore._meta.db_table} SET baseline = (baseline - %s::text[]) || %s::jsonb WHERE id = %s"
 )
-_BASELINE_DROP = f"UPDATE {SessionMemoryStore._meta.db_table} SET baseline = baseline - %s::text WHERE id = %s"
 
 
-def _baseline_set(attachment_id: int, path: str, memory_id: str, sha: str) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(_BASELINE_SET, [path, f'["{memory_id}", "{sha}"]', attachment_id])
-
-
-def _baseline_drop(attachment_id: int, path: str) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(_BASELINE_DROP, [path, attachment_id])
+@dataclass
+class _Batch:
+    steps: list[tuple[Change, str | None]] = field(default_factory=list)
+    size: int = 0
 
 
 def _shown(path: str, attachment: SessionMemoryStore) -> str:
@@ -134,62 +137,128 @@ def _shown(path: str, attachment: SessionMemoryStore) -> str:
 
 
 def memory_writeback_apply(
-    *, attachment: SessionMemoryStore, store_id: str, change: Change, content: str | None, session_id: str
-) -> str:
-    """One write-back step in one transaction: the store row locked, the precondition (the
-    baseline's sha256) checked, the version and memory written, the baseline entry moved.
-    Returns what happened ("created", "modified", "deleted", "adopted": the store already holds
-    these bytes, "gone": a deleted memory already absent). Raises _Conflict with the reason."""
+    *, attachment: SessionMemoryStore, steps: list[tuple[Change, str | None]], session_id: str, report: WritebackReport
+) -> None:
+    """One batch of write-back steps in one transaction, under the store's row lock (every
+    writer of a store takes it): each file's precondition (the baseline's sha256) is checked
+    against the locked rows, then the versions, memories and baseline entries of the files that
+    pass are written together (a few statements per batch, whatever its size) and committed. A
+    kill before the commit loses the batch whole, and the resumed write-back redoes it from the
+    unchanged baseline; after it, nothing is redone. Conflicts and refusals are named in
+    `report.problems` and leave the rest of the batch."""
     actor = session_actor(session_id)
     with transaction.atomic():
-        outcome = _apply_locked(attachment=attachment, store_id=store_id, change=change, content=content, actor=actor)
+        store = MemoryStore.objects.select_for_update().filter(pk=attachment.memory_store_id).first()
+        refusal = None if store is not None else "the memory store was deleted"
+        if store is not None and store.archived_at is not None:
+            refusal = "the memory store is archived"
+        if refusal is not None:
+            report.problems.extend(f"{_shown(change.path, attachment)}: {refusal}" for change, _ in steps)
+            return
+        plan = _Plan(store=store, actor=actor, now=timezone.now())
+        plan.load(steps)
+        for change, content in steps:
+            try:
+                plan.add(change, content)
+            except _Conflict as exc:
+                report.problems.append(f"{_shown(change.path, attachment)}: {exc}")
+        plan.write(attachment_id=attachment.pk)
         crash_point("memory_writeback_before_commit")
     crash_point("memory_writeback_after_commit")
-    return outcome
+    listed = {"created": report.created, "modified": report.modified, "deleted": report.deleted}
+    for outcome, path in plan.done:
+        if outcome in listed:
+            listed[outcome].append(_shown(path, attachment))
 
 
-def _apply_locked(*, attachment: SessionMemoryStore, store_id: str, change: Change, content: str | None, actor: dict):
-    """memory_writeback_apply's body, inside its transaction."""
-    store = MemoryStore.objects.select_for_update().filter(pk=store_id).first()
-    if store is None:
-        raise _Conflict("the memory store was deleted")
-    if store.archived_at is not None:
-        raise _Conflict("the memory store is archived")
-    if change.operation == "created":
-        existing = Memory.objects.filter(store=store, path=change.path).first()
-        if existing is not None:
-            if existing.content_sha256 != change.content_sha256:
-                raise _Conflict("another writer created this path meanwhile; the store keeps its version")
-            _baseline_set(attachment.pk, change.path, existing.id, existing.content_sha256)
-            return "adopted"
-        try:
-            memory = memory_create_locked(store=store, path=change.path, content=content, actor=actor)
-        except MemoryPathConflict:
-            raise _Conflict("another writer holds this path") from None
-        _baseline_set(attachment.pk, change.path, memory.id, memory.content_sha256)
-        return "created"
-    memory = Memory.objects.select_for_update().filter(store=store, id=change.memory_id).first()
-    if change.operation == "deleted":
+class _Plan:
+    """One batch's writes, decided against the rows locked for it, then written in bulk."""
+
+    def __init__(self, *, store: MemoryStore, actor: dict, now):
+        self.store, self.actor, self.now = store, actor, now
+        self.limit = settings.MANGO_MEMORY_STORE_MAX_MEMORIES
+        self.versions: list = []
+        self.created: list[Memory] = []
+        self.modified: list[Memory] = []
+        self.deleted: list[str] = []
+        self.entries: dict[str, list[str]] = {}
+        self.drops: list[str] = []
+        self.done: list[tuple[str, str]] = []
+
+    def load(self, steps: list[tuple[Change, str | None]]) -> None:
+        """The memories the batch touches, locked: by path for creates, by id for the rest."""
+        paths = [change.path for change, _ in steps if change.operation == "created"]
+        ids = [change.memory_id for change, _ in steps if change.operation != "created"]
+        self.by_path = {m.path: m for m in Memory.objects.filter(store=self.store, path__in=paths)}
+        self.by_id = {m.id: m for m in Memory.objects.select_for_update().filter(store=self.store, id__in=ids)}
+        self.count = Memory.objects.filter(store=self.store).count()
+
+    def _version(self, memory_id: str, operation: str, path: str, content: str | None):
+        version = memory_version_row(
+            store=self.store,
+            memory_id=memory_id,
+            operation=operation,
+            path=path,
+            content=content,
+            actor=self.actor,
+            now=self.now,
+        )
+        self.versions.append(version)
+        return version
+
+    def _keep(self, outcome: str, change: Change, memory: Memory | None) -> None:
         if memory is None:
-            _baseline_drop(attachment.pk, change.path)
-            return "gone"
+            self.drops.append(change.path)
+            self.entries.pop(change.path, None)
+        else:
+            self.entries[change.path] = [memory.id, memory.content_sha256]
+        self.done.append((outcome, change.path))
+
+    def add(self, change: Change, content: str | None) -> None:
+        """Plan one file's step, or raise _Conflict with the reason nothing is written for it."""
+        if change.operation == "created":
+            existing = self.by_path.get(change.path)
+            if existing is not None:
+                if existing.content_sha256 != change.content_sha256:
+                    raise _Conflict("another writer created this path meanwhile; the store keeps its version")
+                return self._keep("adopted", change, existing)
+            if self.count >= self.limit:
+                raise _Conflict(f"the memory store holds its limit of {self.limit} memories")
+            memory = Memory(store=self.store, created_at=self.now)
+            memory_content_set(memory, self._version(memory.id, "created", change.path, content), now=self.now)
+            self.created.append(memory)
+            self.by_path[change.path] = memory
+            self.count += 1
+            return self._keep("created", change, memory)
+        memory = self.by_id.get(change.memory_id)
+        if change.operation == "deleted":
+            if memory is None:
+                return self._keep("gone", change, None)
+            if memory.content_sha256 != change.expected_sha256:
+                raise _Conflict("changed in the store since this session read it; it was not deleted")
+            self._version(memory.id, "deleted", memory.path, None)
+            self.deleted.append(memory.id)
+            self.count -= 1
+            return self._keep("deleted", change, None)
+        if memory is None:
+            raise _Conflict("deleted from the store since this session read it; your edit was not saved")
         if memory.content_sha256 != change.expected_sha256:
-            raise _Conflict("changed in the store since this session read it; it was not deleted")
-        memory_delete_locked(store=store, memory=memory, expected=change.expected_sha256, actor=actor)
-        _baseline_drop(attachment.pk, change.path)
-        return "deleted"
-    if memory is None:
-        raise _Conflict("deleted from the store since this session read it; your edit was not saved")
-    if memory.content_sha256 != change.expected_sha256:
-        if memory.content_sha256 == change.content_sha256:
-            _baseline_set(attachment.pk, change.path, memory.id, memory.content_sha256)
-            return "adopted"
-        raise _Conflict("changed in the store since this session read it (content_sha256 precondition)")
-    memory_update_locked(
-        store=store, memory=memory, path=None, content=content, expected=change.expected_sha256, actor=actor
-    )
-    _baseline_set(attachment.pk, change.path, memory.id, memory.content_sha256)
-    return "modified"
+            if memory.content_sha256 == change.content_sha256:
+                return self._keep("adopted", change, memory)
+            raise _Conflict("changed in the store since this session read it (content_sha256 precondition)")
+        memory_content_set(memory, self._version(memory.id, "modified", memory.path, content), now=self.now)
+        self.modified.append(memory)
+        return self._keep("modified", change, memory)
+
+    def write(self, *, attachment_id: int) -> None:
+        MemoryVersion.objects.bulk_create(self.versions)
+        Memory.objects.bulk_create(self.created)
+        if self.modified:
+            Memory.objects.bulk_update(self.modified, fields=MEMORY_CONTENT_FIELDS)
+        if self.deleted:
+            Memory.objects.filter(store=self.store, id__in=self.deleted).delete()
+        with connection.cursor() as cursor:
+            cursor.execute(_BASELINE_APPLY, [self.drops, json.dumps(self.entries), attachment_id])
 
 
 def _open_archive(chunks: Iterable[bytes]) -> tarfile.TarFile:
@@ -200,25 +269,19 @@ def _store_writeback(*, session: Session, attachment: SessionMemoryStore, report
     baseline = {path: tuple(entry) for path, entry in (attachment.baseline or {}).items()}
     present: set[str] = set()
     slug = attachment.mount_path.rsplit("/", 1)[-1]
+    batch = _Batch()
+    limit = settings.MANGO_MEMORY_WRITEBACK_BATCH_FILES
+
+    def flush() -> None:
+        if batch.steps:
+            memory_writeback_apply(attachment=attachment, steps=batch.steps, session_id=session.id, report=report)
+        batch.steps, batch.size = [], 0
 
     def step(change: Change, content: str | None) -> None:
-        try:
-            outcome = memory_writeback_apply(
-                attachment=attachment,
-                store_id=attachment.memory_store_id,
-                change=change,
-                content=content,
-                session_id=session.id,
-            )
-        except _Conflict as exc:
-            report.problems.append(f"{_shown(change.path, attachment)}: {exc}")
-            return
-        except ApiError as exc:  # a limit or a refusal of the services (memories per store): named
-            report.problems.append(f"{_shown(change.path, attachment)}: {exc.message}")
-            return
-        listed = {"created": report.created, "modified": report.modified, "deleted": report.deleted}.get(outcome)
-        if listed is not None:
-            listed.append(_shown(change.path, attachment))
+        batch.steps.append((change, content))
+        batch.size += len(content or "")
+        if len(batch.steps) >= limit or batch.size >= BATCH_MAX_BYTES:
+            flush()
 
     try:
         chunks, _ = sandbox.get_archive(session_id=session.id, path=attachment.mount_path)
@@ -256,6 +319,7 @@ def _store_writeback(*, session: Session, attachment: SessionMemoryStore, report
     for path in sorted(set(baseline) - present):
         memory_id, sha = baseline[path]
         step(Change("deleted", path, memory_id, sha, None), None)
+    flush()
 
 
 def memory_writeback(*, session: Session) -> WritebackReport:
