@@ -208,6 +208,8 @@ MANGO_WORKSPACE_MAX_SKILLS = env.int("MANGO_WORKSPACE_MAX_SKILLS", default=1000)
 MANGO_MEMORY_BETA = "agent-memory-2026-07-22"
 MANGO_WORKSPACE_MAX_MEMORY_STORES = env.int("MANGO_WORKSPACE_MAX_MEMORY_STORES", default=100)
 MANGO_MEMORY_STORE_MAX_MEMORIES = env.int("MANGO_MEMORY_STORE_MAX_MEMORIES", default=2000)
+# Bytes of current memory content a workspace holds, over all its stores (versions not counted).
+MANGO_WORKSPACE_MEMORY_MAX_BYTES = env.int("MANGO_WORKSPACE_MEMORY_MAX_BYTES", default=1024 * 1024 * 1024)
 # Write-back at idle commits this many files per transaction (each file in its own savepoint).
 MANGO_MEMORY_WRITEBACK_BATCH_FILES = env.int("MANGO_MEMORY_WRITEBACK_BATCH_FILES", default=100)
 # Django counts a multipart request's files before our own skill limit does: let ours speak.

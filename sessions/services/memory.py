@@ -20,9 +20,11 @@ import hashlib
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidRequest
+from core.models import Workspace
 from core.updates import model_update
 from processors.memory import (
     MAX_MEMORY_STORES_PER_SESSION,
@@ -43,6 +45,28 @@ class MemoryPreconditionFailed(Conflict):
 
 class MemoryPathConflict(Conflict):
     type = "memory_path_conflict_error"
+
+
+class MemoryQuotaExceeded(InvalidRequest):
+    code = "memory_quota_exceeded"
+
+
+def memory_bytes_used_locked(*, workspace_id: str) -> int:
+    """Bytes of current content in all the workspace's stores, with the workspace row locked
+    (taken after a store's row, as every memory writer does): concurrent writers of one
+    workspace queue here, so two cannot both pass the last free byte."""
+    Workspace.objects.select_for_update().filter(pk=workspace_id).first()
+    used = Memory.objects.filter(store__workspace_id=workspace_id).aggregate(total=Sum("content_size_bytes"))
+    return used["total"] or 0
+
+
+def memory_quota_check(*, used: int, adding: int) -> None:
+    quota = settings.MANGO_WORKSPACE_MEMORY_MAX_BYTES
+    if adding > 0 and used + adding > quota:
+        raise MemoryQuotaExceeded(
+            f"The workspace's memory stores hold {used} bytes; {adding} more would pass its quota of {quota} bytes"
+            " (MANGO_WORKSPACE_MEMORY_MAX_BYTES). Nothing was stored."
+        )
 
 
 def api_actor(api_key) -> dict:
@@ -235,11 +259,13 @@ def memory_delete_locked(*, store: MemoryStore, memory: Memory, expected: str | 
 
 def memory_create(*, workspace, memory_store_id: str, path: str, content: str, actor: dict) -> Memory:
     _refuse("path", check_path, path)
-    _refuse("content", check_content, content)
+    size = _refuse("content", check_content, content)
     with transaction.atomic():
         store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
         _writable(store)
-        return memory_create_locked(store=store, path=path, content=content, actor=actor)
+        memory = memory_create_locked(store=store, path=path, content=content, actor=actor)
+        memory_quota_check(used=memory_bytes_used_locked(workspace_id=store.workspace_id) - size, adding=size)
+        return memory
 
 
 def memory_update(
@@ -260,9 +286,14 @@ def memory_update(
         store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
         memory = memory_get(store=store, memory_id=memory_id, for_update=True)
         _writable(store)
-        return memory_update_locked(
+        before = memory.content_size_bytes
+        memory = memory_update_locked(
             store=store, memory=memory, path=path, content=content, expected=expected_sha256, actor=actor
         )
+        growth = memory.content_size_bytes - before
+        if growth > 0:
+            memory_quota_check(used=memory_bytes_used_locked(workspace_id=store.workspace_id) - growth, adding=growth)
+        return memory
 
 
 def memory_delete(*, workspace, memory_store_id: str, memory_id: str, expected_sha256: str | None, actor: dict) -> None:

@@ -52,7 +52,10 @@ from sessions.selectors.memory import memory_store_contents, memory_store_for_se
 from sessions.services.events import session_event_append
 from sessions.services.memory import (
     MEMORY_CONTENT_FIELDS,
+    MemoryQuotaExceeded,
+    memory_bytes_used_locked,
     memory_content_set,
+    memory_quota_check,
     memory_version_row,
     session_actor,
 )
@@ -192,6 +195,7 @@ class _Plan:
         self.by_path = {m.path: m for m in Memory.objects.filter(store=self.store, path__in=paths)}
         self.by_id = {m.id: m for m in Memory.objects.select_for_update().filter(store=self.store, id__in=ids)}
         self.count = Memory.objects.filter(store=self.store).count()
+        self.used = memory_bytes_used_locked(workspace_id=self.store.workspace_id)
 
     def _version(self, memory_id: str, operation: str, path: str, content: str | None):
         version = memory_version_row(
@@ -224,6 +228,7 @@ class _Plan:
                 return self._keep("adopted", change, existing)
             if self.count >= self.limit:
                 raise _Conflict(f"the memory store holds its limit of {self.limit} memories")
+            self._grow(len(content.encode("utf-8")))
             memory = Memory(store=self.store, created_at=self.now)
             memory_content_set(memory, self._version(memory.id, "created", change.path, content), now=self.now)
             self.created.append(memory)
@@ -237,6 +242,7 @@ class _Plan:
             if memory.content_sha256 != change.expected_sha256:
                 raise _Conflict("changed in the store since this session read it; it was not deleted")
             self._version(memory.id, "deleted", memory.path, None)
+            self.used -= memory.content_size_bytes
             self.deleted.append(memory.id)
             self.count -= 1
             return self._keep("deleted", change, None)
@@ -246,9 +252,17 @@ class _Plan:
             if memory.content_sha256 == change.content_sha256:
                 return self._keep("adopted", change, memory)
             raise _Conflict("changed in the store since this session read it (content_sha256 precondition)")
+        self._grow(len(content.encode("utf-8")) - memory.content_size_bytes)
         memory_content_set(memory, self._version(memory.id, "modified", memory.path, content), now=self.now)
         self.modified.append(memory)
         return self._keep("modified", change, memory)
+
+    def _grow(self, adding: int) -> None:
+        try:
+            memory_quota_check(used=self.used, adding=adding)
+        except MemoryQuotaExceeded as exc:
+            raise _Conflict(exc.message) from None
+        self.used += adding
 
     def write(self, *, attachment_id: int) -> None:
         MemoryVersion.objects.bulk_create(self.versions)

@@ -393,3 +393,20 @@ def test_the_sdk_self_hosted_memory_sync_works_against_mango(sdk, live_server, a
     assert not root.exists()  # the SDK removes the folder it made
     current = {item.path: item.content for item in ms.list(store.id, view="full")}
     assert current == {"/notes/a.md": "local edit", "/new.md": "created locally"}
+
+
+def test_the_workspace_memory_quota_is_a_400_with_nothing_stored(sdk, api_key, settings):
+    settings.MANGO_WORKSPACE_MEMORY_MAX_BYTES = 10
+    memories = sdk.beta.memory_stores.memories
+    first = sdk.beta.memory_stores.create(name="one")
+    second = sdk.beta.memory_stores.create(name="two")
+    kept = memories.create(first.id, path="/a.md", content="123456")
+    with pytest.raises(anthropic.BadRequestError, match="quota of 10 bytes") as refused:
+        memories.create(second.id, path="/b.md", content="12345")  # 11 bytes over both stores
+    assert refused.value.body["error"]["type"] == "invalid_request_error"
+    with pytest.raises(anthropic.BadRequestError, match="quota of 10 bytes"):
+        memories.update(kept.id, memory_store_id=first.id, content="12345678901")
+    assert Memory.objects.count() == 1 and MemoryVersion.objects.count() == 1
+    memories.update(kept.id, memory_store_id=first.id, content="1234")  # shrinking always works
+    memories.create(second.id, path="/b.md", content="123456")  # 10 bytes in all: at the quota
+    assert sorted(Memory.objects.values_list("content_size_bytes", flat=True)) == [4, 6]
