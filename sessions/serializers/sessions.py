@@ -239,7 +239,22 @@ class MemoryStoreResourceOutputSerializer(serializers.Serializer):
     mount_path = serializers.CharField()
 
 
-ResourceListOutputSerializer = page_output("ResourceListOutputSerializer", ResourceOutputSerializer)
+def session_resources_output(**kwargs):
+    """A session's resources: file resources, then memory stores (the SDK's
+    BetaManagedAgentsSessionResource union)."""
+    return PolymorphicProxySerializer(
+        component_name="SessionResourceOutput",
+        serializers=[ResourceOutputSerializer, MemoryStoreResourceOutputSerializer],
+        resource_type_field_name="type",
+        **kwargs,
+    )
+
+
+class ResourceListOutputSerializer(serializers.Serializer):
+    data = session_resources_output(many=True)
+    next_page = serializers.CharField(allow_null=True)
+
+
 ResourceDeletedOutputSerializer = deleted_output("ResourceDeletedOutputSerializer", type="session_resource_deleted")
 
 
@@ -254,12 +269,7 @@ class SessionOutputSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=SESSION_STATUSES)
     agent = serializers.DictField(help_text="The agent's configuration at the session's version (SessionAgent).")
     environment_id = serializers.CharField(allow_null=True)
-    resources = PolymorphicProxySerializer(
-        component_name="SessionResourceOutput",
-        serializers=[ResourceOutputSerializer, MemoryStoreResourceOutputSerializer],
-        resource_type_field_name="type",
-        many=True,
-    )
+    resources = session_resources_output(many=True)
     metadata = serializers.DictField(child=serializers.CharField())
     title = serializers.CharField(allow_null=True)
     created_at = serializers.DateTimeField()

@@ -307,6 +307,10 @@ def test_sessions_attach_stores_snapshot_them_and_filter_by_them(sdk, api_key):
     again = sdk.beta.sessions.retrieve(session.id).resources[0]
     assert again.name == "User Preferences!" and again.mount_path == "/mnt/memory/user-preferences"
 
+    listed = list(sdk.beta.sessions.resources.list(session.id))
+    assert [(r.type, r.memory_store_id) for r in listed] == [("memory_store", prefs.id), ("memory_store", facts.id)]
+    assert listed[1].mount_path == "/mnt/memory/facts" and listed[1].access == "read_only"
+
     other = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
     assert [s.id for s in sdk.beta.sessions.list(memory_store_id=facts.id)] == [session.id]
     assert {s.id for s in sdk.beta.sessions.list()} == {session.id, other.id}
