@@ -151,6 +151,8 @@ class Session(Archivable, models.Model):
     sandbox_state = models.CharField(max_length=16, choices=SandboxState.choices, default=SandboxState.NONE)
     sandbox_ref = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001 — null and "" differ
     last_error = models.TextField(null=True, blank=True)  # noqa: DJ001 — null and "" differ
+    # Memory stores attached at creation (SessionMemoryStore rows): 0 spares every turn the query.
+    memory_store_count = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         indexes = [

@@ -151,7 +151,10 @@ def memory_version_list(*, store: MemoryStore, limit: int, page: str | None, fil
 
 
 def session_memory_stores(*, session: Session) -> list[SessionMemoryStore]:
-    """The memory stores attached to `session`, in the order they were given."""
+    """The memory stores attached to `session`, in the order they were given (no query for a
+    session created without any)."""
+    if not session.memory_store_count:
+        return []
     return list(SessionMemoryStore.objects.filter(session=session).order_by("position"))
 
 

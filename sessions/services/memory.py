@@ -370,4 +370,7 @@ def session_memory_stores_attach(*, session, params: list[dict], field: str = "r
                 created_at=now,
             )
         )
+    if rows:
+        type(session).objects.filter(pk=session.pk).update(memory_store_count=len(rows))
+        session.memory_store_count = len(rows)
     return SessionMemoryStore.objects.bulk_create(rows)
