@@ -23,7 +23,7 @@ lint:  ## ruff check and format check
 scripted-model:  ## an offline stand-in for the model upstream on 127.0.0.1:$SCRIPTED_MODEL_PORT (default 8099)
 	@.venv/bin/python -m tests.scripted_model --port $${SCRIPTED_MODEL_PORT:-8099}
 
-BENCHES = files_throughput.py files_list.py outputs_publish.py sessions_sse.py tenancy.py sessions_turns.py \
+BENCHES = files_throughput.py files_list.py outputs_publish.py memory_writeback.py sessions_sse.py tenancy.py sessions_turns.py \
   "crash_campaign.py --points 100" sandbox_start.py
 bench:  ## the benchmarks (docs/benchmarks.md; need the services `make test` starts), ratios side by side
 	@for bench in $(BENCHES); do .venv/bin/python bench/$$bench || exit 1; done

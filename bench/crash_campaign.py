@@ -1,7 +1,7 @@
 """Crash campaign: SIGKILL a process at random points wherever PostgreSQL and the object store
 are both touched, restart, reconcile, and check the invariants after every kill.
 
-    .venv/bin/python bench/crash_campaign.py [--points 100] [--seed N] [--no-outputs]
+    .venv/bin/python bench/crash_campaign.py [--points 100] [--seed N] [--no-outputs] [--only memory]
 
 Each point forks a child process (a real process with its own PostgreSQL sessions, its own
 intent owner — files/liveness.py — and its own S3 and Docker clients) that runs one operation
@@ -9,7 +9,8 @@ with MANGO_TEST_CRASH_POINT set to one of the `crash_point()`s on its path (core
 or kills itself after a random number of upload bytes. The operations: uploads (random byte
 offsets and every intent transition, single PUT and multipart), deletes, resource copies,
 expiry, session-output publication (small-file batches, multipart, the visibility swap, the
-cleanup of the hidden Files), and reconciliation itself (after first leaving interrupted work).
+cleanup of the hidden Files), memory write-back at idle (before and after each file's commit),
+and reconciliation itself (after first leaving interrupted work).
 
 After each kill this process plays the restarted server: it runs reconciliation as startup does
 (the default grace window: only owner liveness lets it finish the dead child's work at once),
@@ -20,7 +21,12 @@ re-runs an interrupted output publication as the resumed turn would, and then co
   (`deleting`) rows left,
 * ready Files lost (ready before the point and not something the operation was deleting),
 * output sets that were half-swapped when the process died, or that differ from the last tree
-  whose publication completed (the tree the idle event is committed for).
+  whose publication completed (the tree the idle event is committed for);
+* memories lost (a path neither deleted by the tree nor holding its old or its new content at
+  the kill), half-written versions (a memory whose current version is not its latest, or whose
+  content, path or SHA-256 differs from it; a version whose SHA-256 is not its content's; a
+  memory gone without a `deleted` version), and, after the resumed write-back, a store (or the
+  session's baseline) that differs from the sandbox's tree.
 
 Standalone it uses the bench database and bucket (bench/_common.py); tests call run() inside
 their own test database. Exit status 1 if any count is not 0.
@@ -42,6 +48,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 OUT = "/mnt/session/outputs"
+MEMORY_DIR = "/mnt/memory/campaign-memory"
+MEMORY_BATCH_FILES = 2
 SMALL_MAX = 256 * 1024
 PART = 8 * 1024 * 1024
 COUNTS = (
@@ -54,6 +62,9 @@ COUNTS = (
     "ready Files lost",
     "outputs half-swapped at the kill",
     "outputs differing from the last idle tree",
+    "committed memories lost",
+    "half-written memory versions visible",
+    "memories differing from the last idle tree",
 )
 
 
@@ -142,7 +153,7 @@ def _chunks(data: bytes, crash: str):
 
 
 class Campaign:
-    def __init__(self, *, seed: int, outputs: bool, log=print):
+    def __init__(self, *, seed: int, outputs: bool, log=print, only: str | None = None):
         from core.models import Workspace
 
         self.rng = random.Random(seed)
@@ -150,8 +161,10 @@ class Campaign:
         self.workspace, _ = Workspace.objects.get_or_create(name=f"crash-campaign-{seed}-{os.getpid()}")
         self.sha_cache: dict[str, str] = {}
         self.session = self._new_session() if outputs else None
+        self.memory_store_id = self._attach_memory() if outputs else None
         self.idle_tree: dict[str, str] = {}
         self.result = Result()
+        self.only = only
 
     # setup ---------------------------------------------------------------------------------
 
@@ -159,6 +172,27 @@ class Campaign:
         from tests.factories import CLOUD_LIMITED, TOOLSET, make_session, with_sandbox
 
         return with_sandbox(make_session(self.workspace, name="campaign", tools=TOOLSET, config=CLOUD_LIMITED))
+
+    def _attach_memory(self) -> str:
+        """A read_write memory store with a few memories, attached to the session and placed in
+        its sandbox, as at the session's first tool call."""
+        from django.db import transaction
+
+        from sessions.services.memory import memory_create, memory_store_create, session_memory_stores_attach
+        from sessions.services.memory_mounts import session_memory_place
+
+        store = memory_store_create(workspace=self.workspace, name="campaign memory", description="", metadata={})
+        actor = {"type": "api_actor", "api_key_id": "apikey_campaign"}
+        for n in range(5):
+            memory_create(
+                workspace=self.workspace, memory_store_id=store.id, path=f"/m{n}.md", content=f"seed {n}", actor=actor
+            )
+        with transaction.atomic():
+            session_memory_stores_attach(
+                session=self.session, params=[{"memory_store_id": store.id, "access": "read_write"}]
+            )
+        session_memory_place(session=self.session, ref=self.session.sandbox_ref)
+        return store.id
 
     def close(self) -> None:
         if self.session is not None:
@@ -370,6 +404,95 @@ class Campaign:
             may_vanish,
         )
 
+    def _memory_tree(self) -> dict[str, str]:
+        out = self._sh(f"cd {MEMORY_DIR} && find . -type f -exec sha256sum {{}} + || true")
+        tree = {}
+        for line in out.splitlines():
+            digest, _, path = line.partition("  ")
+            if digest:
+                tree[path.removeprefix(".")] = digest
+        return tree
+
+    def _memories(self) -> dict[str, str]:
+        from sessions.models import Memory
+
+        return dict(Memory.objects.filter(store_id=self.memory_store_id).values_list("path", "content_sha256"))
+
+    def _mutate_memory(self) -> int:
+        """Write, rewrite and remove text files in the store's directory; returns how many paths
+        the next write-back changes."""
+        tree = self._memory_tree()
+        commands = []
+        for _ in range(self.rng.randint(1, 6)):
+            folder = self.rng.choice(["", "/d1", "/d2/e"])
+            commands.append(f"mkdir -p {MEMORY_DIR}{folder}")
+            name = f"{MEMORY_DIR}{folder}/m{self.rng.randint(0, 20)}.md"
+            commands.append(f"head -c {self.rng.randint(0, 30_000)} /dev/urandom | base64 > {name}")
+        for path in self.rng.sample(sorted(tree), k=min(len(tree), self.rng.randint(0, 3))):
+            commands.append(f"rm -f {MEMORY_DIR}{path}")
+        self._sh(" && ".join(commands))
+        new = self._memory_tree()
+        return sum(1 for path in set(tree) | set(new) if tree.get(path) != new.get(path))
+
+    def _memory_point(self):
+        from sessions.services.memory_mounts import memory_writeback_at_idle
+
+        changed = self._mutate_memory()
+        where = self.rng.choice(["memory_writeback_before_commit", "memory_writeback_after_commit"])
+        batches = max(1, -(-changed // MEMORY_BATCH_FILES))
+        crash = f"{where}@{self.rng.randint(1, batches)}"
+        session = self.session
+
+        def operation():
+            from django.conf import settings
+
+            settings.MANGO_MEMORY_WRITEBACK_BATCH_FILES = MEMORY_BATCH_FILES  # several commits per write-back
+            memory_writeback_at_idle(session=session)
+
+        return Point("memory", crash, f"{changed} changed"), operation, set()
+
+    def _check_memory(self, before: dict[str, str], new_tree: dict[str, str]) -> Counter:
+        """At the kill: every path holds its old or its new content (a path gone only if the tree
+        removed it), and the version log is whole. After the resumed write-back: the store and
+        the baseline equal the tree."""
+        import hashlib as _hashlib
+
+        from sessions.models import Memory, MemoryVersion, SessionMemoryStore
+        from sessions.services.memory_mounts import memory_writeback_at_idle
+
+        counts = Counter()
+        now = self._memories()
+        for path in set(before) | set(now):
+            if now.get(path) not in (before.get(path), new_tree.get(path)):
+                counts["committed memories lost"] += 1
+        latest: dict[str, MemoryVersion] = {}
+        for version in MemoryVersion.objects.filter(store_id=self.memory_store_id).order_by("id"):
+            latest[version.memory_id] = version
+            if version.content is not None:
+                digest = _hashlib.sha256(version.content.encode()).hexdigest()
+                if digest != version.content_sha256 or len(version.content.encode()) != version.content_size_bytes:
+                    counts["half-written memory versions visible"] += 1
+        live = {m.id: m for m in Memory.objects.filter(store_id=self.memory_store_id)}
+        for memory_id, version in latest.items():
+            memory = live.get(memory_id)
+            if memory is None:
+                counts["half-written memory versions visible"] += version.operation != "deleted"
+            elif (memory.version_id, memory.content_sha256, memory.path) != (
+                version.id,
+                version.content_sha256,
+                version.path,
+            ) or _hashlib.sha256(memory.content.encode()).hexdigest() != memory.content_sha256:
+                counts["half-written memory versions visible"] += 1
+        counts["half-written memory versions visible"] += len(set(live) - set(latest))
+
+        memory_writeback_at_idle(session=self.session)
+        attachment = SessionMemoryStore.objects.get(session=self.session, memory_store_id=self.memory_store_id)
+        baseline = {path: sha for path, (_id, sha) in attachment.baseline.items()}
+        tree = self._memory_tree()
+        if self._memories() != tree or baseline != tree:
+            counts["memories differing from the last idle tree"] += 1
+        return counts
+
     def _output_ids(self) -> set[str]:
         from files.models import File
 
@@ -402,12 +525,16 @@ class Campaign:
         makers = [self._upload_point] * 4 + [self._delete_point, self._copy_point, self._expire_point]
         makers += [self._reconcile_point]
         if self.session is not None:
-            makers += [self._outputs_point] * 3
+            makers += [self._outputs_point] * 3 + [self._memory_point] * 2
+        if self.only is not None:
+            makers = [maker for maker in makers if maker.__name__ == f"_{self.only}_point"]
         maker = self.rng.choice(makers)
         before_outputs = self._visible_outputs() if self.session is not None else {}
+        before_memories = self._memories() if self.session is not None else {}
         point, operation, may_vanish = maker()
         before = self._ready_ids()
         new_tree = self._tree() if point.operation == "outputs" else None
+        new_memory_tree = self._memory_tree() if point.operation == "memory" else None
 
         started = time.monotonic()
         status = _in_child(point.crash, operation)
@@ -417,6 +544,8 @@ class Campaign:
         counts = Counter()
         if point.operation == "outputs":
             counts.update(self._check_outputs(before_outputs, new_tree, killed))
+        if point.operation == "memory":
+            counts.update(self._check_memory(before_memories, new_memory_tree))
         counts.update(self._check(before=before, may_vanish=may_vanish))
         self._trim()
 
@@ -452,9 +581,10 @@ class Campaign:
         return counts
 
 
-def run(*, points: int, seed: int, outputs: bool = True, log=print) -> Result:
-    """Run the campaign in the current (set up) Django process; returns the counts."""
-    campaign = Campaign(seed=seed, outputs=outputs, log=log)
+def run(*, points: int, seed: int, outputs: bool = True, log=print, only: str | None = None) -> Result:
+    """Run the campaign in the current (set up) Django process; returns the counts. `only`: one
+    kind of point (upload, delete, copy, expire, reconcile, outputs, memory)."""
+    campaign = Campaign(seed=seed, outputs=outputs, log=log, only=only)
     log(f"crash campaign: {points} points, seed {seed}, outputs {'on' if outputs else 'off'}")
     try:
         for number in range(1, points + 1):
@@ -478,13 +608,14 @@ def main() -> int:
     parser.add_argument("--points", type=int, default=100)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--no-outputs", action="store_true", help="skip output publication (no Docker)")
+    parser.add_argument("--only", default=None, help="one kind of point, e.g. memory")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import _common
 
     _common.setup()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
-    result = run(points=args.points, seed=seed, outputs=not args.no_outputs)
+    result = run(points=args.points, seed=seed, outputs=not args.no_outputs, only=args.only)
     return 1 if result.failures else 0
 
 

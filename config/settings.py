@@ -216,6 +216,16 @@ MANGO_SKILL_FILE_MAX_BYTES = env.int("MANGO_SKILL_FILE_MAX_BYTES", default=8 * 1
 MANGO_SKILL_MAX_BYTES = env.int("MANGO_SKILL_MAX_BYTES", default=32 * 1024 * 1024)
 MANGO_SKILL_MAX_VERSIONS = env.int("MANGO_SKILL_MAX_VERSIONS", default=100)
 MANGO_WORKSPACE_MAX_SKILLS = env.int("MANGO_WORKSPACE_MAX_SKILLS", default=1000)
+# Memory stores (sessions/services/memory.py): the beta header the SDK sends for them, stores per
+# workspace and memories per store. A memory's content (100 kB) and path (1,024 bytes) limits are
+# the SDK's, in processors/memory.py.
+MANGO_MEMORY_BETA = "agent-memory-2026-07-22"
+MANGO_WORKSPACE_MAX_MEMORY_STORES = env.int("MANGO_WORKSPACE_MAX_MEMORY_STORES", default=100)
+MANGO_MEMORY_STORE_MAX_MEMORIES = env.int("MANGO_MEMORY_STORE_MAX_MEMORIES", default=2000)
+# Bytes of current memory content a workspace holds, over all its stores (versions not counted).
+MANGO_WORKSPACE_MEMORY_MAX_BYTES = env.int("MANGO_WORKSPACE_MEMORY_MAX_BYTES", default=1024 * 1024 * 1024)
+# Write-back at idle commits this many files per transaction (each file in its own savepoint).
+MANGO_MEMORY_WRITEBACK_BATCH_FILES = env.int("MANGO_MEMORY_WRITEBACK_BATCH_FILES", default=100)
 # Django counts a multipart request's files before our own skill limit does: let ours speak.
 DATA_UPLOAD_MAX_NUMBER_FILES = max(100, MANGO_SKILL_MAX_FILES + 1)
 
@@ -273,6 +283,7 @@ MANGO_SANDBOX_UID = env.int("MANGO_SANDBOX_UID", default=10001)
 MANGO_SANDBOX_WORKDIR_SIZE = env.str("MANGO_SANDBOX_WORKDIR_SIZE", default="256m")
 MANGO_SANDBOX_TMP_SIZE = env.str("MANGO_SANDBOX_TMP_SIZE", default="64m")
 MANGO_SANDBOX_OUTPUTS_SIZE = env.str("MANGO_SANDBOX_OUTPUTS_SIZE", default="256m")
+MANGO_SANDBOX_MEMORY_STORES_SIZE = env.str("MANGO_SANDBOX_MEMORY_STORES_SIZE", default="256m")
 MANGO_SANDBOX_NOFILE = env.int("MANGO_SANDBOX_NOFILE", default=1024)
 MANGO_SANDBOX_NPROC = env.int("MANGO_SANDBOX_NPROC", default=8192)
 MANGO_SANDBOX_FSIZE_BYTES = env.int("MANGO_SANDBOX_FSIZE_BYTES", default=512 * 1024 * 1024)

@@ -178,12 +178,19 @@ def tar_stream_for_files(
     mode: int = FILE_MODE,
     uid: int = 0,
     gid: int = 0,
+    directories: Iterable[str] = (),
 ) -> Iterator[bytes]:
-    """One tar stream that, extracted at `root`, creates each (relative path, size, chunks) as a
-    regular file with `mode`, its parent directories (0755) first, all owned by uid/gid. Memory
-    stays bounded as in tar_stream_for_file. Raises ValueError for a path that is not relative
-    and normalized, or chunks that do not hold `size` bytes."""
+    """One tar stream that, extracted at `root`, creates each of `directories` (relative; 0755),
+    then each (relative path, size, chunks) as a regular file with `mode`, its parent
+    directories (0755) first, all owned by uid/gid. Memory stays bounded as in
+    tar_stream_for_file. Raises ValueError for a path that is not relative and normalized, or
+    chunks that do not hold `size` bytes."""
     made: set[str] = set()
+    for directory in directories:
+        name = directory.rstrip("/") + "/"
+        if name not in made:
+            made.add(name)
+            yield _header(name, kind=tarfile.DIRTYPE, mode=DIR_MODE, size=0, mtime=0, uid=uid, gid=gid)
     for relative, size, chunks in files:
         if relative.startswith("/") or posixpath.normpath(relative) != relative or relative.split("/")[0] == "..":
             raise ValueError(f"not a relative normalized path: {relative!r}")

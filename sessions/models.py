@@ -154,6 +154,8 @@ class Session(Archivable, models.Model):
     # {type: limit, max_list_cost: {amount, currency}} or null (sessions/pricing.py): at the cap
     # the session makes no more model requests (stop_reason budget_reached).
     budget = models.JSONField(null=True, blank=True)
+    # Memory stores attached at creation (SessionMemoryStore rows): 0 spares every turn the query.
+    memory_store_count = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         indexes = [
@@ -269,3 +271,129 @@ class SkillVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.skill_id}@{self.version}"
+
+
+def _memory_store_id() -> str:
+    return new_id("memstore")
+
+
+def _memory_id() -> str:
+    return new_id("mem")
+
+
+def _memory_version_id() -> str:
+    return new_id("memver")
+
+
+class MemoryStore(Archivable, models.Model):
+    """A named container of memories (path-addressed UTF-8 text), scoped to a workspace. Its
+    memories and their version log live in PostgreSQL (sessions/services/memory.py says why)."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=_memory_store_id, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memory_stores")
+    name = models.CharField(max_length=255)
+    description = models.TextField(blank=True, default="")
+    metadata = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    archived_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["workspace", "-id"], name="memstore_ws_id_desc")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.id})"
+
+
+class Memory(models.Model):
+    """The current state of one memory: its path (unique in the store, compared byte-wise: the
+    column's collation is "C") and content. `version_id` is the MemoryVersion holding that
+    content; every change writes the version and this row in one transaction."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=_memory_id, editable=False)
+    store = models.ForeignKey(MemoryStore, on_delete=models.CASCADE, related_name="memories")
+    path = models.TextField(db_collation="C")
+    content = models.TextField(blank=True, default="")
+    content_sha256 = models.CharField(max_length=64)
+    content_size_bytes = models.PositiveIntegerField()
+    version_id = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["store", "path"], name="memory_store_path_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.store_id}:{self.path}"
+
+
+class MemoryVersion(models.Model):
+    """One immutable entry of a store's log: a memory created, modified or deleted, by whom.
+    `memory_id` is not a foreign key: versions outlive their memory. Only redaction changes a
+    version afterwards (clearing path and content, recording who redacted it)."""
+
+    class Operation(models.TextChoices):
+        CREATED = "created"
+        MODIFIED = "modified"
+        DELETED = "deleted"
+
+    id = models.CharField(primary_key=True, max_length=64, default=_memory_version_id, editable=False)
+    store = models.ForeignKey(MemoryStore, on_delete=models.CASCADE, related_name="versions")
+    memory_id = models.CharField(max_length=64)
+    operation = models.CharField(max_length=16, choices=Operation.choices)
+    path = models.TextField(null=True, blank=True, db_collation="C")  # noqa: DJ001 — null: redacted
+    content = models.TextField(null=True, blank=True)  # noqa: DJ001 — null: deleted or redacted
+    content_sha256 = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 — null: deleted or redacted
+    content_size_bytes = models.PositiveIntegerField(null=True, blank=True)
+    # The actor ({type: api_actor, api_key_id} | {type: session_actor, session_id}), and its id
+    # in a column of its own for the list filters.
+    created_by = models.JSONField(null=True, blank=True)
+    api_key_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 — null: not an API key
+    session_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 — null: not a session
+    redacted_at = models.DateTimeField(null=True, blank=True)
+    redacted_by = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["store", "-id"], name="memver_store_id_desc"),
+            models.Index(fields=["store", "memory_id", "-id"], name="memver_store_memory"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.operation} {self.memory_id})"
+
+
+class SessionMemoryStore(models.Model):
+    """A memory store attached to a session at creation: the store's name and description as
+    they were then, the access mode and instructions, and the mount path derived from the name."""
+
+    class Access(models.TextChoices):
+        READ_WRITE = "read_write"
+        READ_ONLY = "read_only"
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="memory_stores")
+    # Not a foreign key: deleting a store leaves the session's record of it (write-back stops).
+    memory_store_id = models.CharField(max_length=64)
+    access = models.CharField(max_length=16, choices=Access.choices, default=Access.READ_WRITE)
+    name = models.CharField(max_length=255)
+    description = models.TextField(blank=True, default="")
+    instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 — null and "" differ
+    mount_path = models.CharField(max_length=1024)
+    position = models.PositiveSmallIntegerField(default=0)
+    # Write-back's baseline: {path: [memory id, sha256]} of what the sandbox was filled with,
+    # moved on by each committed write-back step in that step's transaction. Empty until the
+    # store is placed in a sandbox; null-able `placed_ref` names that sandbox.
+    baseline = models.JSONField(default=dict)
+    placed_ref = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001 — NULL: not placed yet
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "memory_store_id"], name="session_memory_store_unique"),
+            models.UniqueConstraint(fields=["session", "mount_path"], name="session_memory_mount_unique"),
+        ]
+        indexes = [models.Index(fields=["memory_store_id", "session"], name="session_memory_by_store")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} → {self.mount_path}"

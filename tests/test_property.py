@@ -60,12 +60,19 @@ def real_ids(api, api_key, s3_bucket):
     output = file_services.file_upload_stream(
         workspace=api_key.workspace, chunks=[b"out"], filename="o.txt", mime_type="text/plain", downloadable=True
     )
+    store = api.post("/v1/memory_stores", {"name": "m"}, content_type="application/json").json()
+    memory = api.post(
+        f"/v1/memory_stores/{store['id']}/memories", {"path": "/a.md", "content": "x"}, content_type="application/json"
+    ).json()
     return {
         "agent_id": agent["id"],
         "environment_id": env["id"],
         "session_id": session["id"],
         "file_id": output.id,
         "resource_id": resource["id"],
+        "memory_store_id": store["id"],
+        "memory_id": memory["id"],
+        "memory_version_id": memory["memory_version_id"],
     }
 
 

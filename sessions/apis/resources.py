@@ -9,11 +9,13 @@ from core.errors import InvalidRequest
 from core.serializers import validated
 from sessions.apis.base import AgentsApi
 from sessions.selectors import session_get, session_resource_page
+from sessions.selectors.memory import session_memory_stores
 from sessions.serializers.sessions import (
     ResourceDeletedOutputSerializer,
     ResourceListOutputSerializer,
     ResourceOutputSerializer,
     ResourceParamSerializer,
+    memory_store_resource_to_wire,
     resource_to_wire,
 )
 from sessions.services import resources as resource_services
@@ -42,7 +44,10 @@ class SessionResourcesApi(AgentsApi):
             session=session,
             **PAGES.read(request),
         )
-        return Response({"data": [resource_to_wire(row) for row in rows], "next_page": next_page})
+        data = [resource_to_wire(row) for row in rows]
+        if next_page is None:  # memory stores (at most 8, without ids) close the last page
+            data += [memory_store_resource_to_wire(row) for row in session_memory_stores(session=session)]
+        return Response({"data": data, "next_page": next_page})
 
 
 class SessionResourceDetailApi(AgentsApi):

@@ -8,6 +8,7 @@ from core.errors import InvalidRequest
 from core.schema import time_range_parameters
 from sessions.apis.base import AgentsApi, query_order
 from sessions.selectors import session_get, session_list, session_outcome_evaluations, session_resources_by_session
+from sessions.selectors.memory import session_memory_stores_by_session
 from sessions.serializers.sessions import (
     SESSION_STATUSES,
     SessionCreateInputSerializer,
@@ -15,6 +16,7 @@ from sessions.serializers.sessions import (
     SessionListOutputSerializer,
     SessionOutputSerializer,
     SessionUpdateInputSerializer,
+    memory_store_resource_to_wire,
     parse_session_changes,
     parse_session_create,
     resource_to_wire,
@@ -30,11 +32,13 @@ def sessions_wire(sessions: list) -> list[dict]:
     queries whatever the number of sessions)."""
     ids = [session.id for session in sessions]
     resources = session_resources_by_session(session_ids=ids)
+    memory_stores = session_memory_stores_by_session(session_ids=ids)
     evaluations = session_outcome_evaluations(session_ids=ids)
     return [
         session_to_wire(
             session,
-            resources=[resource_to_wire(row) for row in resources[session.id]],
+            resources=[resource_to_wire(row) for row in resources[session.id]]
+            + [memory_store_resource_to_wire(row) for row in memory_stores[session.id]],
             outcome_evaluations=evaluations[session.id],
         )
         for session in sessions
@@ -63,6 +67,7 @@ class SessionListCreateApi(AgentsApi):
             OpenApiParameter("agent_id", str),
             OpenApiParameter("agent_version", int, description="Only with agent_id."),
             OpenApiParameter("deployment_id", str, description="No deployments exist here: matches no session."),
+            OpenApiParameter("memory_store_id", str, description="Sessions the memory store is attached to."),
             *time_range_parameters(),
         ],
         responses=SessionListOutputSerializer,
@@ -80,6 +85,7 @@ class SessionListCreateApi(AgentsApi):
             statuses=statuses,
             agent_id=request.query_params.get("agent_id") or None,
             agent_version=query_int(request, "agent_version", minimum=1),
+            memory_store_id=request.query_params.get("memory_store_id") or None,
             created=query_time_range(request, "created_at"),
             # No deployments exist here: a deployment filter matches nothing (never everything).
             none=bool(request.query_params.get("deployment_id")),

@@ -18,6 +18,7 @@ from files.selectors import event_snapshot_read
 from processors.caching import with_breakpoints
 from processors.conversation import build_messages
 from processors.media import inline_snapshots
+from processors.memory import memory_prompt_section
 from processors.skills import skills_prompt_section
 from sessions import events as ev
 from sessions import pricing
@@ -25,6 +26,7 @@ from sessions.events import MESSAGE_TYPES, SERVER_TOOL_TYPES, WEB_FETCH_BETA, Ev
 from sessions.models import Session
 from sessions.runtime.control import Stop, TurnControl
 from sessions.runtime.upstream import ModelError, PreviewPublisher, messages_create
+from sessions.selectors.memory import session_memory_stores
 from sessions.selectors.runner import EventRow, session_conversation_events
 from sessions.selectors.skills import session_skills
 from sessions.services.events import events_append, session_event_append
@@ -137,14 +139,27 @@ def model_options(model: dict, definitions: list[dict] = ()) -> dict:
 
 def system_prompt(session: Session) -> str | None:
     """The agent's system prompt, then the skills section (each pinned skill's name,
-    description and path), read once per turn."""
+    description and path), then the memory section (each attached store's name, path, access,
+    description and instructions), read once per turn."""
     skills = [
         {"name": version.name, "description": version.description, "path": path}
         for version, path in session_skills(session=session)
     ]
     section = skills_prompt_section(skills)
+    memory = memory_prompt_section(
+        [
+            {
+                "name": row.name,
+                "mount_path": row.mount_path,
+                "access": row.access,
+                "description": row.description,
+                "instructions": row.instructions,
+            }
+            for row in session_memory_stores(session=session)
+        ]
+    )
     system = session.agent_snapshot.get("system")
-    return "\n\n".join(part for part in (system, section) if part) or None
+    return "\n\n".join(part for part in (system, section, memory) if part) or None
 
 
 COMPACTED = EventType.AGENT_THREAD_CONTEXT_COMPACTED.value

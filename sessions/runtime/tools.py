@@ -23,6 +23,7 @@ from sessions.selectors.runner import (
     session_tool_uses,
 )
 from sessions.services.events import SessionGone, events_append
+from sessions.services.memory_mounts import session_memory_place
 from sessions.services.resources import resources_place
 from sessions.services.runner import session_sandbox_failed, session_sandbox_running
 from sessions.services.sandboxes import sandbox_admit
@@ -315,11 +316,15 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
     except sandbox.SandboxError as exc:
         session_sandbox_failed(session_id=session.id, error=f"sandbox: {exc}")
         raise
-    if ref != session.sandbox_ref:  # a new container: its skills first, before it is recorded
+    if ref != session.sandbox_ref:  # a new container: its skills and memory first, before it is recorded
         try:
             session_skills_place(session=session)
         except Exception as exc:
             raise sandbox.SandboxError(f"skills could not be placed: {exc}") from exc
+        try:
+            session_memory_place(session=session, ref=ref)
+        except Exception as exc:
+            raise sandbox.SandboxError(f"memory stores could not be placed: {exc}") from exc
     session_sandbox_running(session=session, ref=ref)
     try:
         resources_place(session=session)  # file resources not yet in this sandbox

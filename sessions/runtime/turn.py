@@ -47,6 +47,7 @@ from sessions.runtime.tools import ToolSpec, session_tools, tool_run, tools_answ
 from sessions.runtime.upstream import ModelError
 from sessions.selectors.runner import session_by_id, session_is_deleted
 from sessions.services.events import LeaseLost, events_append, runner_fence, session_event_append
+from sessions.services.memory_mounts import memory_writeback_at_idle
 from sessions.services.outputs import outputs_publish_at_idle
 from sessions.services.runner import (
     session_interrupts_flush,
@@ -266,12 +267,13 @@ class Runner:
     # --- idle --------------------------------------------------------------------------------
 
     def go_idle(self, stop_reason: dict, *, interrupted: bool = False) -> None:
-        """Publish outputs (unless interrupted), then commit session.status_idle (with the
+        """Publish outputs (unless interrupted), write memory back, then commit session.status_idle (with the
         session's status and active time, in one statement)."""
         session = session_by_id(session_id=self.session_id)
         if session.deleted_at is not None:
             return
         outputs_publish_at_idle(session=session, interrupted=interrupted)
+        memory_writeback_at_idle(session=session)
         idle = ev.item(EventType.SESSION_STATUS_IDLE, ev.status_idle(stop_reason))
         events_append(session_id=self.session_id, items=[idle], end_turn=True)
 

@@ -23,6 +23,7 @@ import ipaddress
 
 from django.conf import settings
 
+from processors.memory import MEMORY_ROOT
 from sessions.sandbox.base import OUTPUTS_PATH, WORKDIR
 
 BRIDGE_PREFIX = "mgo-"  # interface names are at most 15 characters
@@ -33,6 +34,8 @@ MOUNTS = (
     ("mango-work-", WORKDIR, "MANGO_SANDBOX_WORKDIR_SIZE"),
     ("mango-tmp-", TMP_PATH, "MANGO_SANDBOX_TMP_SIZE"),
     ("mango-outputs-", OUTPUTS_PATH, "MANGO_SANDBOX_OUTPUTS_SIZE"),
+    # Memory stores (sessions/services/memory_mounts.py): one directory per attached store.
+    ("mango-memory-", MEMORY_ROOT, "MANGO_SANDBOX_MEMORY_STORES_SIZE"),
 )
 # pid 1 ignores every signal it installs no handler for, so nothing inside can stop the sandbox.
 KEEPALIVE = "while :; do sleep 3600 & wait $!; done"

@@ -126,11 +126,14 @@ def session_list(
     agent_version: int | None,
     created: dict,
     none: bool = False,
+    memory_store_id: str | None = None,
 ):
     """`none`: a filter that cannot match here (a deployment_id) leaves the page empty."""
     queryset = Session.objects.filter(workspace=workspace, deleted_at__isnull=True)
     if none:
         queryset = queryset.none()
+    if memory_store_id:
+        queryset = queryset.filter(memory_stores__memory_store_id=memory_store_id)
     if not include_archived:
         queryset = queryset.filter(archived_at__isnull=True)
     if statuses:

@@ -1,6 +1,7 @@
 """Sessions and their resources: input serializers and wire shapes (api-contract.md §5, §6)."""
 
 from django.utils import timezone
+from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
 from core.api import rfc3339
@@ -12,10 +13,12 @@ from core.serializers import (
     Object,
     StringOrObject,
     Text,
+    TypedUnion,
     deleted_output,
     page_output,
     validated,
 )
+from processors.memory import INSTRUCTIONS_MAX_CHARS, MAX_MEMORY_STORES_PER_SESSION
 from processors.resources import MAX_FILE_RESOURCES, MAX_MOUNT_PATH_LENGTH
 from sessions.events import usage_snapshot
 from sessions.serializers.agents import ModelField, SkillSerializer
@@ -93,13 +96,36 @@ class BudgetSerializer(InputSerializer):
     max_list_cost = MonetaryAmountSerializer()
 
 
+class MemoryStoreResourceParamSerializer(InputSerializer):
+    """`{type: memory_store, memory_store_id, access?, instructions?}`; `mount_path` is output-only
+    (derived from the store's name), so a client's is refused rather than ignored."""
+
+    type = serializers.ChoiceField(choices=["memory_store"])
+    memory_store_id = Text(max_length=ID_MAX_CHARS)
+    access = serializers.ChoiceField(choices=["read_write", "read_only"], required=False, allow_null=True)
+    instructions = Text(max_length=INSTRUCTIONS_MAX_CHARS, required=False, allow_null=True, allow_blank=True)
+
+    def validate(self, attrs):
+        if "mount_path" in self.initial_data:
+            raise serializers.ValidationError({"mount_path": "is output-only for memory_store resources."})
+        return attrs
+
+
+SESSION_RESOURCE_TYPES = {"file": ResourceParamSerializer, "memory_store": MemoryStoreResourceParamSerializer}
+
+
 class SessionCreateInputSerializer(InputSerializer):
     agent = AgentRefField()
     budget = BudgetSerializer(required=False)
     environment_id = Text(max_length=ID_MAX_CHARS)
     title = Text(max_length=TITLE_MAX_CHARS, required=False, allow_null=True, allow_blank=True)
     metadata = Metadata()
-    resources = Array(child=ResourceParamSerializer(), max_length=MAX_FILE_RESOURCES, required=False, allow_null=True)
+    resources = Array(
+        child=TypedUnion(choices=SESSION_RESOURCE_TYPES),
+        max_length=MAX_FILE_RESOURCES + MAX_MEMORY_STORES_PER_SESSION,
+        required=False,
+        allow_null=True,
+    )
     initial_events = InitialEventsField(required=False)
     vault_ids = Array(child=Text(max_length=ID_MAX_CHARS), max_length=0, required=False, allow_null=True)
 
@@ -127,7 +153,16 @@ def parse_session_create(body) -> dict:
         "metadata": data.get("metadata") or {},
         "title": data.get("title"),
         "initial_events": initial_events(data.get("initial_events")),
-        "resources": data.get("resources") or [],
+        "resources": [item for item in data.get("resources") or [] if item["type"] == "file"],
+        "memory_stores": [
+            {
+                "memory_store_id": item["memory_store_id"],
+                "access": item.get("access") or "read_write",
+                "instructions": item.get("instructions"),
+            }
+            for item in data.get("resources") or []
+            if item["type"] == "memory_store"
+        ],
         "budget": _budget(data.get("budget")),
     }
 
@@ -164,6 +199,19 @@ def resource_to_wire(resource) -> dict:
         "mount_path": resource.mount_path,
         "created_at": rfc3339(resource.created_at),
         "updated_at": rfc3339(resource.updated_at),
+    }
+
+
+def memory_store_resource_to_wire(attachment) -> dict:
+    """BetaManagedAgentsMemoryStoreResource: the store's name and description as attached."""
+    return {
+        "type": "memory_store",
+        "memory_store_id": attachment.memory_store_id,
+        "access": attachment.access,
+        "name": attachment.name,
+        "description": attachment.description,
+        "instructions": attachment.instructions,
+        "mount_path": attachment.mount_path,
     }
 
 
@@ -208,7 +256,32 @@ class ResourceOutputSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
 
-ResourceListOutputSerializer = page_output("ResourceListOutputSerializer", ResourceOutputSerializer)
+class MemoryStoreResourceOutputSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["memory_store"])
+    memory_store_id = serializers.CharField()
+    access = serializers.ChoiceField(choices=["read_write", "read_only"])
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    instructions = serializers.CharField(allow_null=True, allow_blank=True)
+    mount_path = serializers.CharField()
+
+
+def session_resources_output(**kwargs):
+    """A session's resources: file resources, then memory stores (the SDK's
+    BetaManagedAgentsSessionResource union)."""
+    return PolymorphicProxySerializer(
+        component_name="SessionResourceOutput",
+        serializers=[ResourceOutputSerializer, MemoryStoreResourceOutputSerializer],
+        resource_type_field_name="type",
+        **kwargs,
+    )
+
+
+class ResourceListOutputSerializer(serializers.Serializer):
+    data = session_resources_output(many=True)
+    next_page = serializers.CharField(allow_null=True)
+
+
 ResourceDeletedOutputSerializer = deleted_output("ResourceDeletedOutputSerializer", type="session_resource_deleted")
 
 
@@ -223,7 +296,7 @@ class SessionOutputSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=SESSION_STATUSES)
     agent = serializers.DictField(help_text="The agent's configuration at the session's version (SessionAgent).")
     environment_id = serializers.CharField(allow_null=True)
-    resources = ResourceOutputSerializer(many=True)
+    resources = session_resources_output(many=True)
     metadata = serializers.DictField(child=serializers.CharField())
     title = serializers.CharField(allow_null=True)
     created_at = serializers.DateTimeField()

@@ -20,6 +20,7 @@ from sessions.selectors import agent_get, agent_version_get, environment_get, se
 from sessions.services.admission import events_admit
 from sessions.services.agents import agent_skills_resolve
 from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
+from sessions.services.memory import session_memory_stores_attach
 from sessions.services.resources import resource_rows_create, resources_admit, resources_copy
 
 logger = logging.getLogger(__name__)
@@ -44,14 +45,16 @@ def session_create(
     initial_events: list[dict],
     resources: list,
     budget: dict | None = None,
+    memory_stores: list | None = None,
 ) -> Session:
     """A session starts idle with a snapshot of the agent version and the environment config.
 
     Everything that reads or copies objects happens first, outside any transaction: initial
     events are admitted (File references read and snapshotted) and file resources are admitted
     and copied. Then one transaction creates the session, its resources and its events (which
-    wake the runner). A rejected File means no session at all; if the transaction fails, the
-    copies are deleted."""
+    wake the runner), and attaches its memory stores (snapshotting their names and
+    descriptions). A rejected File or store means no session at all; if the transaction fails,
+    the copies are deleted."""
     session_id = new_id("sesn")
     admitted, media = events_admit(
         workspace=workspace, parsed=initial_events, session_id=session_id, field="initial_events"
@@ -75,6 +78,7 @@ def session_create(
                 budget=budget,
             )
             resource_rows_create(session=session, copies=copies)
+            session_memory_stores_attach(session=session, params=memory_stores or [])
             return session
     except BaseException:
         if copies or media.made:

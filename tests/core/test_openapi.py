@@ -1,4 +1,4 @@
-"""/openapi.json: valid OpenAPI 3 JSON describing all 31 operations with request and response
+"""/openapi.json: valid OpenAPI 3 JSON describing all 54 operations with request and response
 schemas, both API-key schemes and the error envelope; and every operation, replayed, answers
 as documented (tests/openapi.py checks each response)."""
 
@@ -59,8 +59,36 @@ OPERATIONS = {
     ("get", "/v1/skills/{skill_id}/versions/{version}"): "skills_versions_retrieve",
     ("delete", "/v1/skills/{skill_id}/versions/{version}"): "skills_versions_delete",
     ("get", "/v1/skills/{skill_id}/versions/{version}/content"): "skills_versions_download",
+    ("get", "/v1/memory_stores"): "memory_stores_list",
+    ("post", "/v1/memory_stores"): "memory_stores_create",
+    ("get", "/v1/memory_stores/{memory_store_id}"): "memory_stores_retrieve",
+    ("post", "/v1/memory_stores/{memory_store_id}"): "memory_stores_update",
+    ("delete", "/v1/memory_stores/{memory_store_id}"): "memory_stores_delete",
+    ("post", "/v1/memory_stores/{memory_store_id}/archive"): "memory_stores_archive",
+    ("get", "/v1/memory_stores/{memory_store_id}/memories"): "memory_stores_memories_list",
+    ("post", "/v1/memory_stores/{memory_store_id}/memories"): "memory_stores_memories_create",
+    ("get", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}"): "memory_stores_memories_retrieve",
+    ("post", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}"): "memory_stores_memories_update",
+    ("delete", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}"): "memory_stores_memories_delete",
+    ("get", "/v1/memory_stores/{memory_store_id}/memory_versions"): "memory_stores_memory_versions_list",
+    (
+        "get",
+        "/v1/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}",
+    ): "memory_stores_memory_versions_retrieve",
+    (
+        "post",
+        "/v1/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}/redact",
+    ): "memory_stores_memory_versions_redact",
 }
-BODYLESS = {"files_download", "agents_archive", "environments_archive", "sessions_archive", "sessions_threads_archive"}
+BODYLESS = {
+    "files_download",
+    "agents_archive",
+    "environments_archive",
+    "sessions_archive",
+    "memory_stores_archive",
+    "memory_stores_memory_versions_redact",
+    "sessions_threads_archive",
+}
 
 
 @pytest.fixture(scope="module")
@@ -213,6 +241,25 @@ def test_every_operation_replayed_answers_as_documented(api, api_key, s3_bucket)
     assert api.get(f"/v1/skills/{skill_id}/versions/{first}/content").status_code == 200
     assert api.delete(f"/v1/skills/{skill_id}/versions/{first}").status_code == 200
     assert api.delete(f"/v1/skills/{skill_id}").status_code == 200
+
+    store = _post(api, "/v1/memory_stores", {"name": "m", "metadata": {"k": "v"}})
+    assert store.status_code == 200, store.content
+    msid = store.json()["id"]
+    assert api.get("/v1/memory_stores").status_code == 200
+    assert api.get(f"/v1/memory_stores/{msid}").status_code == 200
+    assert _post(api, f"/v1/memory_stores/{msid}", {"description": "d"}).status_code == 200
+    memory = _post(api, f"/v1/memory_stores/{msid}/memories", {"path": "/a/b.md", "content": "one"}).json()
+    first_version = memory["memory_version_id"]
+    assert api.get(f"/v1/memory_stores/{msid}/memories?depth=1").status_code == 200
+    assert api.get(f"/v1/memory_stores/{msid}/memories/{memory['id']}").status_code == 200
+    changed = _post(api, f"/v1/memory_stores/{msid}/memories/{memory['id']}", {"content": "two"})
+    assert changed.status_code == 200, changed.content
+    assert api.get(f"/v1/memory_stores/{msid}/memory_versions").status_code == 200
+    assert api.get(f"/v1/memory_stores/{msid}/memory_versions/{first_version}").status_code == 200
+    assert _post(api, f"/v1/memory_stores/{msid}/memory_versions/{first_version}/redact").status_code == 200
+    assert api.delete(f"/v1/memory_stores/{msid}/memories/{memory['id']}").status_code == 200
+    assert _post(api, f"/v1/memory_stores/{msid}/archive").status_code == 200
+    assert api.delete(f"/v1/memory_stores/{msid}").status_code == 200
 
     seen = {" ".join(key.split()[:2]) for key in openapi.checked}
     expected = {f"{method.upper()} {path}" for method, path in OPERATIONS}

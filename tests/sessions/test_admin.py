@@ -38,3 +38,30 @@ def test_admin_pages_show_sessions_events_and_errors(admin_client, api_key):
     assert admin_client.get(f"/admin/agent_sessions/agent/{agent.id}/change/").status_code == 200
     assert admin_client.get(f"/admin/agent_sessions/environment/{env.id}/change/").status_code == 200
     assert admin_client.get("/admin/agent_sessions/agent/").status_code == 200
+
+
+def test_admin_lists_memory_stores_with_size_and_counts(admin_client, api_key):
+    from sessions.services.memory import api_actor, memory_create, memory_store_create, memory_update
+
+    workspace = api_key.workspace
+    store = memory_store_create(workspace=workspace, name="prefs", description="", metadata={})
+    actor = api_actor(api_key.row)
+    memory = memory_create(workspace=workspace, memory_store_id=store.id, path="/a.md", content="abc", actor=actor)
+    memory_create(workspace=workspace, memory_store_id=store.id, path="/b.md", content="héllo", actor=actor)
+    memory_update(
+        workspace=workspace,
+        memory_store_id=store.id,
+        memory_id=memory.id,
+        path=None,
+        content="abcd",
+        expected_sha256=None,
+        actor=actor,
+    )
+    page = admin_client.get(f"/admin/agent_sessions/memorystore/?workspace__id__exact={workspace.id}")
+    assert page.status_code == 200
+    body = page.content.decode()
+    # 2 memories, 4 + 6 bytes of current content, 3 versions.
+    row = body[body.index(store.id) :].split("</tr>")[0]
+    cells = [cell.split(">")[-1] for cell in row.split("</td>")[:-1]]
+    assert cells[-5:-2] == ["2", "10", "3"], cells
+    assert admin_client.get(f"/admin/agent_sessions/memorystore/{store.id}/change/").status_code == 200

@@ -1,0 +1,376 @@
+"""Memory stores: path-addressed UTF-8 text with an immutable version log.
+
+Storage is PostgreSQL only, content included. A memory is at most 100 kB of text (the SDK's
+limit), which PostgreSQL keeps out of line (TOAST) without help; keeping it in the row means a
+memory, its new version and (at write-back) the session's baseline change in one transaction,
+so there is no window in which a version names content that is not there, no intent to
+reconcile after a crash, and redaction is one UPDATE that leaves no object behind. The object
+store pays off for large bytes streamed without buffering; memories are neither.
+
+Every change writes a MemoryVersion (created, modified, deleted) and the Memory row in one
+transaction, under the store's row lock, with the actor (an `api_actor` naming the API key, or a
+`session_actor` naming the session) recorded on the version. A change that changes nothing
+writes no version. A `content_sha256` precondition that does not hold is a 409
+`memory_precondition_failed_error`; a path another memory holds is a 409
+`memory_path_conflict_error`. Limits (content size, memories per store, path length, stores per
+workspace) are 400s before anything is written.
+"""
+
+import hashlib
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from core.errors import Conflict, InvalidRequest
+from core.models import Workspace
+from core.updates import model_update
+from processors.memory import (
+    MAX_MEMORY_STORES_PER_SESSION,
+    MemoryRefused,
+    check_content,
+    check_path,
+    check_store_name,
+    mount_path,
+)
+from sessions.configs import metadata_patch_apply
+from sessions.models import Memory, MemoryStore, MemoryVersion, SessionMemoryStore
+from sessions.selectors.memory import memory_get, memory_store_get, memory_version_get
+
+
+class MemoryPreconditionFailed(Conflict):
+    type = "memory_precondition_failed_error"
+
+
+class MemoryPathConflict(Conflict):
+    type = "memory_path_conflict_error"
+
+
+class MemoryQuotaExceeded(InvalidRequest):
+    code = "memory_quota_exceeded"
+
+
+def memory_bytes_used_locked(*, workspace_id: str) -> int:
+    """Bytes of current content in all the workspace's stores, with the workspace row locked
+    (taken after a store's row, as every memory writer does): concurrent writers of one
+    workspace queue here, so two cannot both pass the last free byte."""
+    Workspace.objects.select_for_update().filter(pk=workspace_id).first()
+    used = Memory.objects.filter(store__workspace_id=workspace_id).aggregate(total=Sum("content_size_bytes"))
+    return used["total"] or 0
+
+
+def memory_quota_check(*, used: int, adding: int) -> None:
+    quota = settings.MANGO_WORKSPACE_MEMORY_MAX_BYTES
+    if adding > 0 and used + adding > quota:
+        raise MemoryQuotaExceeded(
+            f"The workspace's memory stores hold {used} bytes; {adding} more would pass its quota of {quota} bytes"
+            " (MANGO_WORKSPACE_MEMORY_MAX_BYTES). Nothing was stored."
+        )
+
+
+def api_actor(api_key) -> dict:
+    return {"type": "api_actor", "api_key_id": api_key.id}
+
+
+def session_actor(session_id: str) -> dict:
+    return {"type": "session_actor", "session_id": session_id}
+
+
+def _refuse(field: str, check, value):
+    try:
+        return check(value)
+    except MemoryRefused as exc:
+        raise InvalidRequest(f"{field}: {exc}") from None
+
+
+def sha256_text(content: str) -> str:
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+# --- stores ----------------------------------------------------------------------------------
+
+
+def memory_store_create(*, workspace, name: str, description: str, metadata: dict) -> MemoryStore:
+    _refuse("name", check_store_name, name)
+    limit = settings.MANGO_WORKSPACE_MAX_MEMORY_STORES
+    now = timezone.now()
+    with transaction.atomic():
+        # The workspace row serialises creates, so the count cannot be raced past.
+        type(workspace).objects.select_for_update().filter(pk=workspace.pk).first()
+        if MemoryStore.objects.filter(workspace=workspace).count() >= limit:
+            raise InvalidRequest(f"The workspace holds its limit of {limit} memory stores.")
+        return MemoryStore.objects.create(
+            workspace=workspace,
+            name=name,
+            description=description,
+            metadata=metadata,
+            created_at=now,
+            updated_at=now,
+        )
+
+
+@transaction.atomic
+def memory_store_update(*, workspace, memory_store_id: str, changes: dict) -> MemoryStore:
+    """Given fields change; metadata is a patch (null removes a key). An archived store is read-only."""
+    store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
+    _writable(store)
+    data = {}
+    if changes.get("name") is not None:
+        data["name"] = _refuse("name", check_store_name, changes["name"])
+    if changes.get("description") is not None:
+        data["description"] = changes["description"]
+    if changes.get("metadata") is not None:
+        data["metadata"] = metadata_patch_apply(store.metadata, changes["metadata"])
+    return model_update(instance=store, data=data)
+
+
+@transaction.atomic
+def memory_store_archive(*, workspace, memory_store_id: str) -> MemoryStore:
+    store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
+    store.archive()
+    return store
+
+
+def memory_store_delete(*, workspace, memory_store_id: str) -> None:
+    """The store, its memories and every version go. Sessions keep their record of the
+    attachment (name, access) but write nothing back any more."""
+    with transaction.atomic():
+        store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
+        store.delete()
+
+
+def _writable(store: MemoryStore) -> None:
+    if store.archived_at is not None:
+        raise InvalidRequest(f"Memory store {store.id} is archived: its memories and settings cannot change.")
+
+
+# --- memories --------------------------------------------------------------------------------
+
+
+MEMORY_CONTENT_FIELDS = ["path", "content", "content_sha256", "content_size_bytes", "version_id", "updated_at"]
+
+
+def memory_version_row(
+    *, store: MemoryStore, memory_id: str, operation: str, path: str, content: str | None, actor: dict, now
+) -> MemoryVersion:
+    """An unsaved version (callers that write many at once save them with bulk_create)."""
+    return MemoryVersion(
+        store=store,
+        memory_id=memory_id,
+        operation=operation,
+        path=path,
+        content=content,
+        content_sha256=None if content is None else sha256_text(content),
+        content_size_bytes=None if content is None else len(content.encode("utf-8")),
+        created_by=actor,
+        api_key_id=actor.get("api_key_id"),
+        session_id=actor.get("session_id"),
+        created_at=now,
+    )
+
+
+def memory_content_set(memory: Memory, version: MemoryVersion, *, now) -> None:
+    """Point `memory` at `version`: its path and content, their hash and size (unsaved)."""
+    memory.path, memory.content = version.path, version.content
+    memory.content_sha256, memory.content_size_bytes = version.content_sha256, version.content_size_bytes
+    memory.version_id, memory.updated_at = version.id, now
+
+
+def _version(**fields) -> MemoryVersion:
+    version = memory_version_row(**fields)
+    version.save(force_insert=True)
+    return version
+
+
+def _path_taken(store: MemoryStore, path: str, *, other_than: str | None = None) -> None:
+    taken = Memory.objects.filter(store=store, path=path)
+    if other_than is not None:
+        taken = taken.exclude(pk=other_than)
+    if taken.exists():
+        raise MemoryPathConflict(f"path: {path[:200]!r} is already held by another memory in this store.")
+
+
+def _check_precondition(memory: Memory, expected: str | None) -> None:
+    if expected is not None and memory.content_sha256 != expected:
+        raise MemoryPreconditionFailed(
+            f"The memory at {memory.path[:200]!r} has content_sha256 {memory.content_sha256}, not the expected"
+            f" {expected}: it changed since it was read. Nothing was changed."
+        )
+
+
+def memory_create_locked(*, store: MemoryStore, path: str, content: str, actor: dict) -> Memory:
+    """Inside the caller's transaction, with the store row locked: a new memory and its
+    `created` version. Raises MemoryPathConflict when the path is held."""
+    limit = settings.MANGO_MEMORY_STORE_MAX_MEMORIES
+    if Memory.objects.filter(store=store).count() >= limit:
+        raise InvalidRequest(f"Memory store {store.id} holds its limit of {limit} memories.")
+    _path_taken(store, path)
+    now = timezone.now()
+    memory = Memory(store=store, path=path, content=content, created_at=now, updated_at=now)
+    version = _version(
+        store=store, memory_id=memory.id, operation="created", path=path, content=content, actor=actor, now=now
+    )
+    memory.content_sha256, memory.content_size_bytes = version.content_sha256, version.content_size_bytes
+    memory.version_id = version.id
+    try:
+        with transaction.atomic():
+            memory.save(force_insert=True)
+    except IntegrityError:
+        raise MemoryPathConflict(f"path: {path[:200]!r} is already held by another memory in this store.") from None
+    return memory
+
+
+def memory_update_locked(
+    *, store: MemoryStore, memory: Memory, path: str | None, content: str | None, expected: str | None, actor: dict
+) -> Memory:
+    """Inside the caller's transaction, store and memory rows locked: the precondition, then a
+    `modified` version if the path or content changes (none if nothing does)."""
+    _check_precondition(memory, expected)
+    new_path = memory.path if path is None else path
+    new_content = memory.content if content is None else content
+    if new_path == memory.path and new_content == memory.content:
+        return memory
+    if new_path != memory.path:
+        _path_taken(store, new_path, other_than=memory.id)
+    now = timezone.now()
+    version = _version(
+        store=store, memory_id=memory.id, operation="modified", path=new_path, content=new_content, actor=actor, now=now
+    )
+    memory_content_set(memory, version, now=now)
+    memory.save(update_fields=MEMORY_CONTENT_FIELDS)
+    return memory
+
+
+def memory_delete_locked(*, store: MemoryStore, memory: Memory, expected: str | None, actor: dict) -> None:
+    """Inside the caller's transaction: the precondition, a `deleted` version, the row gone."""
+    _check_precondition(memory, expected)
+    _version(
+        store=store,
+        memory_id=memory.id,
+        operation="deleted",
+        path=memory.path,
+        content=None,
+        actor=actor,
+        now=timezone.now(),
+    )
+    memory.delete()
+
+
+def memory_create(*, workspace, memory_store_id: str, path: str, content: str, actor: dict) -> Memory:
+    _refuse("path", check_path, path)
+    size = _refuse("content", check_content, content)
+    with transaction.atomic():
+        store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
+        _writable(store)
+        memory = memory_create_locked(store=store, path=path, content=content, actor=actor)
+        memory_quota_check(used=memory_bytes_used_locked(workspace_id=store.workspace_id) - size, adding=size)
+        return memory
+
+
+def memory_update(
+    *,
+    workspace,
+    memory_store_id: str,
+    memory_id: str,
+    path: str | None,
+    content: str | None,
+    expected_sha256: str | None,
+    actor: dict,
+) -> Memory:
+    if path is not None:
+        _refuse("path", check_path, path)
+    if content is not None:
+        _refuse("content", check_content, content)
+    with transaction.atomic():
+        store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
+        memory = memory_get(store=store, memory_id=memory_id, for_update=True)
+        _writable(store)
+        before = memory.content_size_bytes
+        memory = memory_update_locked(
+            store=store, memory=memory, path=path, content=content, expected=expected_sha256, actor=actor
+        )
+        growth = memory.content_size_bytes - before
+        if growth > 0:
+            memory_quota_check(used=memory_bytes_used_locked(workspace_id=store.workspace_id) - growth, adding=growth)
+        return memory
+
+
+def memory_delete(*, workspace, memory_store_id: str, memory_id: str, expected_sha256: str | None, actor: dict) -> None:
+    """Deleting works on an archived store too; the memory's versions stay."""
+    with transaction.atomic():
+        store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
+        memory = memory_get(store=store, memory_id=memory_id, for_update=True)
+        memory_delete_locked(store=store, memory=memory, expected=expected_sha256, actor=actor)
+
+
+@transaction.atomic
+def memory_version_redact(*, workspace, memory_store_id: str, memory_version_id: str, actor: dict) -> MemoryVersion:
+    """Clear a version's path and content (and their size and hash), recording when and by whom.
+    The version holding a memory's current content cannot be redacted (update or delete the
+    memory first): the memory would still show what the version no longer does. Redacting a
+    redacted version changes nothing."""
+    store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
+    version = memory_version_get(store=store, memory_version_id=memory_version_id, for_update=True)
+    if version.redacted_at is not None:
+        return version
+    if Memory.objects.filter(store=store, version_id=version.id).exists():
+        raise InvalidRequest(
+            f"Memory version {version.id} holds its memory's current content; update or delete the memory"
+            " before redacting this version."
+        )
+    version.path = version.content = version.content_sha256 = version.content_size_bytes = None
+    version.redacted_at, version.redacted_by = timezone.now(), actor
+    version.save(
+        update_fields=["path", "content", "content_sha256", "content_size_bytes", "redacted_at", "redacted_by"]
+    )
+    return version
+
+
+# --- sessions --------------------------------------------------------------------------------
+
+
+def session_memory_stores_attach(*, session, params: list[dict], field: str = "resources") -> list:
+    """Inside session_create's transaction: one SessionMemoryStore per `{memory_store_id, access,
+    instructions}`, snapshotting the store's name and description now (later edits do not
+    propagate). A missing or foreign store, an archived one, the same store twice, two stores
+    whose names give one mount path, or more than MAX_MEMORY_STORES_PER_SESSION: a 400, and the
+    caller's transaction (the session with it) rolls back."""
+    if len(params) > MAX_MEMORY_STORES_PER_SESSION:
+        raise InvalidRequest(f"{field}: a session mounts at most {MAX_MEMORY_STORES_PER_SESSION} memory stores.")
+    rows, seen, paths = [], set(), {}
+    now = timezone.now()
+    for position, param in enumerate(params):
+        where = f"{field}: memory_store {param['memory_store_id'][:80]!r}"
+        store = MemoryStore.objects.filter(workspace_id=session.workspace_id, id=param["memory_store_id"]).first()
+        if store is None:
+            raise InvalidRequest(f"{where} not found.")
+        if store.archived_at is not None:
+            raise InvalidRequest(f"{where} is archived and cannot be attached to new sessions.")
+        if store.id in seen:
+            raise InvalidRequest(f"{where} is attached twice.")
+        seen.add(store.id)
+        path = mount_path(store.name)
+        if path in paths:
+            raise InvalidRequest(
+                f"{where} would mount at {path}, as {paths[path]} does (their names give the same directory);"
+                " rename one of the stores."
+            )
+        paths[path] = store.id
+        rows.append(
+            SessionMemoryStore(
+                session=session,
+                memory_store_id=store.id,
+                access=param["access"],
+                name=store.name,
+                description=store.description,
+                instructions=param.get("instructions"),
+                mount_path=path,
+                position=position,
+                created_at=now,
+            )
+        )
+    if rows:
+        type(session).objects.filter(pk=session.pk).update(memory_store_count=len(rows))
+        session.memory_store_count = len(rows)
+    return SessionMemoryStore.objects.bulk_create(rows)

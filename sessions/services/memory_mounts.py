@@ -1,0 +1,388 @@
+"""Memory stores in a session's sandbox: placed at /mnt/memory/<name> when the sandbox is
+created, written back at every idle boundary before session.status_idle (DESIGN "Memory
+stores"), the way outputs are published.
+
+Placement streams each attached store's memories from PostgreSQL into one tar archive per store.
+`read_only`: files 0444 and directories owned by RESOURCE_OWNER_UID, so the sandbox user can
+read and change nothing (writes fail with EACCES inside). `read_write`: owned by the sandbox
+user. What was placed becomes the attachment's baseline ({path: [memory id, sha256]}).
+
+Write-back reads the store's directory once as a tar stream from dockerd and compares each
+regular file with the baseline: an unchanged file makes no version; a new path is a create, a
+changed one an update guarded by the baseline's sha256 (the content_sha256 precondition), a
+path gone from the tree a delete guarded the same way, each with a `session_actor`. Files commit
+in batches (MANGO_MEMORY_WRITEBACK_BATCH_FILES, at most BATCH_MAX_BYTES of content): a file's
+version, its memory and its baseline entry always commit together, so a kill loses no committed
+memory and shows no half-written version, and the resumed write-back finds the baseline moved on
+exactly as far as the commits went. Each file is atomic; a batch costs a few statements and one
+commit whatever its size (500 files: bench/memory_writeback.py).
+
+A precondition that fails (another session or an API call changed the memory since this sandbox
+was filled) is a conflict: nothing is written for that path, the sandbox keeps the file, and one
+session.error names every such path. Nothing is lost.
+"""
+
+import hashlib
+import json
+import logging
+import tarfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from core.crashpoints import crash_point
+from core.streams import buffered_reader
+from processors.memory import (
+    CONTENT_MAX_BYTES,
+    MEMORY_ROOT,
+    Change,
+    classify_memory_member,
+    memory_relative_path,
+    mount_slug,
+)
+from processors.resources import tar_stream_for_files
+from sessions import events as ev
+from sessions import sandbox
+from sessions.events import EventType
+from sessions.models import Memory, MemoryStore, MemoryVersion, Session, SessionMemoryStore
+from sessions.selectors.memory import memory_store_contents, memory_store_for_session, session_memory_stores
+from sessions.services.events import session_event_append
+from sessions.services.memory import (
+    MEMORY_CONTENT_FIELDS,
+    MemoryQuotaExceeded,
+    memory_bytes_used_locked,
+    memory_content_set,
+    memory_quota_check,
+    memory_version_row,
+    session_actor,
+)
+
+logger = logging.getLogger(__name__)
+
+READ_CHUNK = 256 * 1024
+READ_ONLY_MODE = 0o444
+READ_WRITE_MODE = 0o644
+
+
+# --- placement -------------------------------------------------------------------------------
+
+
+def session_memory_place(*, session: Session, ref: str) -> int:
+    """Fill the (new) sandbox `ref` with every attached store and record each baseline.
+    Returns how many stores were placed."""
+    placed = 0
+    for attachment in session_memory_stores(session=session):
+        store = memory_store_for_session(workspace_id=session.workspace_id, memory_store_id=attachment.memory_store_id)
+        baseline: dict[str, list[str]] = {}
+        slug = mount_slug(attachment.name)
+        rows = memory_store_contents(store=store) if store is not None else ()
+
+        def files(rows=rows, baseline=baseline, slug=slug):
+            for memory_id, path, sha, content in rows:
+                data = content.encode("utf-8")
+                baseline[path] = [memory_id, sha]
+                yield f"{slug}/{memory_relative_path(path)}", len(data), (data,)
+
+        read_only = attachment.access == SessionMemoryStore.Access.READ_ONLY
+        owner = sandbox.RESOURCE_OWNER_UID if read_only else settings.MANGO_SANDBOX_UID
+        stream = tar_stream_for_files(
+            files(),
+            root=MEMORY_ROOT,
+            mode=READ_ONLY_MODE if read_only else READ_WRITE_MODE,
+            uid=owner,
+            gid=owner,
+            directories=[slug],
+        )
+        sandbox.put_archive(session_id=session.id, directory=MEMORY_ROOT, chunks=stream)
+        SessionMemoryStore.objects.filter(pk=attachment.pk).update(baseline=baseline, placed_ref=ref)
+        placed += 1
+    return placed
+
+
+# --- write-back ------------------------------------------------------------------------------
+
+
+@dataclass
+class WritebackReport:
+    created: list[str] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    # One reason per path that was not written back (conflicts, refusals), naming the path.
+    problems: list[str] = field(default_factory=list)
+
+
+class _Conflict(Exception):
+    pass
+
+
+# Write-back commits in batches: each file in a savepoint of its own (a conflict or refusal
+# leaves the others), the batch's baseline entries in the same commit. A batch is applied only
+# after its files were read from the archive: no Docker read happens inside a transaction.
+BATCH_MAX_BYTES = 8 * 1024 * 1024
+
+_BASELINE_APPLY = (
+    f"UPDATE {SessionMemoryStore._meta.db_table} SET baseline = (baseline - %s::text[]) || %s::jsonb WHERE id = %s"
+)
+
+
+@dataclass
+class _Batch:
+    steps: list[tuple[Change, str | None]] = field(default_factory=list)
+    size: int = 0
+
+
+def _shown(path: str, attachment: SessionMemoryStore) -> str:
+    return f"{attachment.mount_path}{path}"[:300].encode("unicode_escape").decode("ascii")
+
+
+def memory_writeback_apply(
+    *, attachment: SessionMemoryStore, steps: list[tuple[Change, str | None]], session_id: str, report: WritebackReport
+) -> None:
+    """One batch of write-back steps in one transaction, under the store's row lock (every
+    writer of a store takes it): each file's precondition (the baseline's sha256) is checked
+    against the locked rows, then the versions, memories and baseline entries of the files that
+    pass are written together (a few statements per batch, whatever its size) and committed. A
+    kill before the commit loses the batch whole, and the resumed write-back redoes it from the
+    unchanged baseline; after it, nothing is redone. Conflicts and refusals are named in
+    `report.problems` and leave the rest of the batch."""
+    actor = session_actor(session_id)
+    with transaction.atomic():
+        store = MemoryStore.objects.select_for_update().filter(pk=attachment.memory_store_id).first()
+        refusal = None if store is not None else "the memory store was deleted"
+        if store is not None and store.archived_at is not None:
+            refusal = "the memory store is archived"
+        if refusal is not None:
+            report.problems.extend(f"{_shown(change.path, attachment)}: {refusal}" for change, _ in steps)
+            return
+        plan = _Plan(store=store, actor=actor, now=timezone.now())
+        plan.load(steps)
+        for change, content in steps:
+            try:
+                plan.add(change, content)
+            except _Conflict as exc:
+                report.problems.append(f"{_shown(change.path, attachment)}: {exc}")
+        plan.write(attachment_id=attachment.pk)
+        crash_point("memory_writeback_before_commit")
+    crash_point("memory_writeback_after_commit")
+    listed = {"created": report.created, "modified": report.modified, "deleted": report.deleted}
+    for outcome, path in plan.done:
+        if outcome in listed:
+            listed[outcome].append(_shown(path, attachment))
+
+
+class _Plan:
+    """One batch's writes, decided against the rows locked for it, then written in bulk."""
+
+    def __init__(self, *, store: MemoryStore, actor: dict, now):
+        self.store, self.actor, self.now = store, actor, now
+        self.limit = settings.MANGO_MEMORY_STORE_MAX_MEMORIES
+        self.versions: list = []
+        self.created: list[Memory] = []
+        self.modified: list[Memory] = []
+        self.deleted: list[str] = []
+        self.entries: dict[str, list[str]] = {}
+        self.drops: list[str] = []
+        self.done: list[tuple[str, str]] = []
+
+    def load(self, steps: list[tuple[Change, str | None]]) -> None:
+        """The memories the batch touches, locked: by path for creates, by id for the rest."""
+        paths = [change.path for change, _ in steps if change.operation == "created"]
+        ids = [change.memory_id for change, _ in steps if change.operation != "created"]
+        self.by_path = {m.path: m for m in Memory.objects.filter(store=self.store, path__in=paths)}
+        self.by_id = {m.id: m for m in Memory.objects.select_for_update().filter(store=self.store, id__in=ids)}
+        self.count = Memory.objects.filter(store=self.store).count()
+        self.used = memory_bytes_used_locked(workspace_id=self.store.workspace_id)
+
+    def _version(self, memory_id: str, operation: str, path: str, content: str | None):
+        version = memory_version_row(
+            store=self.store,
+            memory_id=memory_id,
+            operation=operation,
+            path=path,
+            content=content,
+            actor=self.actor,
+            now=self.now,
+        )
+        self.versions.append(version)
+        return version
+
+    def _keep(self, outcome: str, change: Change, memory: Memory | None) -> None:
+        if memory is None:
+            self.drops.append(change.path)
+            self.entries.pop(change.path, None)
+        else:
+            self.entries[change.path] = [memory.id, memory.content_sha256]
+        self.done.append((outcome, change.path))
+
+    def add(self, change: Change, content: str | None) -> None:
+        """Plan one file's step, or raise _Conflict with the reason nothing is written for it."""
+        if change.operation == "created":
+            existing = self.by_path.get(change.path)
+            if existing is not None:
+                if existing.content_sha256 != change.content_sha256:
+                    raise _Conflict("another writer created this path meanwhile; the store keeps its version")
+                return self._keep("adopted", change, existing)
+            if self.count >= self.limit:
+                raise _Conflict(f"the memory store holds its limit of {self.limit} memories")
+            self._grow(len(content.encode("utf-8")))
+            memory = Memory(store=self.store, created_at=self.now)
+            memory_content_set(memory, self._version(memory.id, "created", change.path, content), now=self.now)
+            self.created.append(memory)
+            self.by_path[change.path] = memory
+            self.count += 1
+            return self._keep("created", change, memory)
+        memory = self.by_id.get(change.memory_id)
+        if change.operation == "deleted":
+            if memory is None:
+                return self._keep("gone", change, None)
+            if memory.content_sha256 != change.expected_sha256:
+                raise _Conflict("changed in the store since this session read it; it was not deleted")
+            self._version(memory.id, "deleted", memory.path, None)
+            self.used -= memory.content_size_bytes
+            self.deleted.append(memory.id)
+            self.count -= 1
+            return self._keep("deleted", change, None)
+        if memory is None:
+            raise _Conflict("deleted from the store since this session read it; your edit was not saved")
+        if memory.content_sha256 != change.expected_sha256:
+            if memory.content_sha256 == change.content_sha256:
+                return self._keep("adopted", change, memory)
+            raise _Conflict("changed in the store since this session read it (content_sha256 precondition)")
+        self._grow(len(content.encode("utf-8")) - memory.content_size_bytes)
+        memory_content_set(memory, self._version(memory.id, "modified", memory.path, content), now=self.now)
+        self.modified.append(memory)
+        return self._keep("modified", change, memory)
+
+    def _grow(self, adding: int) -> None:
+        try:
+            memory_quota_check(used=self.used, adding=adding)
+        except MemoryQuotaExceeded as exc:
+            raise _Conflict(exc.message) from None
+        self.used += adding
+
+    def write(self, *, attachment_id: int) -> None:
+        MemoryVersion.objects.bulk_create(self.versions)
+        Memory.objects.bulk_create(self.created)
+        if self.modified:
+            Memory.objects.bulk_update(self.modified, fields=MEMORY_CONTENT_FIELDS)
+        if self.deleted:
+            Memory.objects.filter(store=self.store, id__in=self.deleted).delete()
+        with connection.cursor() as cursor:
+            cursor.execute(_BASELINE_APPLY, [self.drops, json.dumps(self.entries), attachment_id])
+
+
+def _open_archive(chunks: Iterable[bytes]) -> tarfile.TarFile:
+    return tarfile.open(fileobj=buffered_reader(chunks, READ_CHUNK), mode="r|")
+
+
+def _store_writeback(*, session: Session, attachment: SessionMemoryStore, report: WritebackReport) -> None:
+    baseline = {path: tuple(entry) for path, entry in (attachment.baseline or {}).items()}
+    present: set[str] = set()
+    slug = attachment.mount_path.rsplit("/", 1)[-1]
+    batch = _Batch()
+    limit = settings.MANGO_MEMORY_WRITEBACK_BATCH_FILES
+
+    def flush() -> None:
+        if batch.steps:
+            memory_writeback_apply(attachment=attachment, steps=batch.steps, session_id=session.id, report=report)
+        batch.steps, batch.size = [], 0
+
+    def step(change: Change, content: str | None) -> None:
+        batch.steps.append((change, content))
+        batch.size += len(content or "")
+        if len(batch.steps) >= limit or batch.size >= BATCH_MAX_BYTES:
+            flush()
+
+    try:
+        chunks, _ = sandbox.get_archive(session_id=session.id, path=attachment.mount_path)
+    except sandbox.SandboxError:
+        chunks = None  # the directory itself was removed: every memory in it was deleted
+    if chunks is not None:
+        with _open_archive(chunks) as archive:
+            for member in archive:
+                kind, value = classify_memory_member(member, root=slug)
+                if kind == "dir":
+                    continue
+                if kind == "invalid":
+                    report.problems.append(value)
+                    # A file kept but refused is not a deletion of the memory at that path.
+                    if member.name.startswith(slug + "/"):
+                        present.add(member.name[len(slug) :])
+                    continue
+                path = value
+                present.add(path)
+                data = archive.extractfile(member).read(CONTENT_MAX_BYTES + 1)
+                sha = hashlib.sha256(data).hexdigest()
+                known = baseline.get(path)
+                if known is not None and known[1] == sha:
+                    report.unchanged += 1
+                    continue
+                try:
+                    content = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    report.problems.append(f"{_shown(path, attachment)}: not UTF-8 text; memories are text")
+                    continue
+                if known is None:
+                    step(Change("created", path, None, None, sha), content)
+                else:
+                    step(Change("modified", path, known[0], known[1], sha), content)
+    for path in sorted(set(baseline) - present):
+        memory_id, sha = baseline[path]
+        step(Change("deleted", path, memory_id, sha, None), None)
+    flush()
+
+
+def memory_writeback(*, session: Session) -> WritebackReport:
+    """Write back every read_write store placed in the session's current sandbox."""
+    report = WritebackReport()
+    for attachment in session_memory_stores(session=session):
+        if attachment.access != SessionMemoryStore.Access.READ_WRITE or attachment.placed_ref != session.sandbox_ref:
+            continue
+        _store_writeback(session=session, attachment=attachment, report=report)
+    if report.created or report.modified or report.deleted or report.problems:
+        logger.info(
+            "memory written back: %d created, %d modified, %d deleted, %d unchanged, %d not saved",
+            len(report.created),
+            len(report.modified),
+            len(report.deleted),
+            report.unchanged,
+            len(report.problems),
+            extra={"session_id": session.id},
+        )
+    return report
+
+
+def memory_writeback_at_idle(*, session: Session) -> WritebackReport | None:
+    """The runner's idle-boundary hook, before session.status_idle: write back, then report
+    what was not saved as one session.error naming each path. Runs on interrupts too (it reads
+    no object store and is bounded by the mount's size); a session without a running Docker
+    sandbox has nothing to write back."""
+    if session.sandbox_state != Session.SandboxState.RUNNING or settings.MANGO_SANDBOX != "docker":
+        return None
+    try:
+        report = memory_writeback(session=session)
+    except Exception as exc:
+        logger.exception("memory write-back failed", extra={"session_id": session.id})
+        _session_error(
+            session=session,
+            message=f"Changes under {MEMORY_ROOT} could not be saved ({type(exc).__name__}); what was saved"
+            " stays saved, and the rest is tried again at the next idle.",
+        )
+        return None
+    if report.problems:
+        count = len(report.problems)
+        _session_error(
+            session=session,
+            message=f"{count} change{'' if count == 1 else 's'} under {MEMORY_ROOT} {'was' if count == 1 else 'were'}"
+            f" not saved to memory: {'; '.join(report.problems)}. The files stay in the sandbox; read the"
+            " store's current version and merge your change in a later turn.",
+        )
+    return report
+
+
+def _session_error(*, session: Session, message: str) -> None:
+    session_event_append(session_id=session.id, type=EventType.SESSION_ERROR, payload=ev.session_error(message=message))
