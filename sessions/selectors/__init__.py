@@ -9,19 +9,18 @@ from django.db import connection
 from django.db.models import F, OuterRef, Subquery
 
 from core.errors import InvalidRequest, NotFound
+from core.lookups import one_or_not_found
 from core.pagination import keyset_page, rendered_bytes
 from sessions.events import TERMINAL_RESULTS, EventType
 from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent, SessionResource
 
 
 def agent_get(*, workspace, agent_id: str, for_update: bool = False) -> Agent:
-    queryset = Agent.objects.filter(workspace=workspace, id=agent_id)
-    if for_update:
-        queryset = queryset.select_for_update()
-    agent = queryset.first()
-    if agent is None:
-        raise NotFound(f"Agent {agent_id!r} not found.")
-    return agent
+    return one_or_not_found(
+        Agent.objects.filter(workspace=workspace, id=agent_id),
+        for_update=for_update,
+        missing=NotFound(f"Agent {agent_id!r} not found."),
+    )
 
 
 def agent_version_get(*, agent: Agent, version: int | None = None) -> AgentVersion:
@@ -69,13 +68,11 @@ def agent_version_list(*, agent: Agent, limit: int, page: str | None):
 
 
 def environment_get(*, workspace, environment_id: str, for_update: bool = False) -> Environment:
-    queryset = Environment.objects.filter(workspace=workspace, id=environment_id)
-    if for_update:
-        queryset = queryset.select_for_update()
-    environment = queryset.first()
-    if environment is None:
-        raise NotFound(f"Environment {environment_id!r} not found.", code="environment_not_found")
-    return environment
+    return one_or_not_found(
+        Environment.objects.filter(workspace=workspace, id=environment_id),
+        for_update=for_update,
+        missing=NotFound(f"Environment {environment_id!r} not found.", code="environment_not_found"),
+    )
 
 
 def environment_list(*, workspace, limit: int, page: str | None, include_archived: bool):

@@ -8,18 +8,17 @@ from django.db.models import F, Func, TextField, Value
 from django.db.models.functions import Coalesce, Collate, Substr
 
 from core.errors import NotFound
+from core.lookups import one_or_not_found
 from core.pagination import cursor_decode, cursor_encode, keyset_page, rendered_bytes
 from sessions.models import Memory, MemoryStore, MemoryVersion, Session, SessionMemoryStore
 
 
 def memory_store_get(*, workspace, memory_store_id: str, for_update: bool = False) -> MemoryStore:
-    queryset = MemoryStore.objects.filter(workspace=workspace, id=memory_store_id)
-    if for_update:
-        queryset = queryset.select_for_update()
-    store = queryset.first()
-    if store is None:
-        raise NotFound(f"Memory store {memory_store_id!r} not found.")
-    return store
+    return one_or_not_found(
+        MemoryStore.objects.filter(workspace=workspace, id=memory_store_id),
+        for_update=for_update,
+        missing=NotFound(f"Memory store {memory_store_id!r} not found."),
+    )
 
 
 def memory_store_list(
@@ -51,13 +50,11 @@ def memory_store_list(
 
 
 def memory_get(*, store: MemoryStore, memory_id: str, for_update: bool = False) -> Memory:
-    queryset = Memory.objects.filter(store=store, id=memory_id)
-    if for_update:
-        queryset = queryset.select_for_update()
-    memory = queryset.first()
-    if memory is None:
-        raise NotFound(f"Memory {memory_id!r} not found.")
-    return memory
+    return one_or_not_found(
+        Memory.objects.filter(store=store, id=memory_id),
+        for_update=for_update,
+        missing=NotFound(f"Memory {memory_id!r} not found."),
+    )
 
 
 def memory_list(*, store: MemoryStore, path_prefix: str | None, depth: int, limit: int, page: str | None):
@@ -115,13 +112,11 @@ def _list_to_depth(queryset, *, prefix: str, depth: int, after: str | None, limi
 
 
 def memory_version_get(*, store: MemoryStore, memory_version_id: str, for_update: bool = False) -> MemoryVersion:
-    queryset = MemoryVersion.objects.filter(store=store, id=memory_version_id)
-    if for_update:
-        queryset = queryset.select_for_update()
-    version = queryset.first()
-    if version is None:
-        raise NotFound(f"Memory version {memory_version_id!r} not found.")
-    return version
+    return one_or_not_found(
+        MemoryVersion.objects.filter(store=store, id=memory_version_id),
+        for_update=for_update,
+        missing=NotFound(f"Memory version {memory_version_id!r} not found."),
+    )
 
 
 def memory_version_list(*, store: MemoryStore, limit: int, page: str | None, filters: dict):

@@ -3,6 +3,7 @@ same 404 as a missing one). Only finished uploads are visible: a skill once its 
 ready, a version once ready."""
 
 from core.errors import NotFound
+from core.lookups import one_or_not_found
 from core.pagination import keyset_page
 from processors.resources import SKILLS_DIR
 from sessions.models import Skill, SkillVersion
@@ -11,13 +12,11 @@ SOURCES = ("custom", "anthropic")
 
 
 def skill_get(*, workspace, skill_id: str, for_update: bool = False) -> Skill:
-    queryset = Skill.objects.filter(workspace=workspace, id=skill_id).exclude(latest_version="")
-    if for_update:
-        queryset = queryset.select_for_update()
-    skill = queryset.first()
-    if skill is None:
-        raise NotFound(f"Skill {skill_id!r} not found.")
-    return skill
+    return one_or_not_found(
+        Skill.objects.filter(workspace=workspace, id=skill_id).exclude(latest_version=""),
+        for_update=for_update,
+        missing=NotFound(f"Skill {skill_id!r} not found."),
+    )
 
 
 def skill_list(*, workspace, limit: int, page: str | None, source: str | None):
