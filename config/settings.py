@@ -199,6 +199,8 @@ MANGO_SKILLS_BETA = "skills-2025-10-02"
 # per-image limit, and a PDF size whose base64 fits the Messages API's 32 MB request limit.
 MANGO_MODEL_IMAGE_MAX_BYTES = env.int("MANGO_MODEL_IMAGE_MAX_BYTES", default=5 * 1024 * 1024)
 MANGO_MODEL_PDF_MAX_BYTES = env.int("MANGO_MODEL_PDF_MAX_BYTES", default=24 * 1024 * 1024)
+# What one turn loads of them (all a request carries): the Messages API's 32 MB request limit.
+MANGO_MODEL_REQUEST_MEDIA_MAX_BYTES = env.int("MANGO_MODEL_REQUEST_MEDIA_MAX_BYTES", default=32 * 1024 * 1024)
 # List prices for budgets beyond (or instead of) sessions/pricing.py's table: JSON
 # {"model id": [input, 5m cache write, 1h cache write, cache read, output]} in USD per MTok.
 MANGO_MODEL_LIST_PRICES = env.str("MANGO_MODEL_LIST_PRICES", default="")

@@ -22,7 +22,7 @@ from processors.memory import memory_prompt_section
 from processors.skills import skills_prompt_section
 from sessions import events as ev
 from sessions import pricing
-from sessions.events import MESSAGE_TYPES, SERVER_TOOL_TYPES, WEB_FETCH_BETA, EventType
+from sessions.events import MESSAGE_TYPES, SERVER_TOOL_TYPES, WEB_FETCH_BETA, ErrorType, EventType
 from sessions.models import Session
 from sessions.runtime.control import Stop, TurnControl
 from sessions.runtime.upstream import ModelError, PreviewPublisher, messages_create
@@ -88,9 +88,22 @@ class Conversation:
         return trailing
 
     def media(self, file_id: str) -> bytes:
+        """An admitted PDF or image's bytes. What one turn holds (and one request carries) is
+        bounded by MANGO_MODEL_REQUEST_MEDIA_MAX_BYTES: past it, a 400-like ModelError, so the
+        newest input is left out (refused_input) and the session recovers."""
         if file_id not in self._media:
             limit = max(settings.MANGO_MODEL_PDF_MAX_BYTES, settings.MANGO_MODEL_IMAGE_MAX_BYTES)
-            self._media[file_id] = event_snapshot_read(file_id=file_id, max_bytes=limit)
+            data = event_snapshot_read(file_id=file_id, max_bytes=limit)
+            total = sum(map(len, self._media.values())) + len(data)
+            if total > settings.MANGO_MODEL_REQUEST_MEDIA_MAX_BYTES:
+                cap = settings.MANGO_MODEL_REQUEST_MEDIA_MAX_BYTES
+                raise ModelError(
+                    f"The conversation's PDFs and images exceed {cap:,} bytes, more than one model request carries.",
+                    error_type=ErrorType.MODEL_REQUEST_FAILED,
+                    retryable=False,
+                    status=400,
+                )
+            self._media[file_id] = data
         return self._media[file_id]
 
     def events(self) -> list[EventRow]:
@@ -211,7 +224,10 @@ def context_compact(
     """Summarise the conversation with one model call (no tool may be used) and record the
     summary as agent.thread_context_compacted: the next calls start from it. False when the
     summary could not be made (the caller reports compaction_limit_reached_error)."""
-    messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
+    try:
+        messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
+    except ModelError:
+        return False
     messages.append({"role": "user", "content": [{"type": "text", "text": SUMMARY_REQUEST}]})
     if messages[-2]["role"] == "user":  # two user turns in a row merge
         messages[-2:] = [{"role": "user", "content": [*messages[-2]["content"], *messages[-1]["content"]]}]
@@ -248,7 +264,13 @@ def model_call(
     snapshot = session.agent_snapshot
     attempts = settings.MANGO_MODEL_MAX_RETRIES + 1
     for attempt in range(attempts):
-        messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
+        try:
+            messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
+        except ModelError as exc:  # the media bound: nothing was sent
+            model_error_record(
+                session_id=control.session_id, exc=exc, retrying=False, refused=conversation.refused_input(exc)
+            )
+            return None
         start = session_event_append(session_id=control.session_id, type=EventType.SPAN_MODEL_REQUEST_START)
         previews = PreviewPublisher(control.session_id)
         cached_system, cached_tools, messages = with_breakpoints(system=system, tools=definitions, messages=messages)

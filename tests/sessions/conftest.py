@@ -57,8 +57,9 @@ class WorkerHandle:
     def kill(self) -> None:
         self.current.kill()
 
-    def start_new(self) -> CeleryWorker:
-        self.current = CeleryWorker(env=self.env).start()
+    def start_new(self, **extra_env: str) -> CeleryWorker:
+        """A successor (with `extra_env` on top of the run's environment, for one test)."""
+        self.current = CeleryWorker(env={**self.env, **extra_env}).start()
         return self.current
 
     def stop(self) -> None:

@@ -155,3 +155,35 @@ def test_an_event_the_upstream_refuses_does_not_poison_the_session(sdk, model, c
     assert answers[-1].content[0].text == "Recovered."
     # The public log keeps the event as it was sent.
     assert sdk.beta.sessions.events.list(session.id).data[0].content[0].source.url == bad["source"]["url"]
+
+
+def test_what_a_turn_holds_of_pdfs_and_images_is_bounded(sdk, model, celery_worker, session):
+    """A hostile conversation of many large images cannot make a worker hold them all: past
+    MANGO_MODEL_REQUEST_MEDIA_MAX_BYTES the newest input is left out, named, nothing is sent,
+    and the session recovers."""
+    celery_worker.current.stop()
+    # One image fits the worker's bound, two do not.
+    celery_worker.start_new(MANGO_MODEL_REQUEST_MEDIA_MAX_BYTES=str(len(PNG) + 10))
+    try:
+        png = sdk.beta.files.upload(file=("shot.png", PNG, "image/png"))
+        other = sdk.beta.files.upload(file=("other.png", PNG + b"x", "image/png"))
+        model.script([text("One image."), text("Recovered.")])
+        sdk.beta.sessions.events.send(
+            session.id, events=[{"type": "user.message", "content": [file_block("image", png.id)]}]
+        )
+        wait_for(lambda: idle_count(sdk, session.id) == 1, timeout=30)
+        second = sdk.beta.sessions.events.send(
+            session.id, events=[{"type": "user.message", "content": [file_block("image", other.id)]}]
+        )
+        wait_for(lambda: idle_count(sdk, session.id) == 2, timeout=30)
+        assert len(model.requests) == 1  # nothing was sent for the turn over the bound
+        errors = [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.error"]
+        assert second.data[0].id in errors[-1].error.message
+        sdk.beta.sessions.events.send(
+            session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "again"}]}]
+        )
+        wait_for(lambda: idle_count(sdk, session.id) == 3, timeout=30)
+        assert len(model.requests) == 2 and "Content left out" in str(model.requests[1]["body"]["messages"])
+    finally:
+        celery_worker.current.stop()
+        celery_worker.start_new()
