@@ -294,6 +294,12 @@ MANGO_SANDBOX_FSIZE_BYTES = env.int("MANGO_SANDBOX_FSIZE_BYTES", default=512 * 1
 # root) or by the operator (`external`, see docs/operating.md).
 MANGO_SANDBOX_NETWORK_POOL = env.str("MANGO_SANDBOX_NETWORK_POOL", default="10.213.0.0/16")
 MANGO_SANDBOX_FIREWALL = env.str("MANGO_SANDBOX_FIREWALL", default="iptables")  # iptables | external
+# --- Outbound connections and secrets (core/outbound.py, core/secrets.py) ---------------------
+# The worker connects for tenants (MCP servers, OAuth token endpoints, git hosts) only to public
+# addresses, after DNS and on every redirect; these host or host:port entries may be private.
+MANGO_OUTBOUND_PRIVATE_HOSTS = env.list("MANGO_OUTBOUND_PRIVATE_HOSTS", default=[])
+# Fernet keys for secrets at rest, comma-separated: the first encrypts, all decrypt (rotation).
+MANGO_VAULT_KEY = env.list("MANGO_VAULT_KEY", default=[])
 MANGO_TOOL_TIMEOUT_SECONDS = env.float("MANGO_TOOL_TIMEOUT_SECONDS", default=600.0)
 MANGO_MODEL_MAX_TOKENS = env.int("MANGO_MODEL_MAX_TOKENS", default=8192)
 MANGO_MODEL_TIMEOUT_SECONDS = env.float("MANGO_MODEL_TIMEOUT_SECONDS", default=600.0)

@@ -38,6 +38,8 @@ fi
 # The server refuses to start without a secret key (config/settings.py): a first run makes a
 # random one, which .env keeps for the next runs and for manage.py in other shells.
 export DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-$("$PY" -c 'import secrets; print(secrets.token_urlsafe(48))')}"
+# Likewise the key that encrypts secrets at rest (vault credentials, repository tokens).
+export MANGO_VAULT_KEY="${MANGO_VAULT_KEY:-$("$PY" -c 'import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())')}"
 
 # Ctrl-C stops everything, also under `make run | tee log`: the components run in their own
 # sessions (so each can be stopped as a group), output to a closed pipe must not kill this
@@ -96,7 +98,7 @@ rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 "$PY" manage.py collectstatic --noinput -v 0
 "$PY" manage.py reconcile_files
 
-write_env_file DJANGO_SECRET_KEY DATABASE_URL REDIS_URL PORT MANGO_FILE_S3_ENDPOINT_URL MANGO_FILE_S3_BUCKET \
+write_env_file DJANGO_SECRET_KEY MANGO_VAULT_KEY DATABASE_URL REDIS_URL PORT MANGO_FILE_S3_ENDPOINT_URL MANGO_FILE_S3_BUCKET \
   MANGO_FILE_S3_REGION MANGO_FILE_S3_ACCESS_KEY_ID MANGO_FILE_S3_SECRET_ACCESS_KEY MANGO_EMBEDDED_S3 \
   MANGO_EMBEDDED_S3_PORT PROMETHEUS_MULTIPROC_DIR ANTHROPIC_BASE_URL
 upstream_warning="$("$PY" manage.py check --deploy --tag model_upstream 2>&1 | grep -A1 'mango.W001' \

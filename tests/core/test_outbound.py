@@ -1,0 +1,131 @@
+"""The outbound guard (core/outbound.py) against real servers on loopback: private addresses are
+refused after DNS resolution and on every redirect unless listed in MANGO_OUTBOUND_PRIVATE_HOSTS,
+and a guarded request still names its host (Host header) while going to the checked address."""
+
+import asyncio
+import http.server
+import threading
+
+import httpx2
+import pytest
+
+from core import outbound
+from core.outbound import OutboundRefused
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    redirect_to: str | None = None
+
+    def do_GET(self):
+        if self.path == "/redirect" and self.server.redirect_to:
+            self.send_response(302)
+            self.send_header("Location", self.server.redirect_to)
+            self.end_headers()
+            return
+        body = f"host={self.headers['Host']}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd.redirect_to = None
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_public_and_private_addresses():
+    for address in (
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "::1",
+        "fe80::1",
+        "fc00::1",
+        "::ffff:127.0.0.1",
+        "0.0.0.0",
+        "224.0.0.1",
+    ):
+        assert not outbound.is_public(address), address
+    for address in ("8.8.8.8", "1.1.1.1", "2606:4700:4700::1111"):
+        assert outbound.is_public(address), address
+
+
+def test_loopback_refused_by_name_and_literal_unless_listed(settings):
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = []
+    with pytest.raises(OutboundRefused, match="private address"):
+        outbound.resolve("localhost", 80)
+    with pytest.raises(OutboundRefused, match="MANGO_OUTBOUND_PRIVATE_HOSTS"):
+        outbound.check_url("http://127.0.0.1:9/x")
+    with pytest.raises(OutboundRefused, match="private address"):
+        outbound.check_url("https://[::1]/")
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = ["localhost:8080"]
+    assert "127.0.0.1" in outbound.resolve("localhost", 8080)
+    with pytest.raises(OutboundRefused):  # listed with another port only
+        outbound.resolve("localhost", 8081)
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = ["127.0.0.1"]
+    outbound.check_url("http://127.0.0.1:9/x")  # any port of a host listed without one
+
+
+def test_check_url_refuses_what_is_not_a_plain_http_url(settings):
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = []
+    for url, reason in (
+        ("ftp://example.com/x", "scheme"),
+        ("file:///etc/passwd", "scheme"),
+        ("https://user:pw@example.com/", "credentials"),
+        ("https:///path", "no host"),
+        ("http://example.com:99999/", "valid"),
+    ):
+        with pytest.raises(OutboundRefused, match=reason):
+            outbound.check_url(url)
+    outbound.check_url("https://name-that-does-not-resolve.invalid/repo.git")  # fails later, at connect
+
+
+def test_guarded_client_refuses_loopback_and_serves_it_when_listed(settings, server):
+    port = server.server_address[1]
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = []
+    with httpx2.Client(transport=outbound.GuardedTransport()) as client, pytest.raises(OutboundRefused):
+        client.get(f"http://localhost:{port}/")
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [f"localhost:{port}"]
+    with httpx2.Client(transport=outbound.GuardedTransport()) as client:
+        response = client.get(f"http://localhost:{port}/")
+    assert response.status_code == 200
+    assert response.text == f"host=localhost:{port}"  # sent to the checked address, still naming its host
+
+
+def test_each_redirect_is_checked(settings, server):
+    port = server.server_address[1]
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [f"localhost:{port}"]
+    server.redirect_to = f"http://127.0.0.1:{port}/"  # same server, by an address that is not listed
+    client = httpx2.Client(transport=outbound.GuardedTransport(), follow_redirects=True)
+    with client, pytest.raises(OutboundRefused, match=r"127\.0\.0\.1"):
+        client.get(f"http://localhost:{port}/redirect")
+    server.redirect_to = f"http://localhost:{port}/"
+    with httpx2.Client(transport=outbound.GuardedTransport(), follow_redirects=True) as client:
+        assert client.get(f"http://localhost:{port}/redirect").text == f"host=localhost:{port}"
+
+
+def test_async_transport_is_guarded_too(settings, server):
+    port = server.server_address[1]
+
+    async def fetch():
+        async with httpx2.AsyncClient(transport=outbound.AsyncGuardedTransport()) as client:
+            return (await client.get(f"http://localhost:{port}/")).text
+
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = []
+    with pytest.raises(OutboundRefused):
+        asyncio.run(fetch())
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [f"localhost:{port}"]
+    assert asyncio.run(fetch()) == f"host=localhost:{port}"
