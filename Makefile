@@ -28,8 +28,8 @@ BENCHES = files_throughput.py files_list.py outputs_publish.py memory_writeback.
 bench:  ## the benchmarks (docs/benchmarks.md; need the services `make test` starts), ratios side by side
 	@for bench in $(BENCHES); do .venv/bin/python bench/$$bench || exit 1; done
 
-sandbox-image:  ## the session sandbox image from a static busybox (no registry needed)
-	@bash sandbox/build.sh $${MANGO_SANDBOX_IMAGE:-mango-sandbox:latest}
+sandbox-image:  ## the session sandbox images from Debian's packages (mango-sandbox:bookworm) and a static busybox (:latest)
+	@bash scripts/sandbox_image.sh mango-sandbox:bookworm && bash sandbox/build.sh mango-sandbox:latest
 
 base-image:  ## a python3.11 base image from Debian's packages, when no image registry is reachable
 	@bash scripts/base_image.sh

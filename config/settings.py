@@ -262,7 +262,9 @@ MANGO_WORKSPACE_MAX_RUNNING_TURNS = env.int("MANGO_WORKSPACE_MAX_RUNNING_TURNS",
 
 # --- Sessions runtime -----------------------------------------------------------------------
 MANGO_SANDBOX = env.str("MANGO_SANDBOX", default="docker")  # docker | local_process
-MANGO_SANDBOX_IMAGE = env.str("MANGO_SANDBOX_IMAGE", default="mango-sandbox:latest")
+# The default image is Debian with python3, pip, git, node, npm, curl, ripgrep, jq and gcc
+# (deploy/sandbox-debian.Dockerfile; make run builds it); mango-sandbox:latest is the busybox one.
+MANGO_SANDBOX_IMAGE = env.str("MANGO_SANDBOX_IMAGE", default="mango-sandbox:bookworm")
 MANGO_SANDBOX_LOCAL_ROOT = env.path("MANGO_SANDBOX_LOCAL_ROOT", default=BASE_DIR / "var" / "sandboxes")
 DOCKER_HOST = env.str("DOCKER_HOST", default="") or None
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="https://api.anthropic.com")
@@ -300,6 +302,24 @@ MANGO_SANDBOX_FIREWALL = env.str("MANGO_SANDBOX_FIREWALL", default="iptables")  
 MANGO_OUTBOUND_PRIVATE_HOSTS = env.list("MANGO_OUTBOUND_PRIVATE_HOSTS", default=[])
 # Fernet keys for secrets at rest, comma-separated: the first encrypts, all decrypt (rotation).
 MANGO_VAULT_KEY = env.list("MANGO_VAULT_KEY", default=[])
+# `limited` networking (sessions/sandbox/policy.py): each such sandbox with an allow-list gets an
+# egress proxy (sandbox/egress_proxy.py) in a container of this image (it needs python3), reaching
+# out from this network (created when missing), with at most this many tunnels at once.
+MANGO_SANDBOX_PROXY_IMAGE = env.str("MANGO_SANDBOX_PROXY_IMAGE", default="mango-sandbox:bookworm")
+MANGO_SANDBOX_EGRESS_NETWORK = env.str("MANGO_SANDBOX_EGRESS_NETWORK", default="mango-egress")
+MANGO_SANDBOX_PROXY_MAX_CONNECTIONS = env.int("MANGO_SANDBOX_PROXY_MAX_CONNECTIONS", default=64)
+MANGO_SANDBOX_PROXY_IDLE_SECONDS = env.float("MANGO_SANDBOX_PROXY_IDLE_SECONDS", default=300.0)
+# Environment packages (sessions/sandbox/packages.py): the managers the image serves (others are a
+# 400 at environment create), the registries `allow_package_managers` opens, and the bounds.
+MANGO_SANDBOX_PACKAGE_MANAGERS = env.list("MANGO_SANDBOX_PACKAGE_MANAGERS", default=["apt", "pip", "npm"])
+MANGO_SANDBOX_PACKAGE_REGISTRIES = env.list(
+    "MANGO_SANDBOX_PACKAGE_REGISTRIES",
+    default=["deb.debian.org", "security.debian.org", "pypi.org", "files.pythonhosted.org", "registry.npmjs.org"],
+)
+MANGO_SANDBOX_INSTALL_TIMEOUT_SECONDS = env.float("MANGO_SANDBOX_INSTALL_TIMEOUT_SECONDS", default=600.0)
+MANGO_SANDBOX_INSTALL_MAX_BYTES = env.int("MANGO_SANDBOX_INSTALL_MAX_BYTES", default=2 * 1024**3)
+MANGO_WORKSPACE_MAX_INSTALLS = env.int("MANGO_WORKSPACE_MAX_INSTALLS", default=2)
+MANGO_WORKSPACE_MAX_PACKAGE_IMAGES = env.int("MANGO_WORKSPACE_MAX_PACKAGE_IMAGES", default=8)
 MANGO_TOOL_TIMEOUT_SECONDS = env.float("MANGO_TOOL_TIMEOUT_SECONDS", default=600.0)
 MANGO_MODEL_MAX_TOKENS = env.int("MANGO_MODEL_MAX_TOKENS", default=8192)
 MANGO_MODEL_TIMEOUT_SECONDS = env.float("MANGO_MODEL_TIMEOUT_SECONDS", default=600.0)

@@ -176,11 +176,19 @@ ensure_dockerd() {
   die "dockerd did not start; see var/log/dockerd.log"
 }
 
-# The sandbox image needs nothing but /bin/sh: build it from a static busybox (no registry here).
+# The session sandbox images: mango-sandbox:bookworm, the default (Debian with python3, pip, git,
+# node, npm, curl, ripgrep, jq and gcc, built from Debian's packages by scripts/sandbox_image.sh,
+# a few minutes the first time), which is also every `limited` sandbox's egress proxy image; and
+# mango-sandbox:latest, a static busybox (the tests that need no tools). Any other
+# MANGO_SANDBOX_IMAGE is the operator's own and must exist.
 ensure_sandbox_image() {
-  local image="${MANGO_SANDBOX_IMAGE:-mango-sandbox:latest}"
+  local image="${1:-${MANGO_SANDBOX_IMAGE:-mango-sandbox:bookworm}}"
   docker image inspect "$image" >/dev/null 2>&1 && return 0
-  bash "$ROOT/sandbox/build.sh" "$image"
+  case "$image" in
+    mango-sandbox:latest) bash "$ROOT/sandbox/build.sh" "$image" ;;
+    mango-sandbox:bookworm) bash "$ROOT/scripts/sandbox_image.sh" "$image" ;;
+    *) die "the sandbox image $image (MANGO_SANDBOX_IMAGE) does not exist: build it, or unset MANGO_SANDBOX_IMAGE for the default" ;;
+  esac
 }
 
 # var/run.pids, written by scripts/run.sh as its components start and read by `make stop`:

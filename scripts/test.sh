@@ -19,7 +19,9 @@ cleanup() { [ -n "$EMBEDDED_S3_PID" ] && kill -- "-$EMBEDDED_S3_PID" 2>/dev/null
 trap cleanup EXIT
 
 if ensure_dockerd; then
-  MANGO_SANDBOX_IMAGE="${MANGO_SANDBOX_IMAGE:-mango-sandbox:latest}" ensure_sandbox_image
+  # Most tests use the busybox image; the sandbox-image tests and every egress proxy use the real one.
+  ensure_sandbox_image "${MANGO_SANDBOX_IMAGE:-mango-sandbox:latest}"
+  ensure_sandbox_image mango-sandbox:bookworm
 fi
 
 set +e

@@ -3,6 +3,7 @@ and services (which apply them under a row lock): the agent snapshot a session k
 of an environment config into the stored one, and metadata patches. No ORM, no serializer."""
 
 from core.errors import InvalidRequest
+from sessions.sandbox.packages import refusal as package_refusal
 
 PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
 METADATA_MAX_PAIRS = 16
@@ -73,6 +74,10 @@ def environment_config_resolve(config: dict | None, current: dict | None = None)
     if config["type"] == "self_hosted":
         return {"type": "self_hosted"}
     current = current or {}
+    if config.get("packages") is not None:
+        reason = package_refusal(config["packages"])  # managers the image cannot serve, bad names
+        if reason:
+            raise InvalidRequest(reason)
     networking = _networking(config.get("networking"), current.get("networking"))
     packages = _packages(config.get("packages"), current.get("packages"))
     has_packages = any(packages[manager] for manager in PACKAGE_MANAGERS)

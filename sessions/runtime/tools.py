@@ -16,6 +16,7 @@ from sessions import sandbox
 from sessions.events import SERVER_TOOL_TYPES, TOOLSET_TYPE, EventType
 from sessions.models import Session, SessionEvent
 from sessions.runtime.control import Stop, TurnControl, db_release
+from sessions.sandbox import policy as sandbox_policy
 from sessions.selectors.runner import (
     session_answered_tool_use_ids,
     session_last_idle_seq,
@@ -25,7 +26,7 @@ from sessions.selectors.runner import (
 from sessions.services.events import SessionGone, events_append
 from sessions.services.memory_mounts import session_memory_place
 from sessions.services.resources import resources_place
-from sessions.services.runner import session_sandbox_failed, session_sandbox_running
+from sessions.services.runner import session_error_record, session_sandbox_failed, session_sandbox_running
 from sessions.services.sandboxes import sandbox_admit
 from sessions.services.skills import session_skills_place
 
@@ -307,11 +308,13 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
         control.check_deleted()  # never create a sandbox for a deleted session
     sandbox_admit(session=session)  # the workspace's cap of live sandboxes
     db_release()  # no connection held while dockerd creates and starts the container
+    networking = sandbox_networking(session)
+    image = None
+    if session.sandbox_state != Session.SandboxState.RUNNING:
+        image = _packages_image(session, networking)
     try:
         ref = sandbox.ensure(
-            session_id=session.id,
-            workspace_id=session.workspace_id,
-            networking=session.environment_config.get("networking"),
+            session_id=session.id, workspace_id=session.workspace_id, networking=networking, image=image
         )
     except sandbox.SandboxError as exc:
         session_sandbox_failed(session_id=session.id, error=f"sandbox: {exc}")
@@ -330,6 +333,38 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
         resources_place(session=session)  # file resources not yet in this sandbox
     except Exception as exc:
         raise sandbox.SandboxError(f"file resources could not be placed: {exc}") from exc
+
+
+def sandbox_networking(session: Session) -> dict | None:
+    """The environment's networking, with the hosts a `limited` sandbox's proxy lets through
+    (allowed_hosts, package registries, the agent's MCP servers) resolved."""
+    networking = session.environment_config.get("networking")
+    if not networking:
+        return networking
+    servers = [server.get("url", "") for server in (session.agent_snapshot or {}).get("mcp_servers") or []]
+    return {**networking, "egress_hosts": sandbox_policy.egress_hosts(networking, servers)}
+
+
+def _packages_image(session: Session, networking: dict | None) -> str | None:
+    """The image with the environment's packages (built on the first sandbox, cached after);
+    when they cannot be installed, a session.error naming the manager and the package, and the
+    sandbox starts from the plain image: the session stays usable."""
+    try:
+        return sandbox.prepare_image(
+            session_id=session.id,
+            workspace_id=session.workspace_id,
+            networking=networking,
+            packages_config=session.environment_config.get("packages"),
+        )
+    except sandbox.PackageInstallFailed as exc:
+        session_error_record(
+            session_id=session.id,
+            payload=ev.session_error(message=exc.describe()),
+            last_error=f"packages: {exc.describe()}",
+            rescheduling=False,
+        )
+        db_release()
+        return None
 
 
 def _answer(session_id: str, tool_use_id: str, text: str, *, is_error: bool, stop_if_deleted: bool = False) -> None:

@@ -26,6 +26,7 @@ from sessions.sandbox.base import (
 )
 from sessions.sandbox.docker import DockerBackend, container_name
 from sessions.sandbox.local import LocalProcessBackend
+from sessions.sandbox.packages import PackageInstallFailed
 
 __all__ = [
     "MAX_OUTPUT_BYTES",
@@ -33,6 +34,7 @@ __all__ = [
     "RESOURCE_OWNER_UID",
     "WORKDIR",
     "ExecResult",
+    "PackageInstallFailed",
     "SandboxBackend",
     "SandboxError",
     "container_name",
@@ -44,6 +46,7 @@ __all__ = [
     "get_archive",
     "get_backend",
     "has_outputs_mount",
+    "prepare_image",
     "put_archive",
     "read_file",
     "remove",
@@ -74,9 +77,18 @@ def _reset_backend(*, setting, **kwargs):
         _backend = None
 
 
-def ensure(*, session_id: str, workspace_id: str, networking: dict | None) -> str:
-    """Create the session's sandbox if needed and return its reference (container id or folder)."""
-    return get_backend().ensure(session_id=session_id, workspace_id=workspace_id, networking=networking)
+def ensure(*, session_id: str, workspace_id: str, networking: dict | None, image: str | None = None) -> str:
+    """Create the session's sandbox if needed (from `image`, default MANGO_SANDBOX_IMAGE) and
+    return its reference (container id or folder)."""
+    return get_backend().ensure(session_id=session_id, workspace_id=workspace_id, networking=networking, image=image)
+
+
+def prepare_image(*, session_id: str, workspace_id: str, networking: dict | None, packages_config: dict | None) -> str:
+    """The image with the environment's packages installed (cached by package set); raises
+    PackageInstallFailed (manager, package) when they cannot be."""
+    return get_backend().prepare_image(
+        session_id=session_id, workspace_id=workspace_id, networking=networking, packages_config=packages_config
+    )
 
 
 def exec_command(

@@ -99,9 +99,16 @@ class SandboxBackend:
 
     name = "abstract"
 
-    def ensure(self, *, session_id: str, workspace_id: str, networking: dict | None) -> str:
-        """Create the session's sandbox if needed (durable across turns) and start it; return its
-        reference (container id or folder)."""
+    def ensure(self, *, session_id: str, workspace_id: str, networking: dict | None, image: str | None = None) -> str:
+        """Create the session's sandbox if needed (durable across turns) and start it, from
+        `image` (default MANGO_SANDBOX_IMAGE); return its reference (container id or folder)."""
+        raise NotImplementedError
+
+    def prepare_image(
+        self, *, session_id: str, workspace_id: str, networking: dict | None, packages_config: dict | None
+    ) -> str:
+        """The image holding the environment's packages (sandbox/packages.py); raises
+        PackageInstallFailed when they cannot be installed."""
         raise NotImplementedError
 
     def exec_command(

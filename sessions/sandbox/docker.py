@@ -16,19 +16,23 @@ RequestException) into SandboxError.
 
 import functools
 import io
+import json
 import logging
 import os
 import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 import docker
 import requests
 from django.conf import settings
 from docker.errors import APIError, DockerException, NotFound
 
-from sessions.sandbox import firewall, policy
+from core import caps
+from core.errors import RateLimited
+from sessions.sandbox import firewall, packages, policy
 from sessions.sandbox.base import (
     WORKDIR,
     ExecResult,
@@ -61,8 +65,24 @@ while [ "$d" != / ]; do
 done"""
 
 
+# The egress proxy's program (standard library only), run by the proxy image's python3.
+PROXY_SOURCE = Path(__file__).resolve().parents[2] / "sandbox" / "egress_proxy.py"
+PROXY_READY_SECONDS = 15
+INSTALL_OUTPUT_BYTES = 256 * 1024
+INSTALL_DISK_CHECK_SECONDS = 2.0
+INSTALL_SLOT_WAIT_SECONDS = 2.0
+
+
 def container_name(session_id: str) -> str:
     return f"mango-sbx-{session_id}"
+
+
+def proxy_name(session_id: str) -> str:
+    return f"mango-egress-{session_id}"
+
+
+def install_name(session_id: str) -> str:
+    return f"mango-install-{session_id}"
 
 
 def _labels(session_id: str, workspace_id: str) -> dict:
@@ -123,10 +143,10 @@ class DockerBackend(SandboxBackend):
         return container
 
     @_translated
-    def ensure(self, *, session_id: str, workspace_id: str, networking: dict | None) -> str:
+    def ensure(self, *, session_id: str, workspace_id: str, networking: dict | None, image: str | None = None) -> str:
         container = self._get_container(session_id)
         if container is None:
-            container = self._create(session_id, workspace_id, networking)
+            container = self._create(session_id, workspace_id, networking, image or settings.MANGO_SANDBOX_IMAGE)
             if container is not None:
                 return container.id  # created and started
             container = self._require_container(session_id)  # created concurrently
@@ -134,7 +154,173 @@ class DockerBackend(SandboxBackend):
             container.start()
         return container.id
 
-    def _create(self, session_id: str, workspace_id: str, networking: dict | None):
+    @_translated
+    def prepare_image(
+        self, *, session_id: str, workspace_id: str, networking: dict | None, packages_config: dict | None
+    ) -> str:
+        """The image the session's sandbox starts from: MANGO_SANDBOX_IMAGE, or with packages the
+        image derived from it that holds them (built now unless cached). Raises
+        PackageInstallFailed naming the manager and the package when an install fails."""
+        base_name = settings.MANGO_SANDBOX_IMAGE
+        wanted = packages.listed(packages_config)
+        if not wanted:
+            return base_name
+        client = self._docker()
+        base = client.images.get(base_name)
+        tag = packages.image_tag(
+            workspace_id=workspace_id,
+            base_image_id=base.id,
+            packages=packages_config,
+            networking=json.dumps(networking or {}, sort_keys=True),
+        )
+        try:
+            client.images.get(tag)
+            return tag  # cached
+        except NotFound:
+            pass
+        labels = _labels(session_id, workspace_id)
+        network_mode, environment = self._network_mode(session_id, labels, networking)
+        if network_mode == "none":
+            raise packages.PackageInstallFailed(
+                wanted[0][0], None, "the environment's networking reaches no package registry"
+            )
+        gate = caps.thread_gate()
+        slot = self._install_slot(gate, workspace_id)
+        try:
+            self._build(base, tag, session_id, workspace_id, network_mode, environment, wanted)
+        finally:
+            gate.release(slot)
+        self._evict_package_images(workspace_id, keep=tag)
+        return tag
+
+    def _install_slot(self, gate: caps.ThreadGate, workspace_id: str):
+        """One of the workspace's MANGO_WORKSPACE_MAX_INSTALLS slots, waited for a while."""
+        limit = settings.MANGO_WORKSPACE_MAX_INSTALLS
+        if limit <= 0:
+            return None
+        deadline = time.monotonic() + settings.MANGO_SANDBOX_INSTALL_TIMEOUT_SECONDS
+        while True:
+            try:
+                return gate.take(kind="installs", workspace_id=workspace_id, limit=limit)
+            except RateLimited:
+                if time.monotonic() > deadline:
+                    raise packages.PackageInstallFailed(
+                        "packages", None, f"the workspace already runs {limit} package installs (at most {limit})"
+                    ) from None
+                time.sleep(INSTALL_SLOT_WAIT_SECONDS)
+
+    def _build(self, base, tag: str, session_id: str, workspace_id: str, network_mode: str, environment: dict, wanted):
+        client = self._docker()
+        name = install_name(session_id)
+        try:
+            client.containers.get(name).remove(force=True)  # a build a dead worker left behind
+        except NotFound:
+            pass
+        container = client.containers.run(
+            base.id,
+            command=["/bin/sh", "-c", policy.KEEPALIVE],
+            name=name,
+            detach=True,
+            labels=_labels(session_id, workspace_id),
+            network_mode=network_mode,
+            environment={**environment, "DEBIAN_FRONTEND": "noninteractive", "HOME": "/root"},
+            **policy.install_spec(),
+        )
+        try:
+            deadline = time.monotonic() + settings.MANGO_SANDBOX_INSTALL_TIMEOUT_SECONDS
+            for manager, entries in wanted:
+                for argv in packages.commands(manager, entries):
+                    status, output = self._install_step(container, argv, deadline)
+                    if status != 0:
+                        package = packages.blamed(manager, entries, output)
+                        if package is None and status > 0 and len(entries) > 1:
+                            package = self._blame_alone(container, manager, entries, deadline)
+                        raise packages.PackageInstallFailed(manager, package, _last_lines(output))
+            config = base.attrs["Config"]
+            container.commit(
+                repository=tag.split(":")[0],
+                tag=tag.split(":")[1],
+                conf={
+                    "Env": config.get("Env"),
+                    "Cmd": config.get("Cmd"),
+                    "WorkingDir": config.get("WorkingDir"),
+                    "User": config.get("User") or "",
+                    "Labels": {
+                        **(config.get("Labels") or {}),
+                        LABEL_WORKSPACE: workspace_id,
+                        packages.LABEL_PACKAGES: json.dumps(wanted),
+                    },
+                },
+            )
+        finally:
+            try:
+                container.remove(force=True)
+            except NotFound:
+                pass
+
+    def _install_step(self, container, argv: list[str], deadline: float) -> tuple[int, str]:
+        """Run one install command as root; past the deadline or past
+        MANGO_SANDBOX_INSTALL_MAX_BYTES written, kill the build (status -1) and say why."""
+        api = self._docker().api
+        exec_id = api.exec_create(container.id, argv, stdout=True, stderr=True, user="0:0")["Id"]
+        collector = OutputCollector(limit=INSTALL_OUTPUT_BYTES)
+        reader = reader_thread(api.exec_start(exec_id, stream=True), collector)
+        checked = [time.monotonic()]
+        too_big = [False]
+
+        def over_disk() -> bool:
+            if time.monotonic() - checked[0] < INSTALL_DISK_CHECK_SECONDS:
+                return False
+            checked[0] = time.monotonic()
+            found = api.containers(all=True, filters={"id": container.id}, size=True)
+            too_big[0] = bool(found) and (found[0].get("SizeRw") or 0) > settings.MANGO_SANDBOX_INSTALL_MAX_BYTES
+            return too_big[0]
+
+        def kill():
+            container.kill()
+            reader.join(2.0)
+
+        cancelled, timed_out = supervise(
+            done=lambda: not reader.is_alive(),
+            kill=kill,
+            timeout=max(deadline - time.monotonic(), 0.1),
+            should_cancel=over_disk,
+        )
+        output = collector.value().decode(errors="replace")
+        if timed_out:
+            limit = settings.MANGO_SANDBOX_INSTALL_TIMEOUT_SECONDS
+            return -1, f"the install took longer than {limit:g} s (MANGO_SANDBOX_INSTALL_TIMEOUT_SECONDS)"
+        if cancelled:
+            limit = settings.MANGO_SANDBOX_INSTALL_MAX_BYTES
+            return -1, f"the install wrote more than {limit} bytes (MANGO_SANDBOX_INSTALL_MAX_BYTES)"
+        return api.exec_inspect(exec_id).get("ExitCode") or 0, output
+
+    def _blame_alone(self, container, manager: str, entries: list[str], deadline: float) -> str | None:
+        """The first entry that fails when installed alone (the output named none)."""
+        for entry in entries:
+            for argv in packages.commands(manager, [entry]):
+                status, _output = self._install_step(container, argv, deadline)
+                if status < 0:
+                    return None
+                if status != 0:
+                    return entry
+        return None
+
+    def _evict_package_images(self, workspace_id: str, *, keep: str) -> None:
+        """At most MANGO_WORKSPACE_MAX_PACKAGE_IMAGES derived images per workspace: the oldest go
+        (one in use by a sandbox stays; it goes on a later build)."""
+        client = self._docker()
+        found = client.images.list(name=packages.REPOSITORY, filters={"label": f"{LABEL_WORKSPACE}={workspace_id}"})
+        found.sort(key=lambda image: image.attrs.get("Created", ""), reverse=True)
+        for image in found[settings.MANGO_WORKSPACE_MAX_PACKAGE_IMAGES :]:
+            if keep in image.tags:
+                continue
+            try:
+                client.images.remove(image.id)
+            except APIError:
+                logger.info("derived image %s is in use; kept for now", image.tags)
+
+    def _create(self, session_id: str, workspace_id: str, networking: dict | None, image: str):
         client = self._docker()
         labels = _labels(session_id, workspace_id)
         # Named volumes declared as mounts are created by dockerd with the container (one round
@@ -149,37 +335,113 @@ class DockerBackend(SandboxBackend):
             )
             for name, target, options in policy.volume_specs(session_id)
         ]
-        network_mode = "none"
-        if policy.is_unrestricted(networking):
-            firewall.ensure_rules()
-            network_mode = self._network(session_id, labels)
+        network_mode, environment = self._network_mode(session_id, labels, networking)
         try:
             return client.containers.run(
-                settings.MANGO_SANDBOX_IMAGE,
+                image,
                 command=["/bin/sh", "-c", policy.KEEPALIVE],
                 name=container_name(session_id),
                 detach=True,
                 labels={**labels, LABEL_OUTPUTS_MOUNT: OUTPUTS_MOUNT_VERSION},
                 network_mode=network_mode,
                 mounts=mounts,
-                **policy.container_spec(session_id),
+                **policy.container_spec(session_id, environment=environment),
             )
         except APIError as exc:
             if exc.status_code == 409:
                 return None
             raise SandboxError(f"could not create the sandbox container: {exc}") from exc
 
-    def _network(self, session_id: str, labels: dict) -> str:
-        """The session's own bridge network (created once; a taken subnet moves to the next)."""
+    def _network_mode(self, session_id: str, labels: dict, networking: dict | None) -> tuple[str, dict]:
+        """(network_mode, environment) of the session's sandbox and of its build container:
+        unrestricted, its own NAT bridge; limited with an allow-list, its internal bridge and
+        egress proxy (the environment points the clients at it); anything else, no network."""
+        if policy.is_unrestricted(networking):
+            firewall.ensure_rules()
+            return self._network(session_id, labels), {}
+        hosts = (networking or {}).get("egress_hosts")
+        if hosts is None:
+            hosts = policy.egress_hosts(networking)
+        if not hosts:
+            return "none", {}
+        firewall.ensure_rules()
+        name = self._network(session_id, labels, internal=True)
+        subnet = self._docker().networks.get(name).attrs["IPAM"]["Config"][0]["Subnet"]
+        address = policy.proxy_address(subnet)
+        self._proxy(session_id, labels, name, address, hosts)
+        return name, policy.proxy_environment(address)
+
+    def _proxy(self, session_id: str, labels: dict, network: str, address: str, hosts: list[str]) -> None:
+        """The sandbox's egress proxy, running and listening at `address` on its internal network."""
+        client = self._docker()
+        try:
+            proxy = client.containers.get(proxy_name(session_id))
+        except NotFound:
+            proxy = None
+        if proxy is None:
+            try:
+                proxy = client.containers.create(
+                    settings.MANGO_SANDBOX_PROXY_IMAGE,
+                    command=["python3", "-c", PROXY_SOURCE.read_text()],
+                    name=proxy_name(session_id),
+                    labels=labels,
+                    environment={"MANGO_EGRESS": policy.proxy_config(hosts)},
+                    network=self._egress_network(),
+                    **policy.proxy_spec(),
+                )
+            except APIError as exc:
+                if exc.status_code != 409:
+                    raise SandboxError(f"could not create the egress proxy: {exc}") from exc
+                proxy = client.containers.get(proxy_name(session_id))
+            else:
+                client.api.connect_container_to_network(proxy.id, network, ipv4_address=address)
+        proxy.reload()
+        if proxy.status != "running":
+            proxy.start()
+        deadline = time.monotonic() + PROXY_READY_SECONDS
+        while b"ready" not in proxy.logs(stdout=True, stderr=False):
+            proxy.reload()
+            if proxy.status == "exited" or time.monotonic() > deadline:
+                tail = proxy.logs(tail=5).decode(errors="replace").strip()
+                raise SandboxError(f"the egress proxy did not start: {tail or proxy.status}")
+            time.sleep(0.05)
+
+    def _egress_network(self) -> str:
+        """The network the egress proxies reach out from (MANGO_SANDBOX_EGRESS_NETWORK): made
+        here when missing, a NAT bridge under BRIDGE_PREFIX with inter-container traffic off."""
+        client = self._docker()
+        name = settings.MANGO_SANDBOX_EGRESS_NETWORK
+        if client.networks.list(names=[name]):
+            return name
+        try:
+            client.networks.create(
+                name,
+                driver="bridge",
+                options=policy.egress_network_options(),
+                labels={"mango.egress": "1"},
+                check_duplicate=True,
+            )
+        except APIError as exc:
+            if exc.status_code != 409 and "already exists" not in str(exc):
+                raise SandboxError(f"could not create the egress network: {exc}") from exc
+        return name
+
+    def _network(self, session_id: str, labels: dict, *, internal: bool = False) -> str:
+        """The session's own bridge network (created once; a taken subnet moves to the next):
+        a NAT bridge, or with `internal` one that routes nowhere (limited sandboxes)."""
         client = self._docker()
         name = policy.network_name(session_id)
+        if client.networks.list(names=[name], filters={"label": f"{LABEL_SESSION}={session_id}"}):
+            return name
         last = None
+        options = policy.internal_network_options(session_id) if internal else policy.network_options(session_id)
         for subnet in policy.subnet_candidates(session_id):
             try:
                 client.networks.create(
                     name,
                     driver="bridge",
-                    options=policy.network_options(session_id),
+                    internal=internal,
+                    options=options,
                     ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)]),
                     labels=labels,
                     check_duplicate=True,
@@ -348,6 +610,11 @@ class DockerBackend(SandboxBackend):
         status, output = self._exec_root(container, ["rm", "-f", path])
         if status != 0:
             raise SandboxError(f"could not remove {path}: {output}")
+
+
+def _last_lines(output: str, lines: int = 8, chars: int = 600) -> str:
+    kept = "\n".join(line for line in output.strip().splitlines()[-lines:])
+    return kept[-chars:] or "no output"
 
 
 def _translated_stream(stream: Iterator[bytes]) -> Iterator[bytes]:

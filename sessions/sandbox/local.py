@@ -13,6 +13,7 @@ from pathlib import Path
 from django.conf import settings
 
 from core.streams import buffered_reader
+from sessions.sandbox import packages
 from sessions.sandbox.base import ExecResult, OutputCollector, SandboxBackend, SandboxError, reader_thread, supervise
 
 
@@ -29,10 +30,20 @@ def _path(session_id: str, path: str) -> Path:
 class LocalProcessBackend(SandboxBackend):
     name = "local_process"
 
-    def ensure(self, *, session_id: str, workspace_id: str = "", networking: dict | None = None) -> str:
+    def ensure(
+        self, *, session_id: str, workspace_id: str = "", networking: dict | None = None, image: str | None = None
+    ) -> str:
         root = local_root(session_id)
         (root / "outputs").mkdir(parents=True, exist_ok=True)
         return str(root)
+
+    def prepare_image(
+        self, *, session_id: str, workspace_id: str, networking: dict | None, packages_config: dict | None
+    ) -> str:
+        wanted = packages.listed(packages_config)
+        if wanted:
+            raise packages.PackageInstallFailed(wanted[0][0], None, "the local_process sandbox installs no packages")
+        return ""
 
     def exec_command(
         self,

@@ -12,14 +12,22 @@ its network, as plain data for ``docker.py`` (issue #10). No I/O here.
   put_archive of resources and files) — a container ``--tmpfs`` is invisible to both. All are
   root-owned with the sticky bit: the sandbox user creates files there but cannot remove, rename
   or replace what it does not own (a file resource, owned by RESOURCE_OWNER_UID).
-* Network: ``none`` unless ``unrestricted``; then a bridge of its own (``network_spec``), a /29
-  from MANGO_SANDBOX_NETWORK_POOL, inter-container traffic off, and a bridge name under
-  BRIDGE_PREFIX so one host firewall rule (``firewall.py``) drops everything from sandboxes to
-  the host itself. Docker's isolation rules already drop traffic between two bridges.
+* Network: ``unrestricted``: a bridge of its own (``network_spec``), a /29 from
+  MANGO_SANDBOX_NETWORK_POOL, inter-container traffic off, and a bridge name under BRIDGE_PREFIX
+  so one host firewall rule (``firewall.py``) drops everything from sandboxes to the host itself.
+  Docker's isolation rules already drop traffic between two bridges.
+  ``limited``: an *internal* bridge of its own (no route out, no NAT) that holds the sandbox and
+  its egress proxy (sandbox/egress_proxy.py, a container of its own on MANGO_SANDBOX_EGRESS_NETWORK
+  too), reached through HTTP(S)_PROXY: the proxy is the only thing the sandbox can reach, and it
+  lets through the allow-list (``egress_hosts``) by name only, on ports 80 and 443. Direct IP
+  addresses, other ports and DNS to anywhere have no route. A limited environment whose
+  allow-list is empty gets no network at all (``none``), as before.
 """
 
 import hashlib
 import ipaddress
+import json
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -61,9 +69,106 @@ def network_name(session_id: str) -> str:
     return f"mango-net-{session_id}"
 
 
+PROXY_PORT = 3128
+PROXY_HOST_INDEX = 2  # the proxy's address on the internal /29: gateway .1, proxy .2, sandbox after
+
+
 def is_unrestricted(networking: dict | None) -> bool:
-    """`limited` cannot be enforced as an allow-list here, so it fails closed to no network."""
     return bool(networking) and networking.get("type") == "unrestricted"
+
+
+def egress_hosts(networking: dict | None, mcp_server_urls: list[str] = ()) -> list[str]:
+    """The hosts a `limited` sandbox reaches through its proxy: allowed_hosts, the deployment's
+    package registries with allow_package_managers, the agent's MCP server hosts with
+    allow_mcp_servers. Empty for anything but `limited` (and for a limited one without any)."""
+    if not networking or networking.get("type") != "limited":
+        return []
+    hosts = [host.strip().lower() for host in networking.get("allowed_hosts") or [] if host.strip()]
+    if networking.get("allow_package_managers"):
+        hosts += [host.strip().lower() for host in settings.MANGO_SANDBOX_PACKAGE_REGISTRIES if host.strip()]
+    if networking.get("allow_mcp_servers"):
+        hosts += [urlsplit(url).hostname or "" for url in mcp_server_urls]
+    return sorted({host for host in hosts if host})
+
+
+def proxy_address(subnet: str) -> str:
+    return str(ipaddress.ip_network(subnet)[PROXY_HOST_INDEX])
+
+
+def proxy_environment(address: str) -> dict:
+    """What the sandbox's clients read (curl, pip, npm, git and apt each read one of these)."""
+    url = f"http://{address}:{PROXY_PORT}"
+    return {
+        "HTTP_PROXY": url,
+        "HTTPS_PROXY": url,
+        "http_proxy": url,
+        "https_proxy": url,
+        "NO_PROXY": "",
+        "no_proxy": "",
+    }
+
+
+def proxy_config(hosts: list[str]) -> str:
+    return json.dumps(
+        {
+            "allowed": hosts,
+            "private_hosts": [
+                entry.strip().lower() for entry in settings.MANGO_OUTBOUND_PRIVATE_HOSTS if entry.strip()
+            ],
+            "listen_port": PROXY_PORT,
+            "max_connections": settings.MANGO_SANDBOX_PROXY_MAX_CONNECTIONS,
+            "idle_seconds": settings.MANGO_SANDBOX_PROXY_IDLE_SECONDS,
+        }
+    )
+
+
+def internal_network_options(session_id: str) -> dict:
+    """The limited sandbox's own bridge: the sandbox and its proxy talk on it; nothing routes out."""
+    return {
+        "com.docker.network.bridge.name": bridge_name(session_id),
+        "com.docker.network.bridge.enable_icc": "true",
+        "com.docker.network.bridge.enable_ip_masquerade": "false",
+    }
+
+
+def egress_network_options() -> dict:
+    return {
+        "com.docker.network.bridge.name": f"{BRIDGE_PREFIX}egress",
+        "com.docker.network.bridge.enable_icc": "false",
+        "com.docker.network.bridge.enable_ip_masquerade": "true",
+    }
+
+
+def proxy_spec() -> dict:
+    """The proxy container: unprivileged, no capabilities, read-only, small."""
+    uid = settings.MANGO_SANDBOX_UID
+    return {
+        "user": f"{uid}:{uid}",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "read_only": True,
+        "nano_cpus": int(0.5 * 1e9),
+        "mem_limit": "96m",
+        "memswap_limit": "96m",
+        "pids_limit": 32,
+        "ulimits": [{"Name": "nofile", "Soft": 4096, "Hard": 4096}],
+    }
+
+
+def install_spec() -> dict:
+    """The build container that installs an environment's packages: root (package managers need
+    it) with the few capabilities they use, nothing more; the sandbox's memory and pid bounds."""
+    memory = settings.MANGO_SANDBOX_MEMORY
+    return {
+        "user": "0:0",
+        "cap_drop": ["ALL"],
+        "cap_add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL"],
+        "security_opt": ["no-new-privileges"],
+        "nano_cpus": int(settings.MANGO_SANDBOX_CPUS * 1e9),
+        "mem_limit": memory,
+        "memswap_limit": memory,
+        "pids_limit": settings.MANGO_SANDBOX_PIDS,
+    }
 
 
 def subnet_candidates(session_id: str, attempts: int = 16) -> list[str]:
@@ -87,7 +192,7 @@ def network_options(session_id: str) -> dict:
     }
 
 
-def container_spec(session_id: str) -> dict:
+def container_spec(session_id: str, *, environment: dict | None = None) -> dict:
     """Keyword arguments of ``containers.create`` that state the sandbox's privileges."""
     uid = settings.MANGO_SANDBOX_UID
     memory = settings.MANGO_SANDBOX_MEMORY
@@ -112,5 +217,10 @@ def container_spec(session_id: str) -> dict:
             {"Name": "fsize", "Soft": settings.MANGO_SANDBOX_FSIZE_BYTES, "Hard": settings.MANGO_SANDBOX_FSIZE_BYTES},
         ],
         "working_dir": WORKDIR,
-        "environment": {"HOME": WORKDIR, "PATH": "/bin:/usr/bin:/sbin:/usr/sbin", "TMPDIR": TMP_PATH},
+        "environment": {
+            "HOME": WORKDIR,
+            "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+            "TMPDIR": TMP_PATH,
+            **(environment or {}),
+        },
     }

@@ -1,0 +1,203 @@
+"""Issue #22 items 1 and 3 with real Docker on the real image (mango-sandbox:bookworm): the tools
+agents reach for are there, and `limited` networking is an allow-list enforced by the egress
+proxy — an allowed host is reached by name over HTTP and HTTPS CONNECT, any other is refused,
+and the ways around it (direct IP addresses, other ports, DNS) fail.
+
+The allowed and the other host are containers on a network the test creates (the proxies'
+egress network here, MANGO_SANDBOX_EGRESS_NETWORK); their private addresses are let through by
+MANGO_OUTBOUND_PRIVATE_HOSTS, as an operator would for an internal registry."""
+
+import time
+import uuid
+
+import pytest
+
+from sessions import sandbox
+from sessions.sandbox import docker as docker_backend
+from sessions.sandbox import policy
+
+pytestmark = pytest.mark.docker
+
+REAL_IMAGE = "mango-sandbox:bookworm"
+# Serves "name:port" on 80, 443 and 8080 (plain HTTP everywhere: the CONNECT tunnel carries bytes).
+TARGET_SERVER = """
+import http.server, socketserver, sys, threading
+name = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = f"{name}:{self.server.server_address[1]}".encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+for port in (443, 8080):
+    threading.Thread(target=http.server.ThreadingHTTPServer(("0.0.0.0", port), H).serve_forever, daemon=True).start()
+http.server.ThreadingHTTPServer(("0.0.0.0", 80), H).serve_forever()
+"""
+
+
+@pytest.fixture
+def real_image(settings):
+    settings.MANGO_SANDBOX = "docker"
+    settings.MANGO_SANDBOX_IMAGE = REAL_IMAGE
+    settings.MANGO_SANDBOX_PROXY_IMAGE = REAL_IMAGE
+
+
+@pytest.fixture
+def sandboxes(real_image):
+    made = []
+
+    def make(networking: dict | None = None, workspace_id: str = "wrkspc_img") -> str:
+        session_id = f"sesn_img{time.time_ns()}"
+        made.append(session_id)
+        sandbox.ensure(session_id=session_id, workspace_id=workspace_id, networking=networking)
+        return session_id
+
+    yield make
+    for session_id in made:
+        sandbox.remove(session_id=session_id)
+
+
+@pytest.fixture
+def egress(settings, docker_client):
+    """An egress network of the test's own with two web servers on it: (allowed, other) names."""
+    suffix = uuid.uuid4().hex[:8]
+    network = docker_client.networks.create(f"mango-test-egress-{suffix}", driver="bridge")
+    names = (f"allowed-{suffix}", f"other-{suffix}")
+    targets = [
+        docker_client.containers.run(
+            REAL_IMAGE, ["python3", "-c", TARGET_SERVER, name], name=name, network=network.name, detach=True
+        )
+        for name in names
+    ]
+    settings.MANGO_SANDBOX_EGRESS_NETWORK = network.name
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = list(names)
+    for target in targets:  # listening before the test starts
+        deadline = time.monotonic() + 20
+        while target.exec_run(
+            ["python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 80))"]
+        ).exit_code:
+            assert time.monotonic() < deadline, target.logs()
+            time.sleep(0.2)
+    yield names
+    for target in targets:
+        target.remove(force=True)
+    network.reload()
+    for container in network.containers:  # proxies of sandboxes a failed test left
+        network.disconnect(container, force=True)
+    network.remove()
+
+
+def sh(session_id: str, command: str, timeout: float = 60) -> tuple[int | None, str]:
+    result = sandbox.exec_command(session_id=session_id, command=command, timeout=timeout)
+    return result.exit_code, result.output.decode(errors="replace")
+
+
+def test_real_image_has_the_tools_and_runs_them_as_the_sandbox_user(sandboxes, settings):
+    box = sandboxes()
+    status, out = sh(
+        box,
+        "python3 --version && pip --version && python3 -m venv /tmp/v && /tmp/v/bin/python -c 'print(42)' && "
+        "git --version && node -e 'console.log(6*7)' && npm --version && curl --version && rg --version && "
+        "jq --version && ps --version && gcc --version && make --version && id -u",
+    )
+    assert status == 0, out
+    for tool in ("Python 3.11", "pip ", "git version", "curl ", "ripgrep", "jq-", "procps", "gcc ", "GNU Make"):
+        assert tool in out, tool
+    assert out.count("42") >= 2 and out.strip().endswith(str(settings.MANGO_SANDBOX_UID))
+    # A C program builds and runs, and git works in the workspace without any global config.
+    status, out = sh(
+        box,
+        "cd /workspace && printf 'int main(){return 7;}' > a.c && gcc a.c -o a && ./a; echo rc=$?; "
+        "git init -q r && cd r && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m one && git log --oneline",
+    )
+    assert "rc=7" in out and "one" in out, out
+
+
+def test_limited_allows_only_the_listed_hosts_by_name(sandboxes, egress, docker_client):
+    allowed, other = egress
+    box = sandboxes({"type": "limited", "allowed_hosts": [allowed]})
+    # HTTP through the proxy, by name.
+    status, out = sh(box, f"curl -sS --max-time 10 http://{allowed}/")
+    assert (status, out) == (0, f"{allowed}:80"), out
+    # HTTPS CONNECT to 443 (a tunnel: the bytes inside are the client's).
+    status, out = sh(box, f"curl -sS --max-time 10 -p http://{allowed}:443/")
+    assert (status, out) == (0, f"{allowed}:443"), out
+    # Python's and node's clients read the same variables.
+    status, out = sh(
+        box, f"python3 -c \"import urllib.request; print(urllib.request.urlopen('http://{allowed}/').read())\""
+    )
+    assert f"{allowed}:80" in out, out
+    # Another host: refused by the proxy, naming why.
+    status, out = sh(box, f"curl -sS --max-time 10 -w ' %{{http_code}}' http://{other}/")
+    assert "not in the environment's allowed hosts" in out and out.endswith(" 403"), out
+    status, out = sh(box, f"curl -sS --max-time 10 -p http://{other}:443/ 2>&1")
+    assert status != 0 and "403" in out, out
+    # Another port of the allowed host: refused.
+    status, out = sh(box, f"curl -sS --max-time 10 -w ' %{{http_code}}' http://{allowed}:8080/")
+    assert "port 8080 is not allowed" in out and out.endswith(" 403"), out
+    status, out = sh(box, f"curl -sS --max-time 10 -p http://{allowed}:8080/ 2>&1")
+    assert status != 0, out
+    # The allowed host's address, through the proxy: refused (names only).
+    target_ip = docker_client.containers.get(allowed).attrs["NetworkSettings"]["Networks"]
+    (target_ip,) = [n["IPAddress"] for n in target_ip.values()]
+    status, out = sh(box, f"curl -sS --max-time 10 -w ' %{{http_code}}' http://{target_ip}/")
+    assert "IP addresses are not allowed" in out and out.endswith(" 403"), out
+    # Around the proxy: no route to the address, no DNS, no other way out.
+    status, out = sh(box, f"curl -sS --noproxy '*' --max-time 5 http://{target_ip}/ 2>&1; echo rc=$?")
+    assert "rc=0" not in out and allowed not in out, out
+    status, out = sh(box, f"getent hosts {allowed} pypi.org deb.debian.org; echo rc=$?")
+    assert out.strip().endswith("rc=2") and "." not in out.replace("rc=2", "").strip(), out
+    # Docker gives the internal bridge a gateway, but nothing is forwarded off it, and the host
+    # drops what the bridge sends it (sessions/sandbox/firewall.py).
+    connect = "python3 -c \"import socket; socket.create_connection(('{}', {}), 3)\" 2>&1; echo rc=$?"
+    for address, port in (("1.1.1.1", 53), ("1.1.1.1", 443), (target_ip, 80)):
+        status, out = sh(box, connect.format(address, port))
+        assert "rc=1" in out and ("TimeoutError" in out or "unreachable" in out.lower()), (address, out)
+
+
+def test_limited_package_managers_and_mcp_hosts_join_the_allow_list(settings):
+    settings.MANGO_SANDBOX_PACKAGE_REGISTRIES = ["pypi.org", "files.pythonhosted.org"]
+    networking = {"type": "limited", "allowed_hosts": ["git.example.com"], "allow_package_managers": True}
+    assert policy.egress_hosts(networking) == ["files.pythonhosted.org", "git.example.com", "pypi.org"]
+    networking = {"type": "limited", "allowed_hosts": [], "allow_mcp_servers": True}
+    assert policy.egress_hosts(networking, ["https://mcp.example.com/mcp", "http://tools.internal:8080/sse"]) == [
+        "mcp.example.com",
+        "tools.internal",
+    ]
+    assert policy.egress_hosts({"type": "limited", "allowed_hosts": []}) == []  # no network at all
+    assert policy.egress_hosts({"type": "unrestricted"}) == []
+
+
+def test_limited_without_an_allow_list_has_no_network_and_no_proxy(sandboxes, docker_client):
+    box = sandboxes({"type": "limited", "allowed_hosts": []})
+    container = docker_client.containers.get(sandbox.container_name(box))
+    assert container.attrs["HostConfig"]["NetworkMode"] == "none"
+    assert not docker_client.containers.list(all=True, filters={"name": docker_backend.proxy_name(box)})
+
+
+def test_proxy_is_bounded_and_goes_with_its_sandbox(sandboxes, egress, docker_client, settings):
+    """What one sandbox can make its proxy hold: at most MANGO_SANDBOX_PROXY_MAX_CONNECTIONS tunnels
+    (503 beyond), in a container of fixed memory and pids; removing the session removes it."""
+    allowed, _ = egress
+    settings.MANGO_SANDBOX_PROXY_MAX_CONNECTIONS = 3
+    box = sandboxes({"type": "limited", "allowed_hosts": [allowed]})
+    proxy = docker_client.containers.get(docker_backend.proxy_name(box))
+    host_config = proxy.attrs["HostConfig"]
+    assert host_config["CapDrop"] == ["ALL"] and host_config["ReadonlyRootfs"] is True
+    assert host_config["Memory"] == 96 * 1024 * 1024 and host_config["PidsLimit"] == 32
+    # Three idle tunnels held open, then a fourth connection: refused with 503.
+    script = (
+        "import os, socket, time\n"
+        "host, port = os.environ['HTTP_PROXY'].rsplit('/', 1)[1].split(':')\n"
+        "held = []\n"
+        "for _ in range(3):\n"
+        "    s = socket.create_connection((host, int(port)), 5)\n"
+        f"    s.sendall(b'CONNECT {allowed}:443 HTTP/1.1\\r\\n\\r\\n'); assert b' 200 ' in s.recv(100); held.append(s)\n"
+        "s = socket.create_connection((host, int(port)), 5)\n"
+        f"s.sendall(b'CONNECT {allowed}:443 HTTP/1.1\\r\\n\\r\\n'); print(s.recv(200).split(b'\\r\\n')[0].decode())\n"
+    )
+    sandbox.write_file(session_id=box, path="/tmp/hold.py", data=script.encode())
+    status, out = sh(box, "python3 /tmp/hold.py")
+    assert out.strip() == "HTTP/1.1 503 Service Unavailable", out
+    sandbox.remove(session_id=box)
+    assert not docker_client.containers.list(all=True, filters={"name": docker_backend.proxy_name(box)})
