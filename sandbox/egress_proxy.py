@@ -91,7 +91,7 @@ class Proxy:
         async with self.slots:
             try:
                 await self._handle(reader, writer)
-            except Exception as exc:  # a broken client or upstream ends its own connection only
+            except Exception as exc:  # noqa: BLE001 (a broken client or upstream ends its own connection only)
                 print(f"proxy: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             finally:
                 writer.close()

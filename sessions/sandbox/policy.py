@@ -112,9 +112,15 @@ def proxy_config(hosts: list[str]) -> str:
     return json.dumps(
         {
             "allowed": hosts,
-            "private_hosts": [
-                entry.strip().lower() for entry in settings.MANGO_OUTBOUND_PRIVATE_HOSTS if entry.strip()
-            ],
+            # The operator's registries may be private (a mirror inside the network); a tenant's
+            # hosts only where MANGO_OUTBOUND_PRIVATE_HOSTS says so.
+            "private_hosts": sorted(
+                {
+                    entry.strip().lower()
+                    for entry in [*settings.MANGO_OUTBOUND_PRIVATE_HOSTS, *settings.MANGO_SANDBOX_PACKAGE_REGISTRIES]
+                    if entry.strip()
+                }
+            ),
             "listen_port": PROXY_PORT,
             "max_connections": settings.MANGO_SANDBOX_PROXY_MAX_CONNECTIONS,
             "idle_seconds": settings.MANGO_SANDBOX_PROXY_IDLE_SECONDS,

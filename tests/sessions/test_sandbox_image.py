@@ -108,7 +108,8 @@ def test_real_image_has_the_tools_and_runs_them_as_the_sandbox_user(sandboxes, s
     status, out = sh(
         box,
         "cd /workspace && printf 'int main(){return 7;}' > a.c && gcc a.c -o a && ./a; echo rc=$?; "
-        "git init -q r && cd r && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m one && git log --oneline",
+        "git init -q r && cd r && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m one && "
+        "git log --oneline",
     )
     assert "rc=7" in out and "one" in out, out
 
@@ -192,12 +193,13 @@ def test_proxy_is_bounded_and_goes_with_its_sandbox(sandboxes, egress, docker_cl
         "held = []\n"
         "for _ in range(3):\n"
         "    s = socket.create_connection((host, int(port)), 5)\n"
-        f"    s.sendall(b'CONNECT {allowed}:443 HTTP/1.1\\r\\n\\r\\n'); assert b' 200 ' in s.recv(100); held.append(s)\n"
+        f"    s.sendall(b'CONNECT {allowed}:443 HTTP/1.1\\r\\n\\r\\n')\n"
+        "    assert b' 200 ' in s.recv(100); held.append(s)\n"
         "s = socket.create_connection((host, int(port)), 5)\n"
         f"s.sendall(b'CONNECT {allowed}:443 HTTP/1.1\\r\\n\\r\\n'); print(s.recv(200).split(b'\\r\\n')[0].decode())\n"
     )
     sandbox.write_file(session_id=box, path="/tmp/hold.py", data=script.encode())
-    status, out = sh(box, "python3 /tmp/hold.py")
+    _, out = sh(box, "python3 /tmp/hold.py")
     assert out.strip() == "HTTP/1.1 503 Service Unavailable", out
     sandbox.remove(session_id=box)
     assert not docker_client.containers.list(all=True, filters={"name": docker_backend.proxy_name(box)})
