@@ -411,7 +411,7 @@ class DockerBackend(SandboxBackend):
         here when missing, a NAT bridge under BRIDGE_PREFIX with inter-container traffic off."""
         client = self._docker()
         name = settings.MANGO_SANDBOX_EGRESS_NETWORK
-        if client.networks.list(names=[name]):
+        if any(network.name == name for network in client.networks.list(names=[name])):  # names match parts
             return name
         try:
             client.networks.create(
