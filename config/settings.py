@@ -308,6 +308,9 @@ MANGO_VAULT_KEY = env.list("MANGO_VAULT_KEY", default=[])
 MANGO_SANDBOX_PROXY_IMAGE = env.str("MANGO_SANDBOX_PROXY_IMAGE", default="mango-sandbox:bookworm")
 MANGO_SANDBOX_EGRESS_NETWORK = env.str("MANGO_SANDBOX_EGRESS_NETWORK", default="mango-egress")
 MANGO_SANDBOX_PROXY_MAX_CONNECTIONS = env.int("MANGO_SANDBOX_PROXY_MAX_CONNECTIONS", default=64)
+# PEM file of extra CAs the egress proxy trusts upstream when it substitutes credentials (an
+# internal CA); the public ones of the proxy image are always trusted.
+MANGO_OUTBOUND_CA_FILE = env.str("MANGO_OUTBOUND_CA_FILE", default="")
 MANGO_SANDBOX_PROXY_IDLE_SECONDS = env.float("MANGO_SANDBOX_PROXY_IDLE_SECONDS", default=300.0)
 # Environment packages (sessions/sandbox/packages.py): the managers the image serves (others are a
 # 400 at environment create), the registries `allow_package_managers` opens, and the bounds.

@@ -1,7 +1,8 @@
 # The default session sandbox (make sandbox-image-debian; scripts/sandbox_image.sh): Debian bookworm
 # from Debian's packages on the shared debootstrap root (scripts/lib.sh ensure_debian_image), with
 # what agents reach for: python3 with pip and venv, git, curl, ca-certificates, nodejs with npm,
-# ripgrep, jq, procps and a C toolchain (gcc, g++, make, libc headers). The session mount points
+# ripgrep, jq, procps and a C toolchain (gcc, g++, make, libc headers); python3-cryptography is
+# for the egress proxy, which runs on this image too (sandbox/egress_proxy.py). The session mount points
 # and the fixed sandbox user are laid out as in the busybox image (deploy/sandbox.Dockerfile).
 # Environment packages go into images derived from this one (sessions/sandbox/packages.py).
 ARG DEBIAN_IMAGE=mango-debian:bookworm
@@ -10,7 +11,7 @@ ARG SANDBOX_UID=10001
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
       python3 python3-pip python3-venv python-is-python3 git curl ca-certificates nodejs npm ripgrep jq \
-      procps gcc g++ make libc6-dev less file unzip xz-utils \
+      procps gcc g++ make libc6-dev less file unzip xz-utils iproute2 python3-cryptography \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /usr/share/doc/* /usr/share/man/* \
  && mkdir -p /mnt/session/outputs /mnt/session/uploads /workspace \
  && chmod 1777 /tmp \

@@ -13,18 +13,34 @@ an egress network. Clients in the sandbox reach it through HTTP_PROXY / HTTPS_PR
 * bounded: at most ``max_connections`` tunnels at once (503 beyond), a request head of 16 KiB
   read within 30 s, a tunnel closed after ``idle_seconds`` without traffic.
 
-Configuration: the JSON in $MANGO_EGRESS (allowed, private_hosts, listen_port, max_connections,
-idle_seconds). Prints ``ready`` on stdout once listening; one line per refusal on stderr.
+Credentials (vault ``environment_variable`` credentials): the sandbox holds only a placeholder
+in the variable; on requests to a credential's hosts the proxy replaces the placeholder with the
+secret, in header values and/or in bodies with a Content-Length, as the credential allows. For
+HTTPS that means terminating the client's TLS: the proxy makes a CA of its own at start (its key
+never leaves this process), prints the CA certificate for the sandbox to trust, issues a
+certificate per host, and opens its own verified TLS connection upstream (one request per
+connection). Requests to any other host pass untouched, placeholder included: the secret goes
+nowhere else. The secrets arrive on stdin, never in the container's environment or arguments.
+
+Configuration: the JSON in $MANGO_EGRESS (allowed — ``*`` for every name —, private_hosts,
+listen_port, max_connections, idle_seconds, credentials_on_stdin, upstream_ca); with
+credentials_on_stdin, one JSON line on stdin: {"credentials": [{placeholder, value, hosts (null:
+every host), header, body}]}. Prints the CA between ``ca-begin``/``ca-end`` when it has
+credentials, then ``ready``, on stdout; one line per refusal on stderr.
 """
 
 import asyncio
+import datetime
 import ipaddress
 import json
 import os
 import socket
+import ssl
 import sys
+import tempfile
 
 HEAD_MAX_BYTES = 16 * 1024
+BODY_MAX_BYTES = 16 * 1024 * 1024  # a body the proxy reads whole to substitute into
 HEAD_TIMEOUT_SECONDS = 30
 CONNECT_PORTS = (443,)
 HTTP_PORTS = (80,)
@@ -42,6 +58,8 @@ def host_allowed(host: str, allowed: list[str]) -> bool:
     host = host.lower().rstrip(".")
     for entry in allowed:
         entry = entry.lower().rstrip(".")
+        if entry == "*":
+            return True
         if entry.startswith("*."):
             if host.endswith(entry[1:]) and host != entry[2:]:
                 return True
@@ -64,6 +82,12 @@ class Proxy:
         self.idle_seconds = float(config.get("idle_seconds", 300))
         self.slots = asyncio.Semaphore(int(config.get("max_connections", 64)))
         self.port = int(config.get("listen_port", 3128))
+        self.credentials: list[dict] = []
+        self.upstream_ca = config.get("upstream_ca") or None
+        self.authority = None
+
+    def credentials_for(self, host: str) -> list[dict]:
+        return [c for c in self.credentials if c.get("hosts") is None or host_allowed(host, c["hosts"])]
 
     def refusal(self, host: str, port: int) -> str | None:
         """Why host:port is refused, or None."""
@@ -145,11 +169,46 @@ class Proxy:
         except (OSError, TimeoutError) as exc:
             await _reply(writer, 502, f"cannot reach {host}:{port}: {exc}")
             return
+        credentials = self.credentials_for(host)
+        if method == "CONNECT" and credentials:
+            upstream_writer.close()
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            await self._intercept(reader, writer, host, address, port, credentials)
+            return
         if method == "CONNECT":
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
         else:
+            if credentials:
+                rest = await _substituted(rest, reader, credentials)
             upstream_writer.write(rest)
+        try:
+            await asyncio.gather(
+                self._pipe(reader, upstream_writer), self._pipe(upstream_reader, writer), return_exceptions=True
+            )
+        finally:
+            upstream_writer.close()
+
+    async def _intercept(self, reader, writer, host: str, address: str, port: int, credentials: list[dict]) -> None:
+        """TLS to the client with a certificate of ours for `host`, one request read, the
+        placeholders replaced, sent over our own verified TLS to the host; the answer streamed back."""
+        await writer.start_tls(self.authority.server_context(host))
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_SECONDS)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        kept = [line for line in lines[1:] if line and not line.lower().startswith(("proxy-", "connection:"))]
+        request = "\r\n".join([lines[0], *kept, "Connection: close", "", ""]).encode("latin-1")
+        request = await _substituted(request, reader, credentials)
+        context = ssl.create_default_context()
+        if self.upstream_ca:
+            context.load_verify_locations(cadata=self.upstream_ca)
+        upstream_reader, upstream_writer = await asyncio.wait_for(
+            asyncio.open_connection(address, port, ssl=context, server_hostname=host), HEAD_TIMEOUT_SECONDS
+        )
+        upstream_writer.write(request)
         try:
             await asyncio.gather(
                 self._pipe(reader, upstream_writer), self._pipe(upstream_reader, writer), return_exceptions=True
@@ -172,6 +231,104 @@ class Proxy:
                 writer.close()
 
 
+async def _substituted(head: bytes, reader: asyncio.StreamReader, credentials: list[dict]) -> bytes:
+    """The request head (ending in a blank line) with placeholders replaced in header values,
+    followed by its body when it has a Content-Length and a credential substitutes into bodies
+    (read whole, bounded, the length set again). Other bodies are left to the pipe, untouched."""
+    text = head.decode("latin-1")
+    request_line, _, rest = text.partition("\r\n")
+    headers = rest.split("\r\n")
+    for credential in credentials:
+        if credential.get("header", True):
+            headers = [
+                line if ":" not in line else _replace_value(line, credential["placeholder"], credential["value"])
+                for line in headers
+            ]
+    length = next(
+        (line.split(":", 1)[1].strip() for line in headers if line.lower().startswith("content-length:")), None
+    )
+    body = b""
+    if length is not None and length.isdigit() and any(c.get("body") for c in credentials):
+        size = int(length)
+        if size <= BODY_MAX_BYTES:
+            body = await reader.readexactly(size)
+            for credential in credentials:
+                if credential.get("body"):
+                    body = body.replace(credential["placeholder"].encode(), credential["value"].encode())
+            headers = [line for line in headers if not line.lower().startswith("content-length:")]
+            headers.insert(0, f"Content-Length: {len(body)}")
+    return ("\r\n".join([request_line, *[h for h in headers if h], "", ""])).encode("latin-1") + body
+
+
+def _replace_value(line: str, placeholder: str, value: str) -> str:
+    name, _, header_value = line.partition(":")
+    return f"{name}:{header_value.replace(placeholder, value)}"
+
+
+class Authority:
+    """The proxy's own CA (made at start, in memory) and a certificate per intercepted host."""
+
+    def __init__(self):
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        self._x509, self._hashes, self._serialization, self._oid = x509, hashes, serialization, NameOID
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        self.leaf_key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Mango sandbox egress proxy")])
+        now = datetime.datetime.now(datetime.UTC)
+        self.cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+            .sign(self.key, hashes.SHA256())
+        )
+        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._dir = tempfile.mkdtemp()
+
+    def pem(self) -> str:
+        return self.cert.public_bytes(self._serialization.Encoding.PEM).decode()
+
+    def server_context(self, host: str) -> ssl.SSLContext:
+        if host in self._contexts:
+            return self._contexts[host]
+        x509 = self._x509
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(self._oid.COMMON_NAME, host)]))
+            .issuer_name(self.cert.subject)
+            .public_key(self.leaf_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=7))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(self.key, self._hashes.SHA256())
+        )
+        path = os.path.join(self._dir, f"{len(self._contexts)}.pem")
+        encoding = self._serialization.Encoding.PEM
+        key = self.leaf_key.private_bytes(
+            encoding, self._serialization.PrivateFormat.PKCS8, self._serialization.NoEncryption()
+        )
+        with open(path, "wb") as handle:  # a tmpfs of the proxy's own; the leaf key is worthless elsewhere
+            handle.write(cert.public_bytes(encoding) + key)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(path)
+        os.unlink(path)
+        context.set_alpn_protocols(["http/1.1"])
+        self._contexts[host] = context
+        return context
+
+
 async def _reply(writer: asyncio.StreamWriter, status: int, message: str) -> None:
     reasons = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway", 503: "Service Unavailable"}
     body = f"mango egress proxy: {message}\n".encode()
@@ -187,7 +344,14 @@ async def _reply(writer: asyncio.StreamWriter, status: int, message: str) -> Non
 
 
 async def main() -> None:
-    proxy = Proxy(json.loads(os.environ.get("MANGO_EGRESS", "{}")))
+    config = json.loads(os.environ.get("MANGO_EGRESS", "{}"))
+    proxy = Proxy(config)
+    if config.get("credentials_on_stdin"):
+        proxy.credentials = json.loads(sys.stdin.readline() or "{}").get("credentials") or []
+        sys.stdin.close()
+    if proxy.credentials:
+        proxy.authority = Authority()
+        print(f"ca-begin\n{proxy.authority.pem()}ca-end", flush=True)
     server = await asyncio.start_server(proxy.handle, "0.0.0.0", proxy.port, limit=HEAD_MAX_BYTES)
     print("ready", flush=True)
     async with server:

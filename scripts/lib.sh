@@ -58,6 +58,16 @@ except botocore.exceptions.ClientError as exc:
 PY
 }
 
+# weed mini's other servers (master, volume, filer, webdav, admin; gRPC on each +10000) move with
+# the S3 port, so that two stores on one machine (two checkouts, MANGO_EMBEDDED_S3_PORT apart) do
+# not collide; on the default S3 port they keep weed's defaults.
+weed_ports() {
+  local offset=$(( (EMBEDDED_S3_PORT - 8333) * 10 ))
+  [ "$offset" -eq 0 ] && return 0
+  echo "-master.port=$((9333 + offset)) -volume.port=$((9340 + offset)) -filer.port=$((8888 + offset))" \
+    "-webdav.port=$((7333 + offset)) -admin.port=$((23646 + offset))"
+}
+
 # Start `weed mini` unless something already answers on the port; sets EMBEDDED_S3_PID to the
 # pid it started (empty when it reused a running one). Its process gets no copy of fd 9 (the
 # run lock of scripts/run.sh).
@@ -73,7 +83,7 @@ start_embedded_s3() {
   say "starting SeaweedFS (S3 on 127.0.0.1:$EMBEDDED_S3_PORT, data in var/seaweedfs)"
   AWS_ACCESS_KEY_ID="$MANGO_FILE_S3_ACCESS_KEY_ID" AWS_SECRET_ACCESS_KEY="$MANGO_FILE_S3_SECRET_ACCESS_KEY" \
     setsid "$weed" mini -dir="$VAR/seaweedfs" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
-      -s3.port="$EMBEDDED_S3_PORT" -admin.ui=false -bucket="$MANGO_FILE_S3_BUCKET" \
+      -s3.port="$EMBEDDED_S3_PORT" -admin.ui=false -bucket="$MANGO_FILE_S3_BUCKET" $(weed_ports) \
       >"$VAR/log/seaweedfs.log" 2>&1 9>&- &
   EMBEDDED_S3_PID=$!
   for _ in $(seq 1 120); do
@@ -183,6 +193,7 @@ ensure_dockerd() {
 # MANGO_SANDBOX_IMAGE is the operator's own and must exist.
 ensure_sandbox_image() {
   local image="${1:-${MANGO_SANDBOX_IMAGE:-mango-sandbox:bookworm}}"
+  [ "$image" = mango-sandbox:bookworm ] && { bash "$ROOT/scripts/sandbox_image.sh" "$image"; return; }
   docker image inspect "$image" >/dev/null 2>&1 && return 0
   case "$image" in
     mango-sandbox:latest) bash "$ROOT/sandbox/build.sh" "$image" ;;

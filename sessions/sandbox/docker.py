@@ -171,7 +171,9 @@ class DockerBackend(SandboxBackend):
             workspace_id=workspace_id,
             base_image_id=base.id,
             packages=packages_config,
-            networking=json.dumps(networking or {}, sort_keys=True),
+            networking=json.dumps(
+                {key: value for key, value in (networking or {}).items() if key != "credentials"}, sort_keys=True
+            ),
         )
         try:
             client.images.get(tag)
@@ -179,7 +181,7 @@ class DockerBackend(SandboxBackend):
         except NotFound:
             pass
         labels = _labels(session_id, workspace_id)
-        network_mode, environment = self._network_mode(session_id, labels, networking)
+        network_mode, environment, _authority = self._network_mode(session_id, labels, networking)
         if network_mode == "none":
             raise packages.PackageInstallFailed(
                 wanted[0][0], None, "the environment's networking reaches no package registry"
@@ -335,9 +337,9 @@ class DockerBackend(SandboxBackend):
             )
             for name, target, options in policy.volume_specs(session_id)
         ]
-        network_mode, environment = self._network_mode(session_id, labels, networking)
+        network_mode, environment, authority = self._network_mode(session_id, labels, networking)
         try:
-            return client.containers.run(
+            container = client.containers.run(
                 image,
                 command=["/bin/sh", "-c", policy.KEEPALIVE],
                 name=container_name(session_id),
@@ -351,60 +353,116 @@ class DockerBackend(SandboxBackend):
             if exc.status_code == 409:
                 return None
             raise SandboxError(f"could not create the sandbox container: {exc}") from exc
+        if authority:
+            self._place_authority(session_id, authority)
+        return container
 
-    def _network_mode(self, session_id: str, labels: dict, networking: dict | None) -> tuple[str, dict]:
-        """(network_mode, environment) of the session's sandbox and of its build container:
-        unrestricted, its own NAT bridge; limited with an allow-list, its internal bridge and
-        egress proxy (the environment points the clients at it); anything else, no network."""
+    def _network_mode(self, session_id: str, labels: dict, networking: dict | None) -> tuple[str, dict, str | None]:
+        """(network_mode, environment, CA certificate) of the session's sandbox and of its build
+        container: unrestricted, its own NAT bridge; limited with an allow-list, its internal
+        bridge and egress proxy (the environment points the clients at it); anything else, no
+        network. With vault environment_variable credentials the proxy is there in both cases
+        (it substitutes them): the environment then holds their placeholders and the CA
+        certificate (placed by ``_place_authority``) the sandbox trusts for it."""
+        networking = networking or {}
+        credentials = networking.get("credentials") or []
         if policy.is_unrestricted(networking):
             firewall.ensure_rules()
-            return self._network(session_id, labels), {}
-        hosts = (networking or {}).get("egress_hosts")
-        if hosts is None:
-            hosts = policy.egress_hosts(networking)
-        if not hosts:
-            return "none", {}
-        firewall.ensure_rules()
-        name = self._network(session_id, labels, internal=True)
+            name = self._network(session_id, labels, shared=bool(credentials))
+            if not credentials:
+                return name, {}, None
+            hosts = ["*"]
+        else:
+            hosts = networking.get("egress_hosts")
+            if hosts is None:
+                hosts = policy.egress_hosts(networking)
+            if not hosts:
+                return "none", {}, None
+            firewall.ensure_rules()
+            name = self._network(session_id, labels, internal=True)
         subnet = self._docker().networks.get(name).attrs["IPAM"]["Config"][0]["Subnet"]
-        address = policy.proxy_address(subnet)
-        self._proxy(session_id, labels, name, address, hosts)
-        return name, policy.proxy_environment(address)
+        address, authority = self._proxy(session_id, labels, name, policy.proxy_address(subnet), hosts, credentials)
+        return name, policy.proxy_environment(address, credentials=credentials), authority
 
-    def _proxy(self, session_id: str, labels: dict, network: str, address: str, hosts: list[str]) -> None:
-        """The sandbox's egress proxy, running and listening at `address` on its internal network."""
+    def _proxy(
+        self, session_id: str, labels: dict, network: str, address: str, hosts: list[str], credentials: list
+    ) -> tuple[str, str | None]:
+        """The sandbox's egress proxy, running and listening at `address` on the session's
+        network (internal for limited, the NAT bridge for unrestricted), reaching out from
+        MANGO_SANDBOX_EGRESS_NETWORK: its address, and its CA certificate when it substitutes
+        credentials. Credentials go to it on stdin once: a proxy not running is made again."""
         client = self._docker()
         try:
             proxy = client.containers.get(proxy_name(session_id))
+            if proxy.status != "running":
+                proxy.remove(force=True)
+                proxy = None
         except NotFound:
             proxy = None
         if proxy is None:
-            try:
-                proxy = client.containers.create(
-                    settings.MANGO_SANDBOX_PROXY_IMAGE,
-                    command=["python3", "-c", PROXY_SOURCE.read_text()],
-                    name=proxy_name(session_id),
-                    labels=labels,
-                    environment={"MANGO_EGRESS": policy.proxy_config(hosts)},
-                    network=self._egress_network(),
-                    **policy.proxy_spec(),
-                )
-            except APIError as exc:
-                if exc.status_code != 409:
-                    raise SandboxError(f"could not create the egress proxy: {exc}") from exc
-                proxy = client.containers.get(proxy_name(session_id))
-            else:
-                client.api.connect_container_to_network(proxy.id, network, ipv4_address=address)
-        proxy.reload()
-        if proxy.status != "running":
-            proxy.start()
+            proxy = self._new_proxy(session_id, labels, network, address, hosts, credentials)
         deadline = time.monotonic() + PROXY_READY_SECONDS
-        while b"ready" not in proxy.logs(stdout=True, stderr=False):
+        while b"ready" not in (logs := proxy.logs(stdout=True, stderr=False)):
             proxy.reload()
             if proxy.status == "exited" or time.monotonic() > deadline:
                 tail = proxy.logs(tail=5).decode(errors="replace").strip()
                 raise SandboxError(f"the egress proxy did not start: {tail or proxy.status}")
             time.sleep(0.05)
+        authority = None
+        if b"ca-begin\n" in logs:
+            authority = logs.split(b"ca-begin\n", 1)[1].split(b"ca-end", 1)[0].decode()
+        return address, authority
+
+    def _new_proxy(self, session_id: str, labels: dict, network: str, address: str, hosts, credentials):
+        client = self._docker()
+        try:
+            proxy = client.containers.create(
+                settings.MANGO_SANDBOX_PROXY_IMAGE,
+                command=["python3", "-c", PROXY_SOURCE.read_text()],
+                name=proxy_name(session_id),
+                labels=labels,
+                environment={"MANGO_EGRESS": policy.proxy_config(hosts, credentials=bool(credentials))},
+                network=self._egress_network(),
+                stdin_open=bool(credentials),
+                **policy.proxy_spec(),
+            )
+        except APIError as exc:
+            if exc.status_code != 409:
+                raise SandboxError(f"could not create the egress proxy: {exc}") from exc
+            return client.containers.get(proxy_name(session_id))  # made concurrently
+        client.api.connect_container_to_network(proxy.id, network, ipv4_address=address)
+        if credentials:
+            # The secrets go in on stdin (not the environment or arguments, which `docker
+            # inspect` shows and the engine keeps on disk), read once by the proxy at start.
+            stdin = proxy.attach_socket(params={"stdin": 1, "stream": 1})
+            proxy.start()
+            data = memoryview(policy.proxy_secrets(credentials))
+            while data:  # the attach stream is read-only as a file object: write to its socket
+                data = data[os.write(stdin.fileno(), data) :]
+            stdin.close()
+        else:
+            proxy.start()
+        return proxy
+
+    def _place_authority(self, session_id: str, authority: str) -> None:
+        """The CA the sandbox trusts for its proxy: with the proxy image's system bundle, at
+        policy.CA_DIRECTORY (root's; the environment's SSL_CERT_FILE and co. point there)."""
+        client = self._docker()
+        proxy = client.containers.get(proxy_name(session_id))
+        stream, _stat = proxy.get_archive("/etc/ssl/certs/ca-certificates.crt")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            system = tar.extractfile(member).read() if member is not None and member.isfile() else b""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for name, data in (
+                (policy.CA_FILE, authority.encode()),
+                (policy.CA_BUNDLE_FILE, system.rstrip(b"\n") + b"\n" + authority.encode()),
+            ):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+        self.put_archive(session_id=session_id, directory=policy.CA_DIRECTORY, chunks=[buffer.getvalue()])
 
     def _egress_network(self) -> str:
         """The network the egress proxies reach out from (MANGO_SANDBOX_EGRESS_NETWORK): made
@@ -426,15 +484,19 @@ class DockerBackend(SandboxBackend):
                 raise SandboxError(f"could not create the egress network: {exc}") from exc
         return name
 
-    def _network(self, session_id: str, labels: dict, *, internal: bool = False) -> str:
+    def _network(self, session_id: str, labels: dict, *, internal: bool = False, shared: bool = False) -> str:
         """The session's own bridge network (created once; a taken subnet moves to the next):
-        a NAT bridge, or with `internal` one that routes nowhere (limited sandboxes)."""
+        a NAT bridge, or with `internal` one that routes nowhere (limited sandboxes). Its
+        containers talk to each other only when it is internal or `shared` (the sandbox and its
+        proxy: they are alone on it)."""
         client = self._docker()
         name = policy.network_name(session_id)
         if client.networks.list(names=[name], filters={"label": f"{LABEL_SESSION}={session_id}"}):
             return name
         last = None
-        options = policy.internal_network_options(session_id) if internal else policy.network_options(session_id)
+        options = (
+            policy.internal_network_options(session_id) if internal else policy.network_options(session_id, icc=shared)
+        )
         for subnet in policy.subnet_candidates(session_id):
             try:
                 client.networks.create(

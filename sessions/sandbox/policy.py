@@ -95,10 +95,17 @@ def proxy_address(subnet: str) -> str:
     return str(ipaddress.ip_network(subnet)[PROXY_HOST_INDEX])
 
 
-def proxy_environment(address: str) -> dict:
-    """What the sandbox's clients read (curl, pip, npm, git and apt each read one of these)."""
+CA_DIRECTORY = "/usr/local/share/mango-ca"
+CA_FILE = "proxy-ca.pem"
+CA_BUNDLE_FILE = "bundle.pem"
+
+
+def proxy_environment(address: str, *, credentials: list[dict] = ()) -> dict:
+    """What the sandbox's clients read (curl, pip, npm, git and apt each read one of these); with
+    credentials, their placeholders under the credentials' names and the bundle that trusts the
+    proxy's CA (Python's ssl, requests, pip, curl, git; node adds the CA)."""
     url = f"http://{address}:{PROXY_PORT}"
-    return {
+    environment = {
         "HTTP_PROXY": url,
         "HTTPS_PROXY": url,
         "http_proxy": url,
@@ -106,12 +113,34 @@ def proxy_environment(address: str) -> dict:
         "NO_PROXY": "",
         "no_proxy": "",
     }
+    if credentials:
+        bundle = f"{CA_DIRECTORY}/{CA_BUNDLE_FILE}"
+        for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO"):
+            environment[name] = bundle
+        environment["NODE_EXTRA_CA_CERTS"] = f"{CA_DIRECTORY}/{CA_FILE}"
+        environment |= {credential["name"]: credential["placeholder"] for credential in credentials}
+    return environment
 
 
-def proxy_config(hosts: list[str]) -> str:
+def proxy_secrets(credentials: list[dict]) -> bytes:
+    """The one line the proxy reads on stdin: what it substitutes, where."""
+    keys = ("placeholder", "value", "hosts", "header", "body")
+    return (json.dumps({"credentials": [{key: c[key] for key in keys} for c in credentials]}) + "\n").encode()
+
+
+def _upstream_ca() -> str | None:
+    if not settings.MANGO_OUTBOUND_CA_FILE:
+        return None
+    with open(settings.MANGO_OUTBOUND_CA_FILE) as handle:
+        return handle.read()
+
+
+def proxy_config(hosts: list[str], *, credentials: bool = False) -> str:
     return json.dumps(
         {
             "allowed": hosts,
+            "credentials_on_stdin": credentials,
+            "upstream_ca": _upstream_ca() if credentials else None,
             # The operator's registries may be private (a mirror inside the network); a tenant's
             # hosts only where MANGO_OUTBOUND_PRIVATE_HOSTS says so.
             "private_hosts": sorted(
@@ -153,6 +182,7 @@ def proxy_spec() -> dict:
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
         "read_only": True,
+        "tmpfs": {"/tmp": "size=1m,mode=1777"},  # the intercepting proxy's per-host certificates
         "nano_cpus": int(0.5 * 1e9),
         "mem_limit": "96m",
         "memswap_limit": "96m",
@@ -190,10 +220,10 @@ def subnet_candidates(session_id: str, attempts: int = 16) -> list[str]:
     ]
 
 
-def network_options(session_id: str) -> dict:
+def network_options(session_id: str, *, icc: bool = False) -> dict:
     return {
         "com.docker.network.bridge.name": bridge_name(session_id),
-        "com.docker.network.bridge.enable_icc": "false",
+        "com.docker.network.bridge.enable_icc": "true" if icc else "false",
         "com.docker.network.bridge.enable_ip_masquerade": "true",
     }
 

@@ -203,3 +203,164 @@ def test_proxy_is_bounded_and_goes_with_its_sandbox(sandboxes, egress, docker_cl
     assert out.strip() == "HTTP/1.1 503 Service Unavailable", out
     sandbox.remove(session_id=box)
     assert not docker_client.containers.list(all=True, filters={"name": docker_backend.proxy_name(box)})
+
+
+# Echoes what it received — the Authorization header and the body — over TLS on 443 (a
+# certificate for its name from the test's CA, given in $CERT) and plain HTTP on 80.
+ECHO_SERVER = """
+import http.server, json, os, ssl, threading
+open("/tmp/cert.pem", "w").write(os.environ["CERT"])
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        out = json.dumps({"auth": self.headers.get("Authorization"), "body": body}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(out))); self.end_headers()
+        self.wfile.write(out)
+    do_GET = do_POST = answer
+    def log_message(self, *a): pass
+tls = http.server.ThreadingHTTPServer(("0.0.0.0", 443), H)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); context.load_cert_chain("/tmp/cert.pem")
+tls.socket = context.wrap_socket(tls.socket, server_side=True)
+threading.Thread(target=tls.serve_forever, daemon=True).start()
+http.server.ThreadingHTTPServer(("0.0.0.0", 80), H).serve_forever()
+"""
+
+
+def _test_ca(names: list[str]) -> tuple[str, dict[str, str]]:
+    """A CA of the test's own and a certificate (with its key) per name, as PEM."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test upstream CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    leaves = {}
+    for name in names:
+        leaf_key = ec.generate_private_key(ec.SECP256R1())
+        leaf = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(subject)
+            .public_key(leaf_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .sign(key, hashes.SHA256())
+        )
+        pem = serialization.Encoding.PEM
+        leaves[name] = (
+            leaf.public_bytes(pem)
+            + leaf_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        ).decode()
+    return ca.public_bytes(serialization.Encoding.PEM).decode(), leaves
+
+
+@pytest.fixture
+def echo_hosts(settings, docker_client, tmp_path):
+    """Two TLS echo servers on an egress network of the test's own, their CA trusted upstream."""
+    suffix = uuid.uuid4().hex[:8]
+    names = (f"api-{suffix}", f"elsewhere-{suffix}")
+    ca, leaves = _test_ca(list(names))
+    (tmp_path / "ca.pem").write_text(ca)
+    settings.MANGO_OUTBOUND_CA_FILE = str(tmp_path / "ca.pem")
+    network = docker_client.networks.create(f"mango-test-egress-{suffix}", driver="bridge")
+    servers = [
+        docker_client.containers.run(
+            REAL_IMAGE,
+            ["python3", "-c", ECHO_SERVER],
+            name=name,
+            network=network.name,
+            detach=True,
+            environment={"CERT": leaves[name]},
+        )
+        for name in names
+    ]
+    settings.MANGO_SANDBOX_EGRESS_NETWORK = network.name
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = list(names)
+    for server in servers:
+        deadline = time.monotonic() + 20
+        while server.exec_run(
+            ["python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 443))"]
+        ).exit_code:
+            assert time.monotonic() < deadline, server.logs()
+            time.sleep(0.2)
+    yield names
+    for server in servers:
+        server.remove(force=True)
+    network.reload()
+    for container in network.containers:
+        network.disconnect(container, force=True)
+    network.remove()
+
+
+SECRET = "vault-secret-5b1d9e"
+PLACEHOLDER = "mango-credential-placeholder-0f3c"
+
+
+@pytest.mark.parametrize("kind", ["limited", "unrestricted"])
+def test_environment_variable_credentials_are_substituted_by_the_proxy_only(sandboxes, echo_hosts, docker_client, kind):
+    """The sandbox holds a placeholder; the proxy puts the secret into requests to the
+    credential's hosts (headers and bodies, as allowed), over HTTPS too, and nowhere else. The
+    secret is in no variable, file or argument of the sandbox or the proxy."""
+    api, elsewhere = echo_hosts
+    credential = {
+        "name": "API_TOKEN",
+        "placeholder": PLACEHOLDER,
+        "value": SECRET,
+        "hosts": [api],
+        "header": True,
+        "body": True,
+    }
+    networking = {"type": kind, "allowed_hosts": [api, elsewhere], "credentials": [credential]}
+    if kind == "unrestricted":
+        networking = {"type": "unrestricted", "credentials": [credential]}
+    box = sandboxes(networking)
+    assert sh(box, "echo $API_TOKEN")[1].strip() == PLACEHOLDER
+    # HTTPS to the credential's host: the proxy terminates TLS with a CA the sandbox trusts.
+    status, out = sh(box, f'curl -sS --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://{api}/')
+    assert status == 0 and f'"auth": "Bearer {SECRET}"' in out, out
+    status, out = sh(box, f'curl -sS --max-time 10 -d "token=$API_TOKEN" https://{api}/')
+    assert f'"body": "token={SECRET}"' in out, out
+    fetch = (
+        "import os, urllib.request as u; "
+        f"r = u.Request('https://{api}/', headers={{'Authorization': os.environ['API_TOKEN']}}); "
+        "print(u.urlopen(r).read().decode())"
+    )
+    sandbox.write_file(session_id=box, path="/tmp/fetch.py", data=fetch.encode())
+    status, out = sh(box, "python3 /tmp/fetch.py")
+    assert f'"auth": "{SECRET}"' in out, out
+    # Plain HTTP to it: substituted as well.
+    status, out = sh(box, f'curl -sS --max-time 10 -H "Authorization: $API_TOKEN" http://{api}/')
+    assert f'"auth": "{SECRET}"' in out, out
+    # Another host: the placeholder passes untouched (TLS end to end: the proxy only tunnels).
+    status, out = sh(
+        box, f'curl -sS -k --max-time 10 -H "Authorization: $API_TOKEN" -d "t=$API_TOKEN" https://{elsewhere}/'
+    )
+    assert PLACEHOLDER in out and SECRET not in out, out
+    status, out = sh(box, f'curl -sS --max-time 10 -H "Authorization: $API_TOKEN" http://{elsewhere}/')
+    assert PLACEHOLDER in out and SECRET not in out, out
+    # Nowhere in the sandbox, nor in what Docker keeps of either container.
+    status, out = sh(
+        box,
+        "env; cat /proc/1/environ /proc/self/environ; ls -la /usr/local/share/mango-ca; "
+        "grep -rl vault-secret /etc /usr/local /workspace /tmp 2>/dev/null; true",
+    )
+    assert SECRET not in out and "proxy-ca.pem" in out, out
+    for name in (sandbox.container_name(box), docker_backend.proxy_name(box)):
+        assert SECRET not in str(docker_client.api.inspect_container(name)), name
