@@ -14,13 +14,15 @@ from django.conf import settings
 from sessions import events as ev
 from sessions import sandbox
 from sessions.events import SERVER_TOOL_TYPES, TOOLSET_TYPE, EventType
-from sessions.models import Session, SessionEvent
+from sessions.models import Session, SessionEvent, SessionResource
 from sessions.runtime.control import Stop, TurnControl, db_release
+from sessions.runtime.repositories import repositories_place
 from sessions.selectors.runner import (
     session_answered_tool_use_ids,
     session_last_idle_seq,
     session_tool_confirmations,
     session_tool_uses,
+    session_unplaced_resource_types,
 )
 from sessions.services.events import SessionGone, events_append
 from sessions.services.memory_mounts import session_memory_place
@@ -326,10 +328,15 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
         except Exception as exc:
             raise sandbox.SandboxError(f"memory stores could not be placed: {exc}") from exc
     session_sandbox_running(session=session, ref=ref)
-    try:
-        resources_place(session=session)  # file resources not yet in this sandbox
-    except Exception as exc:
-        raise sandbox.SandboxError(f"file resources could not be placed: {exc}") from exc
+    unplaced = session_unplaced_resource_types(session_id=session.id, ref=ref)  # one statement per tool call
+    if SessionResource.Type.FILE in unplaced:
+        try:
+            resources_place(session=session, checked=True)  # file resources not yet in this sandbox
+        except Exception as exc:
+            raise sandbox.SandboxError(f"file resources could not be placed: {exc}") from exc
+    if SessionResource.Type.GITHUB_REPOSITORY in unplaced:
+        # Cloned by the worker; a failure is a session.error and the tool call still runs.
+        repositories_place(control=control, session=session)
 
 
 def _answer(session_id: str, tool_use_id: str, text: str, *, is_error: bool, stop_if_deleted: bool = False) -> None:

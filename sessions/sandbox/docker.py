@@ -349,6 +349,13 @@ class DockerBackend(SandboxBackend):
         if status != 0:
             raise SandboxError(f"could not remove {path}: {output}")
 
+    @_translated
+    def remove_tree(self, *, session_id: str, path: str) -> None:
+        container = self._require_container(session_id)
+        status, output = self._exec_root(container, ["rm", "-rf", "--", path])
+        if status != 0:
+            raise SandboxError(f"could not remove {path}: {output}")
+
 
 def _translated_stream(stream: Iterator[bytes]) -> Iterator[bytes]:
     """The archive is read lazily by the caller: errors while streaming are translated too."""

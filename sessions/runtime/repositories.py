@@ -1,0 +1,122 @@
+"""Repository resources in the worker: before a sandbox tool call, every repository not yet
+tried in the session's sandbox is cloned here (sessions/git.py: never in the sandbox, so the
+token never enters it) and its working tree streamed into the sandbox at its mount path.
+
+A failure is a repository_* session.error (always `retrying`: the session goes on without that
+repository, and the tool call still runs); the repository is not tried again in this sandbox
+unless its token is rotated. Per workspace, at most MANGO_WORKSPACE_REPOSITORY_CLONES clones run
+at once on the whole fleet (slots in Redis, core/caps.py), each bounded by the smaller of
+MANGO_REPOSITORY_MAX_BYTES and MANGO_WORKSPACE_REPOSITORY_DISK_BYTES / that count, so what one
+workspace makes workers hold on disk stays under MANGO_WORKSPACE_REPOSITORY_DISK_BYTES. The
+scratch directory is removed once the tree is placed, or failed.
+"""
+
+import logging
+import posixpath
+import time
+
+from django.conf import settings
+
+from core.caps import thread_gate
+from core.errors import RateLimited
+from core.secrets import SecretsUnavailable, decrypt
+from processors.repositories import CLONE, GitFailure, tar_stream_for_tree
+from sessions import events as ev
+from sessions import git, sandbox
+from sessions.events import EventType
+from sessions.models import Session
+from sessions.runtime.control import TurnControl, db_release
+from sessions.selectors.runner import RepositoryToClone, session_repositories_unplaced
+from sessions.services.events import events_append
+from sessions.services.runner import session_repository_tried
+
+logger = logging.getLogger(__name__)
+
+CAP_KIND = "repository clones"
+SLOT_POLL_SECONDS = 0.25
+
+
+def clone_max_bytes() -> int:
+    """The bound of one clone: a workspace's disk share divided among its concurrent clones."""
+    per_workspace = settings.MANGO_WORKSPACE_REPOSITORY_DISK_BYTES // max(1, settings.MANGO_WORKSPACE_REPOSITORY_CLONES)
+    return max(0, min(settings.MANGO_REPOSITORY_MAX_BYTES, per_workspace))
+
+
+def repositories_place(*, control: TurnControl, session: Session) -> int:
+    """Clone and place the session's repositories not yet tried in its sandbox; append a
+    session.error for each that fails. Returns how many were placed."""
+    ref = session.sandbox_ref
+    placed = 0
+    for repository in session_repositories_unplaced(session_id=session.id, ref=ref):
+        control.check_stop()
+        failure = _clone_and_place(control, session, repository)
+        session_repository_tried(resource_id=repository.id, ref=ref, error_type=failure.type if failure else "")
+        if failure is None:
+            placed += 1
+            continue
+        logger.info(
+            "repository not placed",
+            extra={"session_id": session.id, "resource_id": repository.id, "error_type": failure.type},
+        )
+        payload = ev.repository_error(error_type=failure.type, message=failure.message, repository_url=repository.url)
+        events_append(session_id=session.id, items=[ev.item(EventType.SESSION_ERROR, payload)])
+    return placed
+
+
+def _clone_and_place(control: TurnControl, session: Session, repository: RepositoryToClone) -> GitFailure | None:
+    db_release()  # no connection held while git and dockerd work
+    deadline = time.monotonic() + settings.MANGO_REPOSITORY_CLONE_TIMEOUT_SECONDS
+    try:
+        token = decrypt(repository.sealed_token) if repository.sealed_token else None
+    except SecretsUnavailable:
+        return GitFailure(CLONE, "The repository's token cannot be read by this server (MANGO_VAULT_KEY changed).")
+    try:
+        slot = _clone_slot(control, session.workspace_id, deadline)
+    except git.CloneFailed as exc:
+        return exc.failure
+    try:
+        work = git.clone(
+            url=repository.url,
+            token=token,
+            checkout=repository.checkout,
+            max_bytes=clone_max_bytes(),
+            timeout=max(1.0, deadline - time.monotonic()),
+            should_cancel=control.should_stop,
+        )
+    except git.CloneFailed as exc:
+        thread_gate().release(slot)
+        return exc.failure
+    try:
+        parent, top = posixpath.split(repository.mount_path)
+        stream = tar_stream_for_tree(
+            git.tree_entries(work), top=top, uid=settings.MANGO_SANDBOX_UID, gid=settings.MANGO_SANDBOX_UID
+        )
+        # What the agent left at the mount path gives way to the repository (a link is removed,
+        # never followed).
+        sandbox.remove_tree(session_id=session.id, path=repository.mount_path)
+        sandbox.put_archive(session_id=session.id, directory=parent or "/", chunks=stream)
+    except (sandbox.SandboxError, OSError, ValueError):
+        logger.warning("repository placement failed", extra={"session_id": session.id}, exc_info=True)
+        return GitFailure(CLONE, f"The repository was cloned but could not be placed at {repository.mount_path}.")
+    finally:
+        git.discard(work)
+        thread_gate().release(slot)
+    return None
+
+
+def _clone_slot(control: TurnControl, workspace_id: str, deadline: float):
+    """One of the workspace's clone slots, waiting for one until the clone's deadline."""
+    limit = max(1, settings.MANGO_WORKSPACE_REPOSITORY_CLONES)
+    while True:
+        try:
+            return thread_gate().take(kind=CAP_KIND, workspace_id=workspace_id, limit=limit)
+        except RateLimited:
+            if time.monotonic() > deadline or control.should_stop():
+                raise git.CloneFailed(
+                    GitFailure(
+                        CLONE,
+                        f"This workspace had {limit} repository clones in progress (its limit) for as long as a "
+                        "clone may take; the repository was not cloned.",
+                    )
+                ) from None
+            time.sleep(SLOT_POLL_SECONDS)
