@@ -204,12 +204,14 @@ def clone(
         tree = work / "tree"
         if checkout is None or checkout["type"] == "branch":
             branch = ["--branch", checkout["name"]] if checkout else []
-            status, stderr = run.git("clone", "--quiet", "--no-tags", "--depth", "1", *branch, "--", url, str(tree))
+            status, stderr = run.git(
+                "clone", "--quiet", "--template=", "--no-tags", "--depth", "1", *branch, "--", url, str(tree)
+            )
             if status != 0:
                 raise CloneFailed(classify_git_failure(stderr, checkout=checkout))
         else:
             sha = checkout["sha"]
-            for args in (("init", "--quiet", str(tree)), ("-C", str(tree), "remote", "add", "origin", url)):
+            for args in (("init", "--quiet", "--template=", str(tree)), ("-C", str(tree), "remote", "add", "origin", url)):
                 status, stderr = run.git(*args)
                 if status != 0:
                     raise CloneFailed(GitFailure(CLONE, "The repository could not be cloned."))

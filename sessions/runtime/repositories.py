@@ -14,6 +14,7 @@ scratch directory is removed once the tree is placed, or failed.
 import logging
 import posixpath
 import time
+from collections.abc import Callable
 
 from django.conf import settings
 
@@ -71,7 +72,7 @@ def _clone_and_place(control: TurnControl, session: Session, repository: Reposit
     except SecretsUnavailable:
         return GitFailure(CLONE, "The repository's token cannot be read by this server (MANGO_VAULT_KEY changed).")
     try:
-        slot = _clone_slot(control, session.workspace_id, deadline)
+        slot = clone_slot(workspace_id=session.workspace_id, deadline=deadline, should_stop=control.should_stop)
     except git.CloneFailed as exc:
         return exc.failure
     try:
@@ -104,14 +105,15 @@ def _clone_and_place(control: TurnControl, session: Session, repository: Reposit
     return None
 
 
-def _clone_slot(control: TurnControl, workspace_id: str, deadline: float):
-    """One of the workspace's clone slots, waiting for one until the clone's deadline."""
+def clone_slot(*, workspace_id: str, deadline: float, should_stop: Callable[[], bool]):
+    """One of the workspace's clone slots (release it with core.caps.thread_gate().release),
+    waiting for one until `deadline` (time.monotonic); CloneFailed past it."""
     limit = max(1, settings.MANGO_WORKSPACE_REPOSITORY_CLONES)
     while True:
         try:
             return thread_gate().take(kind=CAP_KIND, workspace_id=workspace_id, limit=limit)
         except RateLimited:
-            if time.monotonic() > deadline or control.should_stop():
+            if time.monotonic() > deadline or should_stop():
                 raise git.CloneFailed(
                     GitFailure(
                         CLONE,
