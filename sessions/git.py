@@ -18,6 +18,7 @@ What a tenant's repository cannot do to the worker:
 
 import base64
 import os
+import re
 import shutil
 import signal
 import stat
@@ -33,6 +34,10 @@ from core import outbound
 from processors.repositories import CHECKOUT, CLONE, GitFailure, TreeEntry, classify_git_failure
 
 POLL_SECONDS = 0.1
+PRLIMIT = shutil.which("prlimit")  # util-linux
+_PAST_FSIZE = re.compile(
+    r"signal 25|file size limit|invalid index-pack output|index-pack died|unpack-objects died", re.I
+)
 CHUNK = 1024 * 1024
 STDERR_TAIL = 64 * 1024
 
@@ -83,6 +88,10 @@ def _environment(*, home: Path, host: str, port: int, address: str, token: str |
         ("submodule.recurse", "false"),
         ("advice.detachedHead", "false"),
         ("init.defaultBranch", "main"),
+        # Everything received is kept as one pack (one file, which RLIMIT_FSIZE bounds).
+        ("fetch.unpackLimit", "1"),
+        ("transfer.unpackLimit", "1"),
+        ("core.autocrlf", "false"),
     ]
     if token:
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
@@ -129,15 +138,18 @@ class _Run:
         self.work, self.env, self.max_bytes, self.deadline = work, env, max_bytes, deadline
         self.should_cancel = should_cancel
 
-    def git(self, *args: str, cwd: Path | None = None) -> tuple[int, str]:
+    def git(self, *args: str, cwd: Path | None = None, stdout: Path | None = None) -> tuple[int, str]:
         stderr_path = self.work / "stderr"
-        with open(stderr_path, "wb") as stderr:
+        # No file git writes (the received pack above all) may pass the bound, even between
+        # two polls: RLIMIT_FSIZE, inherited by every process git starts (SIGXFSZ past it).
+        limit = [PRLIMIT, f"--fsize={self.max_bytes}", "--"] if PRLIMIT else []
+        with open(stderr_path, "wb") as stderr, open(stdout or os.devnull, "wb") as out:
             process = subprocess.Popen(
-                ["git", *args],
+                [*limit, "git", *args],
                 cwd=cwd or self.work,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
+                stdout=out,
                 stderr=stderr,
                 start_new_session=True,
             )
@@ -146,13 +158,7 @@ class _Run:
                     time.sleep(POLL_SECONDS)
                     if _size(self.work) > self.max_bytes:
                         self._kill(process)
-                        raise CloneFailed(
-                            GitFailure(
-                                CLONE,
-                                f"The repository is larger than the {self.max_bytes} bytes this server clones "
-                                "(MANGO_REPOSITORY_MAX_BYTES).",
-                            )
-                        )
+                        raise self.too_large()
                     if time.monotonic() > self.deadline:
                         self._kill(process)
                         raise CloneFailed(GitFailure(CLONE, "The clone took longer than this server allows."))
@@ -166,7 +172,37 @@ class _Run:
             stderr.seek(max(0, stderr_path.stat().st_size - STDERR_TAIL))
             text = stderr.read().decode("utf-8", "replace")
         stderr_path.unlink()
+        if process.returncode != 0 and PRLIMIT and _PAST_FSIZE.search(text):
+            # A process git started died writing past RLIMIT_FSIZE (SIGXFSZ, signal 25): git
+            # says so, or only that index-pack gave no answer.
+            raise self.too_large()
         return process.returncode, text
+
+    def too_large(self) -> "CloneFailed":
+        return CloneFailed(
+            GitFailure(
+                CLONE,
+                f"The repository is larger than the {self.max_bytes} bytes this server clones "
+                "(MANGO_REPOSITORY_MAX_BYTES).",
+            )
+        )
+
+    def check_tree_fits(self, tree: Path, revision: str) -> None:
+        """Before a checkout: what it would write (the blobs of `revision`) must fit the bound
+        beside what is already on disk; a tree of compressed zeros is refused before it is
+        inflated."""
+        listing = self.work / "ls-tree"
+        status, _ = self.git("-C", str(tree), "ls-tree", "-r", "-l", "-z", "--full-tree", revision, stdout=listing)
+        if status != 0:
+            raise CloneFailed(GitFailure(CHECKOUT, "The repository's tree could not be read."))
+        total = 0
+        with open(listing, "rb") as entries:
+            for entry in _split_nul(entries):
+                size = entry.split(b"\t", 1)[0].split()[-1]
+                total += int(size) if size.isdigit() else 0
+        listing.unlink()
+        if _size(self.work) + total > self.max_bytes:
+            raise self.too_large()
 
     @staticmethod
     def _kill(process: subprocess.Popen) -> None:
@@ -205,13 +241,21 @@ def clone(
         if checkout is None or checkout["type"] == "branch":
             branch = ["--branch", checkout["name"]] if checkout else []
             status, stderr = run.git(
-                "clone", "--quiet", "--template=", "--no-tags", "--depth", "1", *branch, "--", url, str(tree)
-            )
+                "clone", "--quiet", "--template=", "--no-checkout", "--no-tags", "--depth", "1", *branch, "--", url,
+                str(tree),
+            )  # fmt: skip
             if status != 0:
                 raise CloneFailed(classify_git_failure(stderr, checkout=checkout))
+            run.check_tree_fits(tree, "HEAD")
+            status, stderr = run.git("-C", str(tree), "reset", "--quiet", "--hard")
+            if status != 0:
+                raise CloneFailed(GitFailure(CLONE, "The repository's working tree could not be written."))
         else:
             sha = checkout["sha"]
-            for args in (("init", "--quiet", "--template=", str(tree)), ("-C", str(tree), "remote", "add", "origin", url)):
+            for args in (
+                ("init", "--quiet", "--template=", str(tree)),
+                ("-C", str(tree), "remote", "add", "origin", url),
+            ):
                 status, stderr = run.git(*args)
                 if status != 0:
                     raise CloneFailed(GitFailure(CLONE, "The repository could not be cloned."))
@@ -224,6 +268,10 @@ def clone(
                 status, stderr = run.git("-C", str(tree), "fetch", "--quiet", "--no-tags", "origin")
                 if status != 0:
                     raise CloneFailed(classify_git_failure(stderr, checkout=checkout))
+            status, _ = run.git("-C", str(tree), "cat-file", "-e", f"{sha}^{{commit}}")
+            if status != 0:
+                raise CloneFailed(GitFailure(CHECKOUT, f"The repository has no commit {sha}."))
+            run.check_tree_fits(tree, sha)
             status, stderr = run.git("-C", str(tree), "checkout", "--quiet", "--detach", sha)
             if status != 0:
                 raise CloneFailed(GitFailure(CHECKOUT, f"The repository has no commit {sha}."))
@@ -231,6 +279,15 @@ def clone(
     except BaseException:
         discard(work)
         raise
+
+
+def _split_nul(handle) -> Iterator[bytes]:
+    pending = b""
+    while chunk := handle.read(CHUNK):
+        *entries, pending = (pending + chunk).split(b"\0")
+        yield from entries
+    if pending:
+        yield pending
 
 
 def discard(work: Path) -> None:

@@ -200,6 +200,12 @@ def _resource_id() -> str:
     return new_id("sesrsc")
 
 
+def resource_ids(count: int) -> list[str]:
+    """`count` new resource ids in increasing order (ids made in one millisecond otherwise sort
+    at random), so resources list in the order they were given."""
+    return sorted(_resource_id() for _ in range(count))
+
+
 class SessionResource(models.Model):
     """A File mounted into a session (DESIGN flow 5), or a git repository cloned into it.
 

@@ -348,7 +348,7 @@ class RepositoryResourceOutputSerializer(serializers.Serializer):
 def resource_output(**kwargs):
     """One resource as resources.add / retrieve / update answer it: a file or a repository."""
     return PolymorphicProxySerializer(
-        component_name="ResourceOutput",
+        component_name="FileOrRepositoryResource",
         serializers=[ResourceOutputSerializer, RepositoryResourceOutputSerializer],
         resource_type_field_name="type",
         **kwargs,

@@ -19,7 +19,7 @@ from core.secrets import SecretsUnavailable, encrypt
 from processors.errors import ProcessorError
 from processors.repositories import MAX_REPOSITORY_RESOURCES, check_checkout, resolve_repository_mount_path
 from processors.resources import check_mount_path_available
-from sessions.models import Session, SessionResource
+from sessions.models import Session, SessionResource, resource_ids
 from sessions.selectors import session_get
 
 REPOSITORY = SessionResource.Type.GITHUB_REPOSITORY
@@ -89,8 +89,8 @@ def repository_rows_create(*, session: Session, admitted: list[dict]) -> list[Se
     """Inside the caller's transaction (session row locked)."""
     now = timezone.now()
     return SessionResource.objects.bulk_create(
-        SessionResource(session=session, type=REPOSITORY, created_at=now, updated_at=now, **fields)
-        for fields in admitted
+        SessionResource(id=resource_id, session=session, type=REPOSITORY, created_at=now, updated_at=now, **fields)
+        for resource_id, fields in zip(resource_ids(len(admitted)), admitted, strict=True)
     )
 
 

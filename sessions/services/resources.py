@@ -28,7 +28,7 @@ from processors.resources import (
     tar_stream_for_file,
 )
 from sessions import sandbox
-from sessions.models import Session, SessionResource
+from sessions.models import Session, SessionResource, resource_ids
 from sessions.selectors import session_get
 
 logger = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ def resource_rows_create(*, session: Session, copies: list) -> list[SessionResou
     now = timezone.now()
     return SessionResource.objects.bulk_create(
         SessionResource(
+            id=resource_id,
             session=session,
             source_file_id=source.id,
             file_id=copy.id,
@@ -108,7 +109,7 @@ def resource_rows_create(*, session: Session, copies: list) -> list[SessionResou
             created_at=now,
             updated_at=now,
         )
-        for source, copy, mount_path in copies
+        for resource_id, (source, copy, mount_path) in zip(resource_ids(len(copies)), copies, strict=True)
     )
 
 
