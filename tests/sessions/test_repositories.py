@@ -129,7 +129,9 @@ def _turn(sdk, model, session_id: str, command: str) -> str:
     wait_for(idle_after_turn, timeout=90)
     results = [e for e in _events(sdk, session_id) if e.type == "agent.tool_result"]
     assert not results[-1].is_error, results[-1]
-    return "".join(block.text for block in results[-1].content)
+    output = "".join(block.text for block in results[-1].content)
+    assert output.rstrip().endswith("[exit status: 0]"), output
+    return output.rstrip().removesuffix("[exit status: 0]")
 
 
 def _exec(docker_client, session_id: str, command: str) -> str:
@@ -441,7 +443,7 @@ def test_checkouts_in_the_sandbox_without_the_token(sdk, live_server, api_key, m
         " /workspace/app/run.sh; cat /workspace/app/src/lib/deep.txt;"
         " echo change >> /workspace/app/README.md && echo W",
     )
-    assert output.split() == ["hello", "again", "feature", "hello", "feature", "hi", "deep", "W"]
+    assert output.split() == ["hello", "again", "feature", "hello", "feature", "hi", "deep", "W"], output
     assert not [e for e in _events(sdk, session.id) if e.type == "session.error"]
 
     sbx = lambda command: _exec(docker_client, session.id, command)  # noqa: E731
