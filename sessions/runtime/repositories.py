@@ -50,7 +50,12 @@ def repositories_place(*, control: TurnControl, session: Session) -> int:
     placed = 0
     for repository in session_repositories_unplaced(session_id=session.id, ref=ref):
         control.check_stop()
-        failure = _clone_and_place(control, session, repository)
+        failure = clone_and_place(
+            session_id=session.id,
+            workspace_id=session.workspace_id,
+            repository=repository,
+            should_stop=control.should_stop,
+        )
         session_repository_tried(resource_id=repository.id, ref=ref, error_type=failure.type if failure else "")
         if failure is None:
             placed += 1
@@ -64,7 +69,11 @@ def repositories_place(*, control: TurnControl, session: Session) -> int:
     return placed
 
 
-def _clone_and_place(control: TurnControl, session: Session, repository: RepositoryToClone) -> GitFailure | None:
+def clone_and_place(
+    *, session_id: str, workspace_id: str, repository: RepositoryToClone, should_stop: Callable[[], bool]
+) -> GitFailure | None:
+    """Clone one repository (in one of the workspace's clone slots) and stream its tree into
+    the session's sandbox; the failure, or None. The scratch directory is gone either way."""
     db_release()  # no connection held while git and dockerd work
     deadline = time.monotonic() + settings.MANGO_REPOSITORY_CLONE_TIMEOUT_SECONDS
     try:
@@ -72,7 +81,7 @@ def _clone_and_place(control: TurnControl, session: Session, repository: Reposit
     except SecretsUnavailable:
         return GitFailure(CLONE, "The repository's token cannot be read by this server (MANGO_VAULT_KEY changed).")
     try:
-        slot = clone_slot(workspace_id=session.workspace_id, deadline=deadline, should_stop=control.should_stop)
+        slot = clone_slot(workspace_id=workspace_id, deadline=deadline, should_stop=should_stop)
     except git.CloneFailed as exc:
         return exc.failure
     try:
@@ -82,7 +91,7 @@ def _clone_and_place(control: TurnControl, session: Session, repository: Reposit
             checkout=repository.checkout,
             max_bytes=clone_max_bytes(),
             timeout=max(1.0, deadline - time.monotonic()),
-            should_cancel=control.should_stop,
+            should_cancel=should_stop,
         )
     except git.CloneFailed as exc:
         thread_gate().release(slot)
@@ -94,10 +103,10 @@ def _clone_and_place(control: TurnControl, session: Session, repository: Reposit
         )
         # What the agent left at the mount path gives way to the repository (a link is removed,
         # never followed).
-        sandbox.remove_tree(session_id=session.id, path=repository.mount_path)
-        sandbox.put_archive(session_id=session.id, directory=parent or "/", chunks=stream)
+        sandbox.remove_tree(session_id=session_id, path=repository.mount_path)
+        sandbox.put_archive(session_id=session_id, directory=parent or "/", chunks=stream)
     except (sandbox.SandboxError, OSError, ValueError):
-        logger.warning("repository placement failed", extra={"session_id": session.id}, exc_info=True)
+        logger.warning("repository placement failed", extra={"session_id": session_id}, exc_info=True)
         return GitFailure(CLONE, f"The repository was cloned but could not be placed at {repository.mount_path}.")
     finally:
         git.discard(work)
