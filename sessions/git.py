@@ -8,8 +8,10 @@ What a tenant's repository cannot do to the worker:
   answer or a 30x to 127.0.0.1 goes nowhere; only http(s) transports are allowed;
 * run code: hooks point at /dev/null, no system or global config is read, no credential helper
   or prompt, no submodules; objects are fsck'd on receipt;
-* fill the disk or hold the worker: the process group is killed when the scratch directory
-  (received pack included) passes `max_bytes`, or after `timeout` seconds;
+* fill the disk or hold the worker: no file git writes may pass `max_bytes` (RLIMIT_FSIZE via
+  `prlimit`, everything received kept as one pack), the scratch directory is measured every
+  POLL_SECONDS, the tree's blob sizes are checked before the checkout inflates them, and the
+  process group is killed past the bound or after `timeout` seconds;
 * leak the token: it travels in the environment (GIT_CONFIG_COUNT/KEY/VALUE, readable only by
   the worker's own user, unlike argv), as an `Authorization: Basic` header of
   `x-access-token:<token>` (GitHub's form; GitLab, Gitea and git http-backend behind basic auth

@@ -130,9 +130,9 @@ def repository_token_rotate(*, row: SessionResource, token: str) -> SessionResou
     """resources.update: the new token, encrypted, for the next clone. A repository whose last
     clone in this sandbox failed is tried again at the next tool call; one already placed stays
     as it is (its working tree is the agent's)."""
-    sealed = _seal(token, where="resource")
     if row.type != REPOSITORY:
         raise InvalidRequest("Only github_repository resources can be updated (authorization_token rotation).")
+    sealed = _seal(token, where="resource")
     changes = {"authorization_token": sealed, "updated_at": timezone.now()}
     if row.clone_error:
         changes.update(placed_ref=None, clone_error="")
