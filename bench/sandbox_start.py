@@ -93,6 +93,7 @@ def concurrent_starts(count: int) -> tuple[list[float], float]:
 def repository_start_seconds(*, runs: int, files: int = 200, file_bytes: int = 8192) -> tuple[list[float], str]:
     """One timing per run: sandbox.ensure + the clone and placement of a repository of `files`
     files (a depth-1 branch clone, as the worker makes it) + the first exec."""
+    import logging
     import secrets
     import tempfile
 
@@ -104,6 +105,7 @@ def repository_start_seconds(*, runs: int, files: int = 200, file_bytes: int = 8
     from sessions.selectors.runner import RepositoryToClone
     from tests.git_server import GitServer
 
+    logging.getLogger("dulwich").setLevel(logging.WARNING)
     token = secrets.token_urlsafe(16)
     port = int(os.environ.get("BENCH_GIT_PORT", "8820"))
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [f"127.0.0.1:{port}"]
@@ -132,6 +134,7 @@ def repository_start_seconds(*, runs: int, files: int = 200, file_bytes: int = 8
                         workspace_id="wrkspc_bench_sandbox",
                         repository=repository,
                         should_stop=lambda: False,
+                        fresh=True,
                     )
                     result = sandbox.exec_command(
                         session_id=session_id, command="test -f /workspace/app/src/module_000.py", timeout=60

@@ -156,8 +156,12 @@ class _Run:
                 start_new_session=True,
             )
             try:
-                while process.poll() is None:
-                    time.sleep(POLL_SECONDS)
+                while True:
+                    try:
+                        process.wait(POLL_SECONDS)  # back as soon as git is done
+                        break
+                    except subprocess.TimeoutExpired:
+                        pass
                     if _size(self.work) > self.max_bytes:
                         self._kill(process)
                         raise self.too_large()

@@ -43,9 +43,10 @@ def clone_max_bytes() -> int:
     return max(0, min(settings.MANGO_REPOSITORY_MAX_BYTES, per_workspace))
 
 
-def repositories_place(*, control: TurnControl, session: Session) -> int:
+def repositories_place(*, control: TurnControl, session: Session, fresh: bool = False) -> int:
     """Clone and place the session's repositories not yet tried in its sandbox; append a
-    session.error for each that fails. Returns how many were placed."""
+    session.error for each that fails. `fresh`: the sandbox was just made (the agent has left
+    nothing at any mount path yet). Returns how many were placed."""
     ref = session.sandbox_ref
     placed = 0
     for repository in session_repositories_unplaced(session_id=session.id, ref=ref):
@@ -55,6 +56,7 @@ def repositories_place(*, control: TurnControl, session: Session) -> int:
             workspace_id=session.workspace_id,
             repository=repository,
             should_stop=control.should_stop,
+            fresh=fresh,
         )
         session_repository_tried(resource_id=repository.id, ref=ref, error_type=failure.type if failure else "")
         if failure is None:
@@ -70,7 +72,12 @@ def repositories_place(*, control: TurnControl, session: Session) -> int:
 
 
 def clone_and_place(
-    *, session_id: str, workspace_id: str, repository: RepositoryToClone, should_stop: Callable[[], bool]
+    *,
+    session_id: str,
+    workspace_id: str,
+    repository: RepositoryToClone,
+    should_stop: Callable[[], bool],
+    fresh: bool = False,
 ) -> GitFailure | None:
     """Clone one repository (in one of the workspace's clone slots) and stream its tree into
     the session's sandbox; the failure, or None. The scratch directory is gone either way."""
@@ -101,9 +108,10 @@ def clone_and_place(
         stream = tar_stream_for_tree(
             git.tree_entries(work), top=top, uid=settings.MANGO_SANDBOX_UID, gid=settings.MANGO_SANDBOX_UID
         )
-        # What the agent left at the mount path gives way to the repository (a link is removed,
-        # never followed).
-        sandbox.remove_tree(session_id=session_id, path=repository.mount_path)
+        if not fresh:
+            # What the agent left at the mount path gives way to the repository (a link is
+            # removed, never followed).
+            sandbox.remove_tree(session_id=session_id, path=repository.mount_path)
         sandbox.put_archive(session_id=session_id, directory=parent or "/", chunks=stream)
     except (sandbox.SandboxError, OSError, ValueError):
         logger.warning("repository placement failed", extra={"session_id": session_id}, exc_info=True)

@@ -318,7 +318,8 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
     except sandbox.SandboxError as exc:
         session_sandbox_failed(session_id=session.id, error=f"sandbox: {exc}")
         raise
-    if ref != session.sandbox_ref:  # a new container: its skills and memory first, before it is recorded
+    fresh = ref != session.sandbox_ref
+    if fresh:  # a new container: its skills and memory first, before it is recorded
         try:
             session_skills_place(session=session)
         except Exception as exc:
@@ -336,7 +337,7 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
             raise sandbox.SandboxError(f"file resources could not be placed: {exc}") from exc
     if SessionResource.Type.GITHUB_REPOSITORY in unplaced:
         # Cloned by the worker; a failure is a session.error and the tool call still runs.
-        repositories_place(control=control, session=session)
+        repositories_place(control=control, session=session, fresh=fresh)
 
 
 def _answer(session_id: str, tool_use_id: str, text: str, *, is_error: bool, stop_if_deleted: bool = False) -> None:
