@@ -9,6 +9,8 @@ or an error. The clone itself happens in the worker before a tool call
 last clone failed is tried again with it at the next tool call.
 """
 
+from urllib.parse import urlsplit
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -26,6 +28,13 @@ REPOSITORY = SessionResource.Type.GITHUB_REPOSITORY
 
 
 def _check_url(url: str, *, where: str) -> None:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        parts = None
+    if parts is not None and (parts.query or parts.fragment or "?" in url or "#" in url):
+        # The URL goes into the sandbox's .git/config and into events: nothing may ride along.
+        raise InvalidRequest(f"{where}.url: must not carry a query or a fragment.", code="invalid_url")
     try:
         outbound.check_url(url)
     except outbound.OutboundRefused as exc:

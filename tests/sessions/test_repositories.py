@@ -246,6 +246,8 @@ def test_bad_repository_params_are_400s_naming_the_field(sdk, live_server, api_k
         assert message.startswith("resources[0].url:") and "MANGO_OUTBOUND_PRIVATE_HOSTS" in message
         assert "127.0.0.1)" not in message  # the resolved address is not echoed
     assert "credentials" in create({**repo, "url": f"https://x:{GOOD}@github.com/org/app.git"})
+    assert "query" in create({**repo, "url": f"https://github.com/org/app.git?access_token={GOOD}"})
+    assert "query" in create({**repo, "url": "https://github.com/org/app.git#main"})
     assert "scheme" in create({**repo, "url": "ssh://github.com/org/app.git"})
     assert "scheme" in create({**repo, "url": "file:///etc/app.git"})
     url = "https://github.com/org/app.git"
