@@ -49,15 +49,19 @@ def repositories_place(*, control: TurnControl, session: Session, fresh: bool = 
     nothing at any mount path yet). Returns how many were placed."""
     ref = session.sandbox_ref
     placed = 0
+    # One time limit for all of them: a session's repositories hold this worker thread no longer.
+    deadline = time.monotonic() + settings.MANGO_REPOSITORY_CLONE_TIMEOUT_SECONDS
     for repository in session_repositories_unplaced(session_id=session.id, ref=ref):
         control.check_stop()
         failure = clone_and_place(
+            deadline=deadline,
             session_id=session.id,
             workspace_id=session.workspace_id,
             repository=repository,
             should_stop=control.should_stop,
             fresh=fresh,
         )
+        control.check_stop()  # interrupted or deleted meanwhile: not tried, nothing reported
         session_repository_tried(resource_id=repository.id, ref=ref, error_type=failure.type if failure else "")
         if failure is None:
             placed += 1
@@ -78,11 +82,15 @@ def clone_and_place(
     repository: RepositoryToClone,
     should_stop: Callable[[], bool],
     fresh: bool = False,
+    deadline: float | None = None,
 ) -> GitFailure | None:
     """Clone one repository (in one of the workspace's clone slots) and stream its tree into
     the session's sandbox; the failure, or None. The scratch directory is gone either way."""
     db_release()  # no connection held while git and dockerd work
-    deadline = time.monotonic() + settings.MANGO_REPOSITORY_CLONE_TIMEOUT_SECONDS
+    if deadline is None:
+        deadline = time.monotonic() + settings.MANGO_REPOSITORY_CLONE_TIMEOUT_SECONDS
+    if time.monotonic() >= deadline:
+        return GitFailure(CLONE, "The session's repositories took longer than this server allows; not cloned.")
     try:
         token = decrypt(repository.sealed_token) if repository.sealed_token else None
     except SecretsUnavailable:
@@ -97,7 +105,7 @@ def clone_and_place(
             token=token,
             checkout=repository.checkout,
             max_bytes=clone_max_bytes(),
-            timeout=max(1.0, deadline - time.monotonic()),
+            timeout=max(0.1, deadline - time.monotonic()),
             should_cancel=should_stop,
         )
     except git.CloneFailed as exc:
