@@ -7,6 +7,7 @@ branch, default and commit checkouts, the token absent from the sandbox (environ
 repository_* session.error before the tool call (which still runs), rotation, a repository added
 to a running sandbox, and the per-workspace bound on what clones make a worker hold."""
 
+import logging
 import os
 import secrets
 import socket
@@ -158,7 +159,8 @@ def _scratch_entries(worker) -> list[str]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_sdk_shapes_of_repository_resources_and_rotation(sdk, live_server, api_key, guard, git_host, no_turns):
+def test_sdk_shapes_of_repository_resources_and_rotation(sdk, live_server, api_key, guard, git_host, no_turns, caplog):
+    caplog.set_level(logging.DEBUG)
     agent, env = _agent_env(sdk)
     session = sdk.beta.sessions.create(
         agent=agent.id,
@@ -225,6 +227,12 @@ def test_sdk_shapes_of_repository_resources_and_rotation(sdk, live_server, api_k
     with pytest.raises(anthropic.NotFoundError):
         resources.update("sesrsc_nope", session_id=session.id, authorization_token=GOOD)
     assert len(resources.list(session.id).data) == 5
+    # Nothing the server logged carries a token (the refused update above was logged); the client's own
+    # debug log of what it sent (the SDK, httpx) is not the server's.
+    client = ("anthropic", "httpx", "httpcore", "httpx2", "httpcore2")
+    served = [record.getMessage() for record in caplog.records if not record.name.startswith(client)]
+    assert any("Bad Request" in line for line in served)
+    assert not [line for line in served if GOOD in line or WRONG in line]
 
 
 @pytest.mark.django_db(transaction=True)
