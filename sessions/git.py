@@ -19,6 +19,7 @@ What a tenant's repository cannot do to the worker:
 """
 
 import base64
+import functools
 import os
 import re
 import shutil
@@ -37,6 +38,7 @@ from processors.repositories import CHECKOUT, CLONE, GitFailure, TreeEntry, clas
 
 POLL_SECONDS = 0.1
 PRLIMIT = shutil.which("prlimit")  # util-linux
+GIT = shutil.which("git")
 _PAST_FSIZE = re.compile(
     r"signal 25|file size limit|invalid index-pack output|index-pack died|unpack-objects died", re.I
 )
@@ -48,6 +50,20 @@ class CloneFailed(Exception):
     def __init__(self, failure: GitFailure):
         super().__init__(failure.message)
         self.failure = failure
+
+
+@functools.cache
+def git_usable() -> bool:
+    """git is installed, and new enough for `http.curloptResolve` (2.37): an older git ignores
+    the key and would resolve the host again itself, so it is not used at all."""
+    if GIT is None:
+        return False
+    try:
+        found = subprocess.run([GIT, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    match = re.search(r"(\d+)\.(\d+)", found)
+    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (2, 37)
 
 
 def scratch_root() -> Path:
@@ -145,9 +161,11 @@ class _Run:
         # No file git writes (the received pack above all) may pass the bound, even between
         # two polls: RLIMIT_FSIZE, inherited by every process git starts (SIGXFSZ past it).
         limit = [PRLIMIT, f"--fsize={self.max_bytes}", "--"] if PRLIMIT else []
+        if not git_usable():
+            raise CloneFailed(GitFailure(CLONE, "This server's worker has no git (2.37 or later) to clone with."))
         with open(stderr_path, "wb") as stderr, open(stdout or os.devnull, "wb") as out:
             process = subprocess.Popen(
-                [*limit, "git", *args],
+                [*limit, GIT, *args],
                 cwd=cwd or self.work,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
