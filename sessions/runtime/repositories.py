@@ -100,6 +100,25 @@ def clone_and_place(
     except git.CloneFailed as exc:
         return exc.failure
     try:
+        return _clone_and_place_in_slot(
+            session_id=session_id,
+            repository=repository,
+            token=token,
+            fresh=fresh,
+            deadline=deadline,
+            should_stop=should_stop,
+        )
+    except Exception:  # the session goes on without the repository
+        logger.exception("repository clone failed", extra={"session_id": session_id})
+        return GitFailure(CLONE, "The repository could not be cloned.")
+    finally:
+        thread_gate().release(slot)
+
+
+def _clone_and_place_in_slot(
+    *, session_id: str, repository: RepositoryToClone, token: str | None, fresh: bool, deadline: float, should_stop
+) -> GitFailure | None:
+    try:
         work = git.clone(
             url=repository.url,
             token=token,
@@ -109,7 +128,6 @@ def clone_and_place(
             should_cancel=should_stop,
         )
     except git.CloneFailed as exc:
-        thread_gate().release(slot)
         return exc.failure
     try:
         parent, top = posixpath.split(repository.mount_path)
@@ -126,7 +144,6 @@ def clone_and_place(
         return GitFailure(CLONE, f"The repository was cloned but could not be placed at {repository.mount_path}.")
     finally:
         git.discard(work)
-        thread_gate().release(slot)
     return None
 
 
