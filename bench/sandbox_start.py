@@ -11,6 +11,10 @@ environment's packages (apt, pip, npm) come from the cached derived image (``pre
 timed too; the one build is untimed and reported), which must stay within 1.5x the plain start,
 and a `limited` sandbox with an allow-list (its egress proxy container started too). Other
 benches may import ``cold_start_seconds``.
+
+``--repository-runs N`` (default 10; 0 skips): the cold start of a sandbox that also gets a
+repository resource, cloned by the worker's code (sessions/runtime/repositories.py) from a git
+smart-HTTP server on loopback (tests/git_server.py) and streamed in, against the plain start.
 """
 
 import argparse
@@ -105,6 +109,66 @@ def concurrent_starts(count: int) -> tuple[list[float], float]:
     return timings, wall
 
 
+def repository_start_seconds(*, runs: int, files: int = 200, file_bytes: int = 8192) -> tuple[list[float], str]:
+    """One timing per run: sandbox.ensure + the clone and placement of a repository of `files`
+    files (a depth-1 branch clone, as the worker makes it) + the first exec."""
+    import logging
+    import secrets
+    import tempfile
+
+    from django.conf import settings
+
+    from core.secrets import encrypt, generate_key
+    from sessions import sandbox
+    from sessions.runtime.repositories import clone_and_place
+    from sessions.selectors.runner import RepositoryToClone
+    from tests.git_server import GitServer
+
+    logging.getLogger("dulwich").setLevel(logging.WARNING)
+    token = secrets.token_urlsafe(16)
+    port = int(os.environ.get("BENCH_GIT_PORT", "8820"))
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [f"127.0.0.1:{port}"]
+    settings.MANGO_VAULT_KEY = list(settings.MANGO_VAULT_KEY) or [generate_key()]
+    with tempfile.TemporaryDirectory() as root:
+        server = GitServer(Path(root), port=port, tokens={token})
+        tree = {f"src/module_{n:03}.py": os.urandom(file_bytes // 2).hex().encode() for n in range(files)}
+        server.add_repository("app", commits={"main": [tree]})
+        server.start()
+        repository = RepositoryToClone(
+            id="sesrsc_bench",
+            url=server.url("app"),
+            checkout={"type": "branch", "name": "main"},
+            mount_path="/workspace/app",
+            sealed_token=encrypt(token),
+        )
+        timings = []
+        try:
+            for index in range(runs + 1):  # the first warms the client and the image cache
+                session_id = f"sesn_bench{os.getpid()}r{index}x{time.time_ns()}"
+                try:
+                    started = time.perf_counter()
+                    sandbox.ensure(session_id=session_id, workspace_id="wrkspc_bench_sandbox", networking=None)
+                    failure = clone_and_place(
+                        session_id=session_id,
+                        workspace_id="wrkspc_bench_sandbox",
+                        repository=repository,
+                        should_stop=lambda: False,
+                        fresh=True,
+                    )
+                    result = sandbox.exec_command(
+                        session_id=session_id, command="test -f /workspace/app/src/module_000.py", timeout=60
+                    )
+                    elapsed = time.perf_counter() - started
+                    assert failure is None and result.exit_code == 0, (failure, result)
+                    if index:
+                        timings.append(elapsed)
+                finally:
+                    sandbox.remove(session_id=session_id)
+        finally:
+            server.stop()
+    return timings, f"{files} files, {files * file_bytes // 1024} KiB"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
@@ -112,6 +176,7 @@ def main() -> None:
     parser.add_argument("--networking", choices=["none", "unrestricted", "both"], default="both")
     # Also start this many sandboxes at once (0: skip), e.g. --concurrent 50,200.
     parser.add_argument("--concurrent", default="0")
+    parser.add_argument("--repository-runs", type=int, default=10)
     args = parser.parse_args()
     _setup()
     for count in [int(n) for n in args.concurrent.split(",") if int(n) > 0]:
@@ -139,6 +204,14 @@ def main() -> None:
         print(
             f"sandbox cold start (networking={kind}, {args.runs} runs): median {statistics.median(timings):.3f} s, "
             f"min {min(timings):.3f} s, max {max(timings):.3f} s (target <= 1 s)"
+        )
+    if args.repository_runs > 0:
+        plain = statistics.median(cold_start_seconds(runs=args.repository_runs, networking=None))
+        timings, size = repository_start_seconds(runs=args.repository_runs)
+        median = statistics.median(timings)
+        print(
+            f"sandbox cold start with a repository resource ({size}, depth-1 clone from loopback; "
+            f"{args.repository_runs} runs): median {median:.3f} s vs plain {plain:.3f} s ({median / plain:.2f}x)"
         )
     if args.no_packages:
         return

@@ -323,6 +323,17 @@ MANGO_SANDBOX_INSTALL_TIMEOUT_SECONDS = env.float("MANGO_SANDBOX_INSTALL_TIMEOUT
 MANGO_SANDBOX_INSTALL_MAX_BYTES = env.int("MANGO_SANDBOX_INSTALL_MAX_BYTES", default=2 * 1024**3)
 MANGO_WORKSPACE_MAX_INSTALLS = env.int("MANGO_WORKSPACE_MAX_INSTALLS", default=2)
 MANGO_WORKSPACE_MAX_PACKAGE_IMAGES = env.int("MANGO_WORKSPACE_MAX_PACKAGE_IMAGES", default=8)
+# --- Repository resources (sessions/git.py, sessions/runtime/repositories.py) ------------------
+# The worker clones (never the sandbox) into a scratch directory of its own, bounded in bytes
+# (the directory, received pack included) and time, then streams the tree into the sandbox and
+# removes the scratch. Per workspace: at most MANGO_WORKSPACE_REPOSITORY_CLONES clones at once on
+# the fleet, and each one is bounded by MANGO_WORKSPACE_REPOSITORY_DISK_BYTES / that count, so a
+# workspace never makes a worker hold more than MANGO_WORKSPACE_REPOSITORY_DISK_BYTES of clones.
+MANGO_REPOSITORY_MAX_BYTES = env.int("MANGO_REPOSITORY_MAX_BYTES", default=256 * 1024 * 1024)
+MANGO_REPOSITORY_CLONE_TIMEOUT_SECONDS = env.float("MANGO_REPOSITORY_CLONE_TIMEOUT_SECONDS", default=300.0)
+MANGO_WORKSPACE_REPOSITORY_CLONES = env.int("MANGO_WORKSPACE_REPOSITORY_CLONES", default=2)
+MANGO_WORKSPACE_REPOSITORY_DISK_BYTES = env.int("MANGO_WORKSPACE_REPOSITORY_DISK_BYTES", default=512 * 1024 * 1024)
+MANGO_REPOSITORY_SCRATCH_DIR = env.str("MANGO_REPOSITORY_SCRATCH_DIR", default="")
 MANGO_TOOL_TIMEOUT_SECONDS = env.float("MANGO_TOOL_TIMEOUT_SECONDS", default=600.0)
 MANGO_MODEL_MAX_TOKENS = env.int("MANGO_MODEL_MAX_TOKENS", default=8192)
 MANGO_MODEL_TIMEOUT_SECONDS = env.float("MANGO_MODEL_TIMEOUT_SECONDS", default=600.0)

@@ -120,6 +120,11 @@ class ErrorType(enum.StrEnum):
     BILLING = "billing_error"
     TOOL_USE_LIMIT_REACHED = "tool_use_limit_reached_error"
     COMPACTION_LIMIT_REACHED = "compaction_limit_reached_error"
+    REPOSITORY_AUTHENTICATION = "repository_authentication_error"
+    REPOSITORY_FORBIDDEN = "repository_forbidden_error"
+    REPOSITORY_NOT_FOUND = "repository_not_found_error"
+    REPOSITORY_CHECKOUT = "repository_checkout_error"
+    REPOSITORY_CLONE = "repository_clone_error"
 
 
 # --- payload builders -----------------------------------------------------------------------
@@ -135,6 +140,15 @@ def session_error(*, message: str, error_type: str = ErrorType.UNKNOWN, retrying
             "retry_status": {"type": "retrying" if retrying else "exhausted"},
         }
     }
+
+
+def repository_error(*, error_type: str, message: str, repository_url: str | None) -> dict:
+    """A repository_* session.error: always `retrying` (the session goes on without the
+    repository; a new sandbox or a rotated token tries again). `repository_url` carries no
+    credentials (they are refused in URLs)."""
+    payload = session_error(message=message, error_type=ErrorType(error_type), retrying=True)
+    payload["error"]["repository_url"] = repository_url
+    return payload
 
 
 def tool_result(*, tool_use_id: str, text: str, is_error: bool = False) -> dict:

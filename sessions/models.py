@@ -200,18 +200,38 @@ def _resource_id() -> str:
     return new_id("sesrsc")
 
 
+def resource_ids(count: int) -> list[str]:
+    """`count` new resource ids in increasing order (ids made in one millisecond otherwise sort
+    at random), so resources list in the order they were given."""
+    return sorted(_resource_id() for _ in range(count))
+
+
 class SessionResource(models.Model):
-    """A File mounted into a session (DESIGN flow 5). `file_id` is the session-scoped copy made
-    when the resource was added; `source_file_id` the client's File it was copied from.
-    `placed_ref` is the sandbox (container id or folder) the copy was last written into."""
+    """A File mounted into a session (DESIGN flow 5), or a git repository cloned into it.
+
+    `file`: `file_id` is the session-scoped copy made when the resource was added;
+    `source_file_id` the client's File it was copied from. `github_repository`: `url`,
+    `checkout` ({type: branch, name} | {type: commit, sha} | null for the default branch) and
+    `authorization_token`, encrypted (core/secrets.py; empty when none was given, never
+    returned). `placed_ref` is the sandbox (container id or folder) the resource was last
+    written into, or — for a repository — last tried in: `clone_error` then holds the
+    repository_* error type of that try (empty after a clone that was placed)."""
+
+    class Type(models.TextChoices):
+        FILE = "file"
+        GITHUB_REPOSITORY = "github_repository"
 
     id = models.CharField(primary_key=True, max_length=64, default=_resource_id, editable=False)
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="resources")
-    type = models.CharField(max_length=32, default="file")
-    source_file_id = models.CharField(max_length=64)
-    file_id = models.CharField(max_length=64)
+    type = models.CharField(max_length=32, default="file", choices=Type.choices)
+    source_file_id = models.CharField(max_length=64, blank=True, default="")
+    file_id = models.CharField(max_length=64, blank=True, default="")
     mount_path = models.CharField(max_length=1024)
     placed_ref = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001 — NULL: not placed yet
+    url = models.CharField(max_length=2048, blank=True, default="")
+    checkout = models.JSONField(null=True, blank=True)
+    authorization_token = models.TextField(blank=True, default="")  # a Fernet token, never the secret itself
+    clone_error = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

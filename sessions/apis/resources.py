@@ -1,7 +1,6 @@
-"""/v1/sessions/{id}/resources: add, list, retrieve, update (refused), delete."""
+"""/v1/sessions/{id}/resources: add, list, retrieve, update (a repository's token), delete."""
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema
 from rest_framework.response import Response
 
 from core.api import Paging
@@ -11,25 +10,36 @@ from sessions.apis.base import AgentsApi
 from sessions.selectors import session_get, session_resource_page
 from sessions.selectors.memory import session_memory_stores
 from sessions.serializers.sessions import (
+    RepositoryResourceParamSerializer,
     ResourceDeletedOutputSerializer,
     ResourceListOutputSerializer,
-    ResourceOutputSerializer,
     ResourceParamSerializer,
+    ResourceUpdateInputSerializer,
     memory_store_resource_to_wire,
+    parse_resource_add,
+    resource_output,
     resource_to_wire,
 )
+from sessions.services import repositories as repository_services
 from sessions.services import resources as resource_services
+
+ADD_REQUEST = PolymorphicProxySerializer(
+    component_name="ResourceAddParam",
+    serializers=[ResourceParamSerializer, RepositoryResourceParamSerializer],
+    resource_type_field_name="type",
+)
 
 PAGES = Paging(maximum=1000, default=None)
 
 
 class SessionResourcesApi(AgentsApi):
-    @extend_schema(
-        operation_id="sessions_resources_add", request=ResourceParamSerializer, responses=ResourceOutputSerializer
-    )
+    @extend_schema(operation_id="sessions_resources_add", request=ADD_REQUEST, responses=resource_output())
     def post(self, request, session_id: str):
-        param = validated(ResourceParamSerializer, request.data)
-        row = resource_services.resource_add(workspace=request.user, session_id=session_id, param=param)
+        param = parse_resource_add(request.data)
+        if param["type"] == "github_repository":
+            row = repository_services.repository_add(workspace=request.user, session_id=session_id, param=param)
+        else:
+            row = resource_services.resource_add(workspace=request.user, session_id=session_id, param=param)
         return Response(resource_to_wire(row))
 
     @extend_schema(
@@ -51,20 +61,24 @@ class SessionResourcesApi(AgentsApi):
 
 
 class SessionResourceDetailApi(AgentsApi):
-    @extend_schema(operation_id="sessions_resources_retrieve", responses=ResourceOutputSerializer)
+    @extend_schema(operation_id="sessions_resources_retrieve", responses=resource_output())
     def get(self, request, session_id: str, resource_id: str):
         row = resource_services.resource_get(workspace=request.user, session_id=session_id, resource_id=resource_id)
         return Response(resource_to_wire(row))
 
     @extend_schema(
         operation_id="sessions_resources_update",
-        description="File resources cannot be updated: always a 400 (404 for an unknown resource).",
-        request=OpenApiTypes.OBJECT,
-        responses={400: OpenApiResponse(description="Always: file resources cannot be updated.")},
+        description="Rotates a github_repository resource's authorization_token (file resources: a 400).",
+        request=ResourceUpdateInputSerializer,
+        responses=resource_output(),
     )
     def post(self, request, session_id: str, resource_id: str):
-        resource_services.resource_get(workspace=request.user, session_id=session_id, resource_id=resource_id)
-        raise InvalidRequest("Only github_repository resources can be updated (authorization_token rotation).")
+        row = resource_services.resource_get(workspace=request.user, session_id=session_id, resource_id=resource_id)
+        if row.type != "github_repository":
+            raise InvalidRequest("Only github_repository resources can be updated (authorization_token rotation).")
+        data = validated(ResourceUpdateInputSerializer, request.data)
+        row = repository_services.repository_token_rotate(row=row, token=data["authorization_token"])
+        return Response(resource_to_wire(row))
 
     @extend_schema(operation_id="sessions_resources_delete", responses={200: ResourceDeletedOutputSerializer})
     def delete(self, request, session_id: str, resource_id: str):

@@ -14,14 +14,16 @@ from django.conf import settings
 from sessions import events as ev
 from sessions import sandbox
 from sessions.events import SERVER_TOOL_TYPES, TOOLSET_TYPE, EventType
-from sessions.models import Session, SessionEvent
+from sessions.models import Session, SessionEvent, SessionResource
 from sessions.runtime.control import Stop, TurnControl, db_release
+from sessions.runtime.repositories import repositories_place
 from sessions.sandbox import policy as sandbox_policy
 from sessions.selectors.runner import (
     session_answered_tool_use_ids,
     session_last_idle_seq,
     session_tool_confirmations,
     session_tool_uses,
+    session_unplaced_resource_types,
 )
 from sessions.services.events import SessionGone, events_append
 from sessions.services.memory_mounts import session_memory_place
@@ -319,7 +321,8 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
     except sandbox.SandboxError as exc:
         session_sandbox_failed(session_id=session.id, error=f"sandbox: {exc}")
         raise
-    if ref != session.sandbox_ref:  # a new container: its skills and memory first, before it is recorded
+    fresh = ref != session.sandbox_ref
+    if fresh:  # a new container: its skills and memory first, before it is recorded
         try:
             session_skills_place(session=session)
         except Exception as exc:
@@ -329,10 +332,15 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
         except Exception as exc:
             raise sandbox.SandboxError(f"memory stores could not be placed: {exc}") from exc
     session_sandbox_running(session=session, ref=ref)
-    try:
-        resources_place(session=session)  # file resources not yet in this sandbox
-    except Exception as exc:
-        raise sandbox.SandboxError(f"file resources could not be placed: {exc}") from exc
+    unplaced = session_unplaced_resource_types(session_id=session.id, ref=ref)  # one statement per tool call
+    if SessionResource.Type.FILE in unplaced:
+        try:
+            resources_place(session=session, checked=True)  # file resources not yet in this sandbox
+        except Exception as exc:
+            raise sandbox.SandboxError(f"file resources could not be placed: {exc}") from exc
+    if SessionResource.Type.GITHUB_REPOSITORY in unplaced:
+        # Cloned by the worker; a failure is a session.error and the tool call still runs.
+        repositories_place(control=control, session=session, fresh=fresh)
 
 
 def sandbox_networking(session: Session) -> dict | None:

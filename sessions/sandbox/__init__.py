@@ -51,6 +51,7 @@ __all__ = [
     "read_file",
     "remove",
     "remove_path",
+    "remove_tree",
     "write_file",
 ]
 
@@ -154,3 +155,8 @@ def put_archive(*, session_id: str, directory: str, chunks: Iterable[bytes]) -> 
 
 def remove_path(*, session_id: str, path: str) -> None:
     get_backend().remove_path(session_id=session_id, path=path)
+
+
+def remove_tree(*, session_id: str, path: str) -> None:
+    """Remove a directory and everything below it (a repository's working tree). Idempotent."""
+    get_backend().remove_tree(session_id=session_id, path=path)

@@ -153,3 +153,6 @@ class SandboxBackend:
 
     def remove_path(self, *, session_id: str, path: str) -> None:
         raise NotImplementedError
+
+    def remove_tree(self, *, session_id: str, path: str) -> None:
+        raise NotImplementedError

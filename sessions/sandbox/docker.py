@@ -673,6 +673,18 @@ class DockerBackend(SandboxBackend):
         if status != 0:
             raise SandboxError(f"could not remove {path}: {output}")
 
+    @_translated
+    def remove_tree(self, *, session_id: str, path: str) -> None:
+        """The tree is the sandbox user's (a repository's working tree): that user empties it
+        (root here has no CAP_DAC_OVERRIDE), then root removes what is left in a root-owned
+        parent. A link at `path` is removed, never followed."""
+        container = self._require_container(session_id)
+        uid = settings.MANGO_SANDBOX_UID
+        container.exec_run(["rm", "-rf", "--", path], user=f"{uid}:{uid}")
+        status, output = self._exec_root(container, ["rm", "-rf", "--", path])
+        if status != 0:
+            raise SandboxError(f"could not remove {path}: {output}")
+
 
 def _last_lines(output: str, lines: int = 8, chars: int = 600) -> str:
     kept = "\n".join(line for line in output.strip().splitlines()[-lines:])

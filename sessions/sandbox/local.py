@@ -119,3 +119,6 @@ class LocalProcessBackend(SandboxBackend):
 
     def remove_path(self, *, session_id: str, path: str) -> None:
         _path(session_id, path).unlink(missing_ok=True)
+
+    def remove_tree(self, *, session_id: str, path: str) -> None:
+        shutil.rmtree(_path(session_id, path), ignore_errors=True)

@@ -16,7 +16,7 @@ from sessions.events import (
     required_action_ids,
     tool_use_id_of,
 )
-from sessions.models import Session, SessionEvent
+from sessions.models import Session, SessionEvent, SessionResource
 
 
 def session_workspace_id(*, session_id: str) -> str | None:
@@ -146,3 +146,37 @@ def session_conversation_events(*, session_id: str, after_seq: int = 0) -> list[
         EventRow(id, seq, type, json.loads(payload), json.loads(private), processed_at)
         for id, seq, type, payload, private, processed_at in rows
     ]
+
+
+_UNPLACED_TYPES_SQL = (
+    f"SELECT DISTINCT type FROM {SessionResource._meta.db_table}"
+    " WHERE session_id = %s AND placed_ref IS DISTINCT FROM %s"
+)
+
+
+def session_unplaced_resource_types(*, session_id: str, ref: str | None) -> set[str]:
+    """The types of the session's resources not yet placed in (or, for repositories, tried in)
+    sandbox `ref`: one statement, asked before every sandbox tool call."""
+    with connection.cursor() as cursor:
+        cursor.execute(_UNPLACED_TYPES_SQL, [session_id, ref])
+        return {kind for (kind,) in cursor.fetchall()}
+
+
+@dataclass(frozen=True)
+class RepositoryToClone:
+    id: str
+    url: str
+    checkout: dict | None
+    mount_path: str
+    sealed_token: str  # core.secrets ciphertext ("" when none): decrypted by the worker right before use
+
+
+def session_repositories_unplaced(*, session_id: str, ref: str | None) -> list[RepositoryToClone]:
+    """The session's repositories not yet tried in sandbox `ref`, in the order they were added."""
+    rows = (
+        SessionResource.objects.filter(session_id=session_id, type=SessionResource.Type.GITHUB_REPOSITORY)
+        .exclude(placed_ref=ref)
+        .order_by("id")
+        .values_list("id", "url", "checkout", "mount_path", "authorization_token")
+    )
+    return [RepositoryToClone(*row) for row in rows]

@@ -19,6 +19,7 @@ from core.serializers import (
     validated,
 )
 from processors.memory import INSTRUCTIONS_MAX_CHARS, MAX_MEMORY_STORES_PER_SESSION
+from processors.repositories import MAX_BRANCH_LENGTH, MAX_REPOSITORY_RESOURCES, MAX_TOKEN_LENGTH, MAX_URL_LENGTH
 from processors.resources import MAX_FILE_RESOURCES, MAX_MOUNT_PATH_LENGTH
 from sessions.events import usage_snapshot
 from sessions.serializers.agents import ModelField, SkillSerializer
@@ -111,7 +112,54 @@ class MemoryStoreResourceParamSerializer(InputSerializer):
         return attrs
 
 
-SESSION_RESOURCE_TYPES = {"file": ResourceParamSerializer, "memory_store": MemoryStoreResourceParamSerializer}
+class BranchCheckoutSerializer(InputSerializer):
+    type = serializers.ChoiceField(choices=["branch"])
+    name = Text(max_length=MAX_BRANCH_LENGTH)
+
+
+class CommitCheckoutSerializer(InputSerializer):
+    type = serializers.ChoiceField(choices=["commit"])
+    sha = Text(max_length=64)
+
+
+class RepositoryResourceParamSerializer(InputSerializer):
+    """`{type: github_repository, url, authorization_token?, checkout?, mount_path?}`: any git
+    smart-HTTP host. The service checks the URL against the outbound guard, the checkout and the
+    mount path, and encrypts the token (which no response ever carries)."""
+
+    type = serializers.ChoiceField(choices=["github_repository"])
+    url = Text(max_length=MAX_URL_LENGTH)
+    authorization_token = Text(max_length=MAX_TOKEN_LENGTH, required=False, allow_null=True)
+    checkout = TypedUnion(
+        choices={"branch": BranchCheckoutSerializer, "commit": CommitCheckoutSerializer},
+        required=False,
+        allow_null=True,
+    )
+    mount_path = Text(max_length=MAX_MOUNT_PATH_LENGTH, required=False, allow_null=True)
+
+
+class ResourceUpdateInputSerializer(InputSerializer):
+    authorization_token = Text(max_length=MAX_TOKEN_LENGTH)
+
+
+SESSION_RESOURCE_TYPES = {
+    "file": ResourceParamSerializer,
+    "github_repository": RepositoryResourceParamSerializer,
+    "memory_store": MemoryStoreResourceParamSerializer,
+}
+# What resources.add takes (memory stores are attached at create only).
+ADDABLE_RESOURCE_TYPES = {"file": ResourceParamSerializer, "github_repository": RepositoryResourceParamSerializer}
+
+
+def parse_resource_add(body) -> dict:
+    """resources.add's body: a file or github_repository resource param (memory stores are
+    attached at create only)."""
+    kind = body.get("type") if isinstance(body, dict) else None
+    serializer = ADDABLE_RESOURCE_TYPES.get(kind) if isinstance(kind, str) else None
+    if serializer is None:
+        raise InvalidRequest(f"type: must be one of {', '.join(ADDABLE_RESOURCE_TYPES)}.")
+    data = validated(serializer, body)
+    return _repository(data) | {"type": kind} if kind == "github_repository" else data
 
 
 class SessionCreateInputSerializer(InputSerializer):
@@ -122,7 +170,7 @@ class SessionCreateInputSerializer(InputSerializer):
     metadata = Metadata()
     resources = Array(
         child=TypedUnion(choices=SESSION_RESOURCE_TYPES),
-        max_length=MAX_FILE_RESOURCES + MAX_MEMORY_STORES_PER_SESSION,
+        max_length=MAX_FILE_RESOURCES + MAX_MEMORY_STORES_PER_SESSION + MAX_REPOSITORY_RESOURCES,
         required=False,
         allow_null=True,
     )
@@ -154,6 +202,11 @@ def parse_session_create(body) -> dict:
         "title": data.get("title"),
         "initial_events": initial_events(data.get("initial_events")),
         "resources": [item for item in data.get("resources") or [] if item["type"] == "file"],
+        "repositories": [
+            _repository(item) | {"field": f"resources[{index}]"}
+            for index, item in enumerate(data.get("resources") or [])
+            if item["type"] == "github_repository"
+        ],
         "memory_stores": [
             {
                 "memory_store_id": item["memory_store_id"],
@@ -164,6 +217,16 @@ def parse_session_create(body) -> dict:
             if item["type"] == "memory_store"
         ],
         "budget": _budget(data.get("budget")),
+    }
+
+
+def _repository(item) -> dict:
+    checkout = item.get("checkout")
+    return {
+        "url": item["url"],
+        "authorization_token": item.get("authorization_token") or None,
+        "checkout": dict(checkout) if checkout is not None else None,
+        "mount_path": item.get("mount_path"),
     }
 
 
@@ -192,6 +255,16 @@ def parse_session_changes(body) -> dict:
 
 
 def resource_to_wire(resource) -> dict:
+    if resource.type == "github_repository":
+        return {
+            "id": resource.id,
+            "type": "github_repository",
+            "url": resource.url,
+            "mount_path": resource.mount_path,
+            "checkout": resource.checkout,
+            "created_at": rfc3339(resource.created_at),
+            "updated_at": rfc3339(resource.updated_at),
+        }
     return {
         "id": resource.id,
         "type": "file",
@@ -256,6 +329,32 @@ class ResourceOutputSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField()
 
 
+class CheckoutOutputSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["branch", "commit"])
+    name = serializers.CharField(required=False)
+    sha = serializers.CharField(required=False)
+
+
+class RepositoryResourceOutputSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    type = serializers.ChoiceField(choices=["github_repository"])
+    url = serializers.CharField()
+    mount_path = serializers.CharField()
+    checkout = CheckoutOutputSerializer(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+def resource_output(**kwargs):
+    """One resource as resources.add / retrieve / update answer it: a file or a repository."""
+    return PolymorphicProxySerializer(
+        component_name="FileOrRepositoryResource",
+        serializers=[ResourceOutputSerializer, RepositoryResourceOutputSerializer],
+        resource_type_field_name="type",
+        **kwargs,
+    )
+
+
 class MemoryStoreResourceOutputSerializer(serializers.Serializer):
     type = serializers.ChoiceField(choices=["memory_store"])
     memory_store_id = serializers.CharField()
@@ -271,7 +370,7 @@ def session_resources_output(**kwargs):
     BetaManagedAgentsSessionResource union)."""
     return PolymorphicProxySerializer(
         component_name="SessionResourceOutput",
-        serializers=[ResourceOutputSerializer, MemoryStoreResourceOutputSerializer],
+        serializers=[ResourceOutputSerializer, RepositoryResourceOutputSerializer, MemoryStoreResourceOutputSerializer],
         resource_type_field_name="type",
         **kwargs,
     )

@@ -28,7 +28,7 @@ from processors.resources import (
     tar_stream_for_file,
 )
 from sessions import sandbox
-from sessions.models import Session, SessionResource
+from sessions.models import Session, SessionResource, resource_ids
 from sessions.selectors import session_get
 
 logger = logging.getLogger(__name__)
@@ -53,13 +53,17 @@ def _admit_source(*, workspace: Workspace, file_id, field: str) -> File:
     return file
 
 
-def resources_admit(*, workspace: Workspace, params, existing: list[str], field: str = "resources") -> list:
-    """Validate resource params before anything is copied: [(source File, mount path)]."""
+def resources_admit(
+    *, workspace: Workspace, params, existing: list[str], field: str = "resources", existing_files: int | None = None
+) -> list:
+    """Validate resource params before anything is copied: [(source File, mount path)].
+    `existing`: the mount paths the session's resources take; `existing_files`: how many of
+    them are file resources (all of them when not given)."""
     if not isinstance(params, list):
         raise InvalidRequest(f"{field}: must be an array.")
     admitted, paths = [], list(existing)
     try:
-        check_resource_count(len(existing), adding=len(params))
+        check_resource_count(len(existing) if existing_files is None else existing_files, adding=len(params))
     except ProcessorError as exc:
         raise InvalidRequest(f"{field}: {exc.message}", code=exc.reason)
     for index, param in enumerate(params):
@@ -97,6 +101,7 @@ def resource_rows_create(*, session: Session, copies: list) -> list[SessionResou
     now = timezone.now()
     return SessionResource.objects.bulk_create(
         SessionResource(
+            id=resource_id,
             session=session,
             source_file_id=source.id,
             file_id=copy.id,
@@ -104,7 +109,7 @@ def resource_rows_create(*, session: Session, copies: list) -> list[SessionResou
             created_at=now,
             updated_at=now,
         )
-        for source, copy, mount_path in copies
+        for resource_id, (source, copy, mount_path) in zip(resource_ids(len(copies)), copies, strict=True)
     )
 
 
@@ -112,17 +117,24 @@ def resource_add(*, workspace: Workspace, session_id: str, param) -> SessionReso
     """POST /v1/sessions/{id}/resources. The copy is made before the row is committed; if the
     row cannot be committed the copy is deleted."""
     session = session_get(workspace=workspace, session_id=session_id)
-    existing = list(SessionResource.objects.filter(session=session).values_list("mount_path", flat=True))
-    admitted = resources_admit(workspace=workspace, params=[param], existing=existing, field="resource")
+    rows = SessionResource.objects.filter(session=session)
+    existing = list(rows.values_list("mount_path", flat=True))
+    files = rows.filter(type=SessionResource.Type.FILE).count()
+    admitted = resources_admit(
+        workspace=workspace, params=[param], existing=existing, field="resource", existing_files=files
+    )
     copies = resources_copy(session_id=session.id, admitted=admitted)
     try:
         with transaction.atomic():
             session = session_get(workspace=workspace, session_id=session_id, for_update=True)
-            taken = list(SessionResource.objects.filter(session=session).values_list("mount_path", flat=True))
-            if len(taken) >= MAX_FILE_RESOURCES:
+            rows = SessionResource.objects.filter(session=session)
+            taken = list(rows.values_list("mount_path", flat=True))
+            if rows.filter(type=SessionResource.Type.FILE).count() >= MAX_FILE_RESOURCES:
                 raise InvalidRequest(f"resource: a session has at most {MAX_FILE_RESOURCES} file resources.")
-            if copies[0][2] in taken:
-                raise InvalidRequest(f"resource.mount_path: {copies[0][2]} is already used by another resource.")
+            try:
+                check_mount_path_available(copies[0][2], taken)
+            except ProcessorError as exc:
+                raise InvalidRequest(f"resource.mount_path: {exc.message}", code=exc.reason) from None
             (row,) = resource_rows_create(session=session, copies=copies)
     except BaseException:
         for _, copy, _ in copies:
@@ -151,12 +163,18 @@ def resource_delete(*, workspace: Workspace, session_id: str, resource_id: str) 
     delete path). The source File is untouched."""
     row = resource_get(workspace=workspace, session_id=session_id, resource_id=resource_id)
     session = row.session
+    repository = row.type == SessionResource.Type.GITHUB_REPOSITORY
     if row.placed_ref and session.sandbox_state == Session.SandboxState.RUNNING:
-        sandbox.remove_path(session_id=session.id, path=row.mount_path)
+        if not repository:
+            sandbox.remove_path(session_id=session.id, path=row.mount_path)
+        elif not row.clone_error:
+            sandbox.remove_tree(session_id=session.id, path=row.mount_path)
     with transaction.atomic():
         deleted, _ = SessionResource.objects.filter(pk=row.pk).delete()
     if not deleted:
         raise NotFound(f"Resource {resource_id!r} not found.")
+    if repository:
+        return
     copy = session_file_copy_get(file_id=row.file_id)
     if copy is not None:
         try:
@@ -166,21 +184,25 @@ def resource_delete(*, workspace: Workspace, session_id: str, resource_id: str) 
 
 
 _UNPLACED_SQL = (
-    f"SELECT 1 FROM {SessionResource._meta.db_table} WHERE session_id = %s AND placed_ref IS DISTINCT FROM %s LIMIT 1"
+    f"SELECT 1 FROM {SessionResource._meta.db_table} WHERE session_id = %s AND placed_ref IS DISTINCT FROM %s"
+    " AND type = 'file' LIMIT 1"
 )
 
 
-def resources_place(*, session: Session) -> int:
-    """Write every resource not yet in the session's current sandbox into it, streamed from the
-    store with bounded memory, read-only. Called when a sandbox starts and when a resource is
-    added to a running one. Returns how many were placed."""
+def resources_place(*, session: Session, checked: bool = False) -> int:
+    """Write every file resource not yet in the session's current sandbox into it, streamed from
+    the store with bounded memory, read-only. Called when a sandbox starts and when a resource is
+    added to a running one (`checked`: the caller knows some are unplaced, so the check is not
+    asked again). Returns how many were placed."""
     ref = session.sandbox_ref
-    with connection.cursor() as cursor:  # the runner asks before every tool call: no ORM for "none"
-        cursor.execute(_UNPLACED_SQL, [session.id, ref])
-        if cursor.fetchone() is None:
-            return 0
+    if not checked:
+        with connection.cursor() as cursor:  # no ORM for "none"
+            cursor.execute(_UNPLACED_SQL, [session.id, ref])
+            if cursor.fetchone() is None:
+                return 0
     placed = 0
-    for row in SessionResource.objects.filter(session=session).exclude(placed_ref=ref).order_by("id"):
+    rows = SessionResource.objects.filter(session=session, type=SessionResource.Type.FILE).exclude(placed_ref=ref)
+    for row in rows.order_by("id"):
         copy = session_file_copy_get(file_id=row.file_id)
         if copy is None:
             continue

@@ -13,7 +13,7 @@ from django.utils import timezone
 from sessions import events as ev
 from sessions import notify
 from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, EventType
-from sessions.models import Session, SessionEvent
+from sessions.models import Session, SessionEvent, SessionResource
 from sessions.selectors.runner import (
     session_answered_tool_use_ids,
     session_denied_tool_use_ids,
@@ -208,3 +208,12 @@ def session_sandbox_running(*, session: Session, ref: str) -> None:
     if session.sandbox_ref != ref or session.sandbox_state != Session.SandboxState.RUNNING:
         session.sandbox_ref, session.sandbox_state = ref, Session.SandboxState.RUNNING
         Session.objects.filter(id=session.id).update(sandbox_ref=ref, sandbox_state=Session.SandboxState.RUNNING)
+
+
+def session_repository_tried(*, resource_id: str, ref: str, error_type: str = "") -> None:
+    """A repository was cloned into sandbox `ref` (error_type empty) or failed there with that
+    repository_* error; either way it is not tried again in this sandbox unless its token is
+    rotated."""
+    SessionResource.objects.filter(pk=resource_id).update(
+        placed_ref=ref, clone_error=error_type, updated_at=timezone.now()
+    )

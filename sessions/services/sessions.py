@@ -21,6 +21,7 @@ from sessions.services.admission import events_admit
 from sessions.services.agents import agent_skills_resolve
 from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
 from sessions.services.memory import session_memory_stores_attach
+from sessions.services.repositories import repositories_admit, repository_rows_create
 from sessions.services.resources import resource_rows_create, resources_admit, resources_copy
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ def session_create(
     resources: list,
     budget: dict | None = None,
     memory_stores: list | None = None,
+    repositories: list | None = None,
 ) -> Session:
     """A session starts idle with a snapshot of the agent version and the environment config.
 
@@ -61,6 +63,7 @@ def session_create(
     )
     try:
         sources = resources_admit(workspace=workspace, params=resources, existing=[])
+        repos = repositories_admit(params=repositories or [], existing=[path for _, path in sources])
         copies = resources_copy(session_id=session_id, admitted=sources)
     except BaseException:
         media.discard()
@@ -78,6 +81,14 @@ def session_create(
                 budget=budget,
             )
             resource_rows_create(session=session, copies=copies)
+            if repos and (session.environment_config or {}).get("type") == "self_hosted":
+                # No silent drop: the worker clones into its own sandboxes, and this one has none.
+                raise InvalidRequest(
+                    "resources: github_repository resources need a cloud environment (the worker clones them"
+                    " into its sandbox); a self_hosted environment runs tools on the client's machine.",
+                    code="repository_not_supported",
+                )
+            repository_rows_create(session=session, admitted=repos)
             session_memory_stores_attach(session=session, params=memory_stores or [])
             return session
     except BaseException:

@@ -12,7 +12,7 @@ def test_processors_import_nothing_impure():
     code = (
         "import sys\n"
         "import processors.admission, processors.conversation, processors.file_text, processors.outputs\n"
-        "import processors.rendering, processors.resources\n"
+        "import processors.rendering, processors.repositories, processors.resources\n"
         "import processors.text_formats\n"
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})\n"
         "print(','.join(bad))\n"
