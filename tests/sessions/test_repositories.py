@@ -86,6 +86,8 @@ def repo_worker(django_db_setup, django_db_blocker, scripted_model, tmp_path_fac
         "MANGO_OUTBOUND_PRIVATE_HOSTS": ALLOWED,
         "MANGO_REPOSITORY_MAX_BYTES": str(WORKER_MAX_BYTES),
         "MANGO_REPOSITORY_SCRATCH_DIR": str(scratch),
+        # The real image: git itself works on the placed trees (tests/sessions/test_sandbox_image.py).
+        "MANGO_SANDBOX_IMAGE": "mango-sandbox:bookworm",
     }
     with django_db_blocker.unblock():
         worker = CeleryWorker(env=env, queues=queue, name="repo").start(timeout=60)
@@ -475,6 +477,16 @@ def test_checkouts_in_the_sandbox_without_the_token(sdk, live_server, api_key, m
     assert tree == "END\n"
     assert GOOD in [token for _, token in git_host.seen]
     assert _scratch_entries(worker) == []  # the clones' scratch is gone
+    # git works on the tree, as the sandbox user, and its remote carries no credentials.
+    output = _turn(
+        sdk,
+        model,
+        session.id,
+        "cd /workspace/app && git status --short && git log --format=%s -1 && git remote -v && "
+        "git -C /workspace/feature rev-parse --abbrev-ref HEAD",
+    )
+    assert " M README.md" in output and f"origin\t{git_host.url('app')} (fetch)" in output, output
+    assert output.split()[-1] == "feature" and GOOD not in output, output
 
 
 @pytest.mark.timeout(300)
