@@ -618,10 +618,12 @@ def poll_empty(url: str, environment_id: str, count: int, seconds: float) -> Non
 
     key = os.environ["BENCH_ENVIRONMENT_KEY"]
     done = {"polls": 0, "empty": 0, "errors": []}
+    durations = []
 
     async def one(index: int, deadline: float) -> None:
         client = anthropic.AsyncAnthropic(base_url=url, auth_token=key, max_retries=0, timeout=30)
         while time.monotonic() < deadline:
+            began = time.monotonic()
             try:
                 found = await client.beta.environments.work.poll(
                     environment_id, block_ms=999, anthropic_worker_id=f"bench-poller-{index}"
@@ -632,12 +634,16 @@ def poll_empty(url: str, environment_id: str, count: int, seconds: float) -> Non
                 continue
             done["polls"] += 1
             done["empty"] += found is None
+            durations.append(time.monotonic() - began)
 
     async def main() -> None:
         deadline = time.monotonic() + seconds
         await asyncio.gather(*(one(i, deadline) for i in range(count)))
 
     asyncio.run(main())
+    durations.sort()
+    done["poll_p50_s"] = round(durations[len(durations) // 2], 3) if durations else None
+    done["poll_max_s"] = round(durations[-1], 3) if durations else None
     print(json.dumps({**done, "errors": done["errors"][:3]}), flush=True)
 
 
@@ -729,8 +735,12 @@ def self_hosted_rows(env, client, agent, args, *, api_app_name: str) -> dict:
                       "peak_active": active_peak, **polled}  # fmt: skip
     # 2. Sessions served by SDK worker processes (the Celery worker runs the model).
     log_dir = ROOT / "var" / "log"
-    celery = start_worker(env, pool="threads", concurrency=args.concurrency, queue=env["MANGO_SESSIONS_QUEUE"],
-                          name="bench-hosted", log=log_dir / "bench-turns-hosted.log")  # fmt: skip
+    # The Celery layout of `make run` (--processes worker processes of --concurrency threads).
+    celeries = [
+        start_worker(env, pool="threads", concurrency=args.concurrency, queue=env["MANGO_SESSIONS_QUEUE"],
+                     name=f"bench-hosted-{index}", log=log_dir / f"bench-turns-hosted-{index}.log")
+        for index in range(args.processes)
+    ]  # fmt: skip
     workers = []
     try:
         for index in range(args.self_hosted_workers):
@@ -741,7 +751,12 @@ def self_hosted_rows(env, client, agent, args, *, api_app_name: str) -> dict:
                 [sys.executable, __file__, "--serve-work", base, environment.id, str(workdir)],
                 cwd=ROOT, env=worker_env, start_new_session=True, stdout=handle, stderr=subprocess.STDOUT,
             ))  # fmt: skip
-        time.sleep(3.0)  # the workers are polling
+        # Every worker process is up and polling before anything is measured.
+        deadline = time.monotonic() + 120
+        while client.beta.environments.work.stats(environment.id).workers_polling < args.self_hosted_workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the SDK workers did not all start polling")
+            time.sleep(0.5)
         agent_id = agent.id
         single = run_self_hosted(client, agent_id, environment.id, 1, timeout=120)
         many = run_self_hosted(client, agent_id, environment.id, args.self_hosted_sessions,
@@ -749,7 +764,8 @@ def self_hosted_rows(env, client, agent, args, *, api_app_name: str) -> dict:
     finally:
         for worker in workers:
             stop_group(worker)
-        stop_group(celery)
+        for celery in celeries:
+            stop_group(celery)
     row["sessions"] = {
         "count": args.self_hosted_sessions,
         "workers": args.self_hosted_workers,
@@ -766,7 +782,8 @@ def report_self_hosted(row: dict, args) -> None:
     print(f"\nself-hosted: {p['count']} workers long-polling an empty queue (block_ms=999) for 10 s")
     print(f"    API PostgreSQL connections: {p['baseline_connections']} before, peak {p['peak_connections']} "
           f"while they waited (peak running a query: {p['peak_active']}); {p.get('polls')} polls, "
-          f"{p.get('empty')} empty, errors {p.get('errors') or p.get('error')}")  # fmt: skip
+          f"{p.get('empty')} empty (a poll took {p.get('poll_p50_s')} s median, {p.get('poll_max_s')} s at most), "
+          f"errors {p.get('errors') or p.get('error')}")  # fmt: skip
     print(f"self-hosted: {s['count']} sessions ({TOOL_CALLS} bash calls each, run by the SDK's worker code) "
           f"served by {s['workers']} worker processes: 1 session {s['single']:.2f} s, all {s['wall']:.2f} s, "
           f"wall/1 {s['wall'] / s['single']:.2f} (target ≤ 1.5); {s['done']}/{s['count']} done, "

@@ -108,7 +108,7 @@ def test_the_eight_work_methods_conform(sdk, live_server, hosted):
         item.beta.sessions.retrieve(session_id)
 
 
-def test_environment_keys_work_tokens_and_api_keys_are_kept_apart(sdk, live_server, hosted, api_key):
+def test_environment_keys_work_tokens_and_api_keys_are_kept_apart(sdk, live_server, hosted, api_key, other_api_key):
     env_id = hosted.environment.id
     session_id = _session(sdk, hosted)
     other_session = _session(sdk, hosted)
@@ -162,6 +162,16 @@ def test_environment_keys_work_tokens_and_api_keys_are_kept_apart(sdk, live_serv
     EnvironmentKey.objects.filter(environment_id=env_id).update(revoked_at="2026-01-01T00:00:00Z")
     with pytest.raises(anthropic.AuthenticationError):
         api.beta.environments.work.poll(env_id)
+    # Another workspace's API key: the same not-found as a missing environment.
+    foreign = anthropic.Anthropic(base_url=live_server.url, api_key=str(other_api_key), max_retries=0)
+    for refused in (
+        lambda: foreign.beta.environments.work.retrieve(work.id, environment_id=env_id),
+        lambda: foreign.beta.environments.work.stats(env_id),
+        lambda: foreign.beta.environments.work.stop(work.id, environment_id=env_id),
+        lambda: foreign.beta.environments.work.update(work.id, environment_id=env_id, metadata={"a": "1"}),
+    ):
+        with pytest.raises(anthropic.NotFoundError):
+            refused()
     # A cloud environment has no workers.
     with pytest.raises(InvalidRequest):
         environment_key_create(environment_id=sdk.beta.environments.create(name="cloud").id)

@@ -16,6 +16,7 @@ import anthropic
 import pytest
 from django.conf import settings
 
+from sessions.credentials import work_token
 from sessions.models import WorkItem
 from sessions.services.work import environment_key_create
 from tests.files.server import ROOT, AsgiServer
@@ -144,6 +145,11 @@ def test_the_sdk_worker_runs_a_sessions_tools_in_its_workdir(server, api_key, mo
     item = WorkItem.objects.get(session_id=session.id)
     assert item.state in ("active", "stopped") and item.claims == 1
     assert worker.process.poll() is None  # still serving (it stops the item after max_idle)
+    # The worker's credentials are in no log line of the API and in no event.
+    token = work_token(work_id=item.id, session_id=session.id)
+    logged = server.log_text()
+    assert logged and key not in logged and token not in logged
+    assert not [e for e in events if key in e.model_dump_json() or token in e.model_dump_json()]
 
 
 def test_a_killed_workers_item_is_reclaimed_by_a_second_worker(
