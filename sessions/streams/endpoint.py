@@ -133,21 +133,28 @@ async def _admit(scope) -> tuple[str, list[str], caps.Slot | None]:
 
 
 async def _pump(send, *, request_id: str, session_id: str, deltas: frozenset[str]) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                (b"content-type", b"text/event-stream"),
-                (b"cache-control", b"no-cache"),
-                (b"x-accel-buffering", b"no"),
-                (b"request-id", request_id.encode()),
-                *_SECURITY_HEADERS,
-            ],
-        }
-    )
+    """The response starts only once the stream's start is fixed (its first chunk, `: connected`,
+    comes after its feed subscribed and read where the log ends): a client that lists the log
+    after the response headers arrive (the SDK's session tool runner does) misses nothing
+    appended in between."""
     frames = event_frames(session_id=session_id, deltas=deltas, heartbeat_seconds=settings.MANGO_SSE_HEARTBEAT_SECONDS)
     try:
+        first = await anext(frames, b"")
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                    (b"request-id", request_id.encode()),
+                    *_SECURITY_HEADERS,
+                ],
+            }
+        )
+        if first:
+            await send({"type": "http.response.body", "body": first, "more_body": True})
         async for frame in frames:
             await send({"type": "http.response.body", "body": frame, "more_body": True})
     finally:

@@ -288,7 +288,9 @@ def test_every_operation_replayed_answers_as_documented(api, api_key, s3_bucket)
     assert _post(worker, f"/v1/environments/{hid}/work/{work['id']}/ack").status_code == 200
     beat = _post(item, f"/v1/environments/{hid}/work/{work['id']}/heartbeat?expected_last_heartbeat=NO_HEARTBEAT")
     assert beat.status_code == 200, beat.content
-    assert _post(item, f"/v1/environments/{hid}/work/{work['id']}/heartbeat?expected_last_heartbeat=x").status_code == 412
+    assert (
+        _post(item, f"/v1/environments/{hid}/work/{work['id']}/heartbeat?expected_last_heartbeat=x").status_code == 412
+    )
     assert api.get(f"/v1/environments/{hid}/work/{work['id']}").status_code == 200
     assert _post(api, f"/v1/environments/{hid}/work/{work['id']}", {"metadata": {"k": "v"}}).status_code == 200
     assert _post(api, f"/v1/environments/{hid}/work/{work['id']}/stop", {"force": True}).status_code == 200
