@@ -704,7 +704,7 @@ def run_self_hosted(client, agent_id: str, env_id: str, count: int, *, timeout: 
     return {"wall": wall, "done": done, "tool_results": results, "ids": ids}
 
 
-def self_hosted_rows(env, client, agent, args, *, api_app_name: str) -> dict:
+def self_hosted_rows(env, client, agent, args, *, api_app_name: str, others: dict) -> dict:
     """The self-hosted rows: --pollers waiting polls (peak API connections), then
     --self-hosted-sessions sessions served by --self-hosted-workers SDK worker processes."""
     from sessions.services.work import environment_key_create
@@ -759,8 +759,12 @@ def self_hosted_rows(env, client, agent, args, *, api_app_name: str) -> dict:
             time.sleep(0.5)
         agent_id = agent.id
         single = run_self_hosted(client, agent_id, environment.id, 1, timeout=120)
+        pids = {f"celery{i or ''}": c.pid for i, c in enumerate(celeries)} | others
+        cpu = CpuMeter(pids | {f"sdk worker{i}": w.pid for i, w in enumerate(workers)})
+        cpu.start()
         many = run_self_hosted(client, agent_id, environment.id, args.self_hosted_sessions,
                                timeout=max(180, args.self_hosted_sessions * 4 * args.delay))  # fmt: skip
+        used = cpu.stop()
     finally:
         for worker in workers:
             stop_group(worker)
@@ -773,6 +777,10 @@ def self_hosted_rows(env, client, agent, args, *, api_app_name: str) -> dict:
         "wall": many["wall"],
         "done": many["done"],
         "tool_results": many["tool_results"],
+        "cpu": {
+            **{name: round(value, 1) for name, value in used.items() if not name.startswith("sdk worker")},
+            "sdk workers": round(sum(v for k, v in used.items() if k.startswith("sdk worker")), 1),
+        },
     }
     return row
 
@@ -788,7 +796,13 @@ def report_self_hosted(row: dict, args) -> None:
           f"served by {s['workers']} worker processes: 1 session {s['single']:.2f} s, all {s['wall']:.2f} s, "
           f"wall/1 {s['wall'] / s['single']:.2f} (target ≤ 1.5); {s['done']}/{s['count']} done, "
           f"{s['tool_results']}/{s['count'] * TOOL_CALLS} tool results")  # fmt: skip
+    cpu = ", ".join(f"{name} {value:.1f}" for name, value in s["cpu"].items() if name != "machine busy %")
+    print(f"    CPU s during the run: {cpu}; machine busy {s['cpu']['machine busy %']:.0f}% of {os.cpu_count()} cores")
     print(json.dumps(row))
+
+
+def common_others(api, model) -> dict:
+    return {"api": api.process.pid, "upstream": model.process.pid}
 
 
 def main() -> None:
@@ -874,7 +888,9 @@ def main() -> None:
             "others": {"api": api.process.pid, "upstream": model.process.pid},
         }
         if args.self_hosted_only:
-            hosted = self_hosted_rows(env, client, agent, args, api_app_name=api_app_name)
+            hosted = self_hosted_rows(
+                env, client, agent, args, api_app_name=api_app_name, others=common_others(api, model)
+            )
             return
         label = f"threads x{args.concurrency}" + (f" x{args.processes} procs" if args.processes > 1 else "")
         results.append(
@@ -887,7 +903,7 @@ def main() -> None:
             results.append(
                 layout("prefork x2 (today)", env, pool="prefork", concurrency=2, count=args.prefork_sessions, **common)
             )
-        hosted = self_hosted_rows(env, client, agent, args, api_app_name=api_app_name)
+        hosted = self_hosted_rows(env, client, agent, args, api_app_name=api_app_name, others=common_others(api, model))
     finally:
         api.stop()
         model.close()
