@@ -105,6 +105,19 @@ def worker_credential_authenticate(meta: dict, *, method: str, path: str):
     return item.workspace, grant
 
 
+def worker_workspace_of(meta: dict) -> str | None:
+    """The workspace a worker credential belongs to (None for anything else, or an invalid one):
+    core.shares counts a worker's requests in its tenant's share, not in the anonymous one."""
+    raw = raw_key_from_meta(meta)
+    if not is_worker_credential(raw):
+        return None
+    if raw.startswith(credentials.ENVIRONMENT_KEY_PREFIX):
+        key = environment_key_resolve(raw_key=raw)
+        return key.workspace_id if key is not None else None
+    item = work_token_resolve(raw_token=raw)
+    return item.workspace_id if item is not None else None
+
+
 class WorkerCredentialAuthentication(BaseAuthentication):
     """First of the API's authentication classes: answers for worker credentials only (None for
     anything else, which core.auth.ApiKeyAuthentication then authenticates)."""

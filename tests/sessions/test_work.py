@@ -300,3 +300,23 @@ def test_a_work_secret_is_the_sdks_payload():
     assert "=" not in secret
     payload = json.loads(base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4)))
     assert list(payload) == ["sessions_token"] and payload["sessions_token"].startswith("mango-worktoken-work_x.")
+
+
+def test_a_workers_requests_count_in_its_tenants_share(sdk, hosted, api_key):
+    """core.shares places each request in its workspace's share of the API threads: a worker's
+    (environment key, work token) in its tenant's, not in one anonymous share all tenants' workers
+    would contend for."""
+    import asyncio
+
+    from core.shares import ANONYMOUS, shares
+
+    _session(sdk, hosted)
+    work = hosted.worker.beta.environments.work.poll(hosted.environment.id)
+    token = _sessions_token_from_secret(work.secret)
+
+    async def workspace_of(raw):
+        return await shares().workspace_of({"HTTP_AUTHORIZATION": f"Bearer {raw}"})
+
+    assert asyncio.run(workspace_of(hosted.key)) == api_key.workspace.id
+    assert asyncio.run(workspace_of(token)) == api_key.workspace.id
+    assert asyncio.run(workspace_of("mango-envkey-forged")) == ANONYMOUS
