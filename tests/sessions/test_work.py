@@ -320,3 +320,49 @@ def test_a_workers_requests_count_in_its_tenants_share(sdk, hosted, api_key):
     assert asyncio.run(workspace_of(hosted.key)) == api_key.workspace.id
     assert asyncio.run(workspace_of(token)) == api_key.workspace.id
     assert asyncio.run(workspace_of("mango-envkey-forged")) == ANONYMOUS
+
+
+def test_a_work_token_reaches_its_sessions_skills_and_memory_stores_only(sdk, live_server, hosted, s3_bucket, tmp_path):
+    """The SDK's worker downloads the session agent's skills (download_session_skills) and syncs
+    its memory stores with the item's token: those, and no other skill or store."""
+    import asyncio
+
+    from anthropic.lib import files_from_dir
+    from anthropic.lib.tools._skills import download_session_skills
+
+    from tests.sessions.test_skills import make_skill
+
+    skill = sdk.beta.skills.create(files=files_from_dir(make_skill(tmp_path / "mine")))
+    other_skill = sdk.beta.skills.create(files=files_from_dir(make_skill(tmp_path / "theirs", name="other-tools")))
+    store = sdk.beta.memory_stores.create(name="prefs")
+    other_store = sdk.beta.memory_stores.create(name="other")
+    agent = sdk.beta.agents.create(name="skilled", model=MODEL, skills=[{"type": "custom", "skill_id": skill.id}])
+    session = sdk.beta.sessions.create(
+        agent=agent.id,
+        environment_id=hosted.environment.id,
+        resources=[{"type": "memory_store", "memory_store_id": store.id}],
+    )
+    work = hosted.worker.beta.environments.work.poll(hosted.environment.id)
+    token = _sessions_token_from_secret(work.secret)
+    item = _bearer(live_server, token)
+
+    async def download():
+        client = anthropic.AsyncAnthropic(base_url=live_server.url, auth_token=token, max_retries=0)
+        retrieved = await client.beta.sessions.retrieve(session.id)
+        return await download_session_skills(client, workdir=tmp_path / "work", session=retrieved)
+
+    assert [path.name for path in asyncio.run(download())] == ["pdf-tools"]
+    created = item.beta.memory_stores.memories.create(memory_store_id=store.id, path="/a.md", content="x")
+    assert [m.id for m in item.beta.memory_stores.memories.list(memory_store_id=store.id)] == [created.id]
+    (version,) = list(sdk.beta.memory_stores.memory_versions.list(memory_store_id=store.id))
+    assert version.created_by.type == "session_actor" and version.created_by.session_id == session.id
+    for refused in (
+        lambda: item.beta.skills.retrieve(other_skill.id),
+        lambda: item.beta.skills.list(),
+        lambda: item.beta.memory_stores.memories.list(memory_store_id=other_store.id),
+        lambda: item.beta.memory_stores.archive(store.id),
+        lambda: item.beta.memory_stores.delete(store.id),
+        lambda: item.beta.memory_stores.list(),
+    ):
+        with pytest.raises(anthropic.AuthenticationError):
+            refused()
