@@ -26,6 +26,17 @@ first exec) median of 20.
 
     .venv/bin/python bench/sessions_turns.py [--sessions 200] [--delay 2] [--prefork-sessions 10]
         [--processes 2] [--concurrency 100] [--sandbox local_process|docker] [--cold-starts 20]
+        [--pollers 50] [--self-hosted-sessions 100] [--self-hosted-workers 10] [--self-hosted-only]
+
+Self-hosted rows (issue 27): --pollers workers long-poll an empty queue at once (the SDK's
+`work.poll(block_ms=999)` in a loop, one event loop in a process of its own) while the API's
+PostgreSQL connections are sampled every 50 ms (peak, and peak of those running a query): a
+waiting poll holds no connection. Then --self-hosted-sessions `self_hosted` sessions, each the
+same turn as above with its 3 bash calls run by the SDK's own worker code on the client side:
+--self-hosted-workers processes, each claiming items with the SDK's `work.poller(auto_stop=False)`
+and serving every claimed item at once with `EnvironmentWorker.handle_item` (its documented
+per-item flow: heartbeat, tool runner, force-stop); wall time from the sends to the last final
+agent.message vs one session alone (target wall/1 ≤ 1.5).
 
 The turns run with MANGO_SANDBOX=local_process by default: dockerd on this 2-core machine starts
 about 7 containers a second whatever the concurrency (`bench/sandbox_start.py --concurrent 200`:
@@ -570,6 +581,230 @@ def print_cache_share() -> None:
     print(f"    steps after the first: min {min(after_first):.3f} (target >= 0.90)")
 
 
+class PgAppSampler(threading.Thread):
+    """Peak connections of one application_name (PGAPPNAME of the API), and peak of those active."""
+
+    def __init__(self, app_name: str):
+        super().__init__(daemon=True)
+        import psycopg
+
+        self.conn = psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True)
+        self.app_name = app_name
+        self.peak = self.active_peak = 0
+        self.stopped = threading.Event()
+
+    def run(self):
+        while not self.stopped.wait(0.05):
+            count, active = self.conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE state = 'active') FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (self.app_name,),
+            ).fetchone()
+            self.peak, self.active_peak = max(self.peak, count), max(self.active_peak, active)
+
+    def stop(self) -> tuple[int, int]:
+        self.stopped.set()
+        self.join()
+        self.conn.close()
+        return self.peak, self.active_peak
+
+
+def poll_empty(url: str, environment_id: str, count: int, seconds: float) -> None:
+    """--poll-empty: `count` SDK clients long-polling `environment_id` (no work) for `seconds`;
+    prints {"polls", "empty", "errors"} as JSON. The environment key comes in BENCH_ENVIRONMENT_KEY."""
+    import asyncio
+
+    import anthropic
+
+    key = os.environ["BENCH_ENVIRONMENT_KEY"]
+    done = {"polls": 0, "empty": 0, "errors": []}
+    durations = []
+
+    async def one(index: int, deadline: float) -> None:
+        client = anthropic.AsyncAnthropic(base_url=url, auth_token=key, max_retries=0, timeout=30)
+        while time.monotonic() < deadline:
+            began = time.monotonic()
+            try:
+                found = await client.beta.environments.work.poll(
+                    environment_id, block_ms=999, anthropic_worker_id=f"bench-poller-{index}"
+                )
+            except Exception as exc:  # noqa: BLE001 — counted and shown
+                done["errors"].append(repr(exc)[:200])
+                await asyncio.sleep(0.5)
+                continue
+            done["polls"] += 1
+            done["empty"] += found is None
+            durations.append(time.monotonic() - began)
+
+    async def main() -> None:
+        deadline = time.monotonic() + seconds
+        await asyncio.gather(*(one(i, deadline) for i in range(count)))
+
+    asyncio.run(main())
+    durations.sort()
+    done["poll_p50_s"] = round(durations[len(durations) // 2], 3) if durations else None
+    done["poll_max_s"] = round(durations[-1], 3) if durations else None
+    print(json.dumps({**done, "errors": done["errors"][:3]}), flush=True)
+
+
+def serve_work(url: str, environment_id: str, workdir: str) -> None:
+    """--serve-work: one self-hosted worker process built from the SDK's own pieces: its poller
+    claims items (auto_stop=False) and each claimed item is served at once by its
+    EnvironmentWorker.handle_item (heartbeats, the session tool runner, the force-stop)."""
+    import asyncio
+
+    import anthropic
+
+    key = os.environ["BENCH_ENVIRONMENT_KEY"]
+
+    async def main() -> None:
+        client = anthropic.AsyncAnthropic(base_url=url, auth_token=key, timeout=120)
+        worker = client.beta.environments.work.worker(environment_key=key, workdir=workdir, max_idle=5)
+        tasks = set()
+        async for item in client.beta.environments.work.poller(
+            environment_id=environment_id, environment_key=key, auto_stop=False
+        ):
+            task = asyncio.ensure_future(
+                worker.handle_item(
+                    work_id=item.id, environment_id=environment_id, session_id=item.data.id, work_secret=item.secret
+                )
+            )
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    asyncio.run(main())
+
+
+def run_self_hosted(client, agent_id: str, env_id: str, count: int, *, timeout: float) -> dict:
+    """`count` self_hosted sessions created and sent their message at once (a thread each); the
+    wall time until every one has its final agent.message (its turn done: 3 bash results in)."""
+    from sessions.models import SessionEvent
+
+    message = [{"type": "user.message", "content": [{"type": "text", "text": "run the three steps"}]}]
+    ids = []
+
+    def start():
+        session = client.beta.sessions.create(agent=agent_id, environment_id=env_id)
+        ids.append(session.id)
+        client.beta.sessions.events.send(session.id, events=message)
+
+    senders = [threading.Thread(target=start) for _ in range(count)]
+    started = time.monotonic()
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join()
+    while time.monotonic() - started < timeout:
+        if SessionEvent.objects.filter(session_id__in=ids, type="agent.message").count() >= count:
+            break
+        time.sleep(0.05)
+    wall = time.monotonic() - started
+    done = SessionEvent.objects.filter(session_id__in=ids, type="agent.message").count()
+    results = SessionEvent.objects.filter(session_id__in=ids, type="user.tool_result").count()
+    return {"wall": wall, "done": done, "tool_results": results, "ids": ids}
+
+
+def self_hosted_rows(env, client, agent, args, *, api_app_name: str, others: dict) -> dict:
+    """The self-hosted rows: --pollers waiting polls (peak API connections), then
+    --self-hosted-sessions sessions served by --self-hosted-workers SDK worker processes."""
+    from sessions.services.work import environment_key_create
+
+    environment = client.beta.environments.create(name="bench-hosted", config={"type": "self_hosted"})
+    _, key = environment_key_create(environment_id=environment.id)
+    base = str(client.base_url).rstrip("/")
+    worker_env = {**env, "BENCH_ENVIRONMENT_KEY": key}
+    row = {}
+    # 1. Long polls waiting on an empty queue.
+    idle = client.beta.environments.create(name="bench-idle", config={"type": "self_hosted"})
+    _, idle_key = environment_key_create(environment_id=idle.id)
+    sampler = PgAppSampler(api_app_name)
+    sampler.start()
+    time.sleep(1.0)
+    baseline = sampler.peak
+    pollers = subprocess.run(
+        [sys.executable, __file__, "--poll-empty", base, idle.id, "--pollers", str(args.pollers)],
+        cwd=ROOT, env={**env, "BENCH_ENVIRONMENT_KEY": idle_key}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    peak, active_peak = sampler.stop()
+    polled = (
+        json.loads(pollers.stdout.strip().splitlines()[-1])
+        if pollers.returncode == 0
+        else {"error": pollers.stderr[-500:]}
+    )
+    row["pollers"] = {"count": args.pollers, "baseline_connections": baseline, "peak_connections": peak,
+                      "peak_active": active_peak, **polled}  # fmt: skip
+    # 2. Sessions served by SDK worker processes (the Celery worker runs the model).
+    log_dir = ROOT / "var" / "log"
+    # The Celery layout of `make run` (--processes worker processes of --concurrency threads).
+    celeries = [
+        start_worker(env, pool="threads", concurrency=args.concurrency, queue=env["MANGO_SESSIONS_QUEUE"],
+                     name=f"bench-hosted-{index}", log=log_dir / f"bench-turns-hosted-{index}.log")
+        for index in range(args.processes)
+    ]  # fmt: skip
+    workers = []
+    try:
+        for index in range(args.self_hosted_workers):
+            workdir = ROOT / "var" / "bench-work" / str(index)
+            workdir.mkdir(parents=True, exist_ok=True)
+            handle = open(log_dir / f"bench-sdk-worker-{index}.log", "wb")  # noqa: SIM115 — lives as long as it
+            workers.append(subprocess.Popen(
+                [sys.executable, __file__, "--serve-work", base, environment.id, str(workdir)],
+                cwd=ROOT, env=worker_env, start_new_session=True, stdout=handle, stderr=subprocess.STDOUT,
+            ))  # fmt: skip
+        # Every worker process is up and polling before anything is measured.
+        deadline = time.monotonic() + 120
+        while client.beta.environments.work.stats(environment.id).workers_polling < args.self_hosted_workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the SDK workers did not all start polling")
+            time.sleep(0.5)
+        agent_id = agent.id
+        single = run_self_hosted(client, agent_id, environment.id, 1, timeout=120)
+        pids = {f"celery{i or ''}": c.pid for i, c in enumerate(celeries)} | others
+        cpu = CpuMeter(pids | {f"sdk worker{i}": w.pid for i, w in enumerate(workers)})
+        cpu.start()
+        many = run_self_hosted(client, agent_id, environment.id, args.self_hosted_sessions,
+                               timeout=max(180, args.self_hosted_sessions * 4 * args.delay))  # fmt: skip
+        used = cpu.stop()
+    finally:
+        for worker in workers:
+            stop_group(worker)
+        for celery in celeries:
+            stop_group(celery)
+    row["sessions"] = {
+        "count": args.self_hosted_sessions,
+        "workers": args.self_hosted_workers,
+        "single": single["wall"],
+        "wall": many["wall"],
+        "done": many["done"],
+        "tool_results": many["tool_results"],
+        "cpu": {
+            **{name: round(value, 1) for name, value in used.items() if not name.startswith("sdk worker")},
+            "sdk workers": round(sum(v for k, v in used.items() if k.startswith("sdk worker")), 1),
+        },
+    }
+    return row
+
+
+def report_self_hosted(row: dict, args) -> None:
+    p, s = row["pollers"], row["sessions"]
+    print(f"\nself-hosted: {p['count']} workers long-polling an empty queue (block_ms=999) for 10 s")
+    print(f"    API PostgreSQL connections: {p['baseline_connections']} before, peak {p['peak_connections']} "
+          f"while they waited (peak running a query: {p['peak_active']}); {p.get('polls')} polls, "
+          f"{p.get('empty')} empty (a poll took {p.get('poll_p50_s')} s median, {p.get('poll_max_s')} s at most), "
+          f"errors {p.get('errors') or p.get('error')}")  # fmt: skip
+    print(f"self-hosted: {s['count']} sessions ({TOOL_CALLS} bash calls each, run by the SDK's worker code) "
+          f"served by {s['workers']} worker processes: 1 session {s['single']:.2f} s, all {s['wall']:.2f} s, "
+          f"wall/1 {s['wall'] / s['single']:.2f} (target ≤ 1.5); {s['done']}/{s['count']} done, "
+          f"{s['tool_results']}/{s['count'] * TOOL_CALLS} tool results")  # fmt: skip
+    cpu = ", ".join(f"{name} {value:.1f}" for name, value in s["cpu"].items() if name != "machine busy %")
+    print(f"    CPU s during the run: {cpu}; machine busy {s['cpu']['machine busy %']:.0f}% of {os.cpu_count()} cores")
+    print(json.dumps(row))
+
+
+def common_others(api, model) -> dict:
+    return {"api": api.process.pid, "upstream": model.process.pid}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=200)
@@ -587,7 +822,17 @@ def main() -> None:
     parser.add_argument("--read-streams", help=argparse.SUPPRESS)  # the API's URL
     parser.add_argument("--timeout", type=float, default=600, help=argparse.SUPPRESS)
     parser.add_argument("--cache-share-only", action="store_true", help="print the prompt-cache row and stop")
+    parser.add_argument("--pollers", type=int, default=50)
+    parser.add_argument("--self-hosted-sessions", type=int, default=100)
+    parser.add_argument("--self-hosted-workers", type=int, default=10)
+    parser.add_argument("--self-hosted-only", action="store_true", help="only the self-hosted rows")
+    parser.add_argument("--poll-empty", nargs=2, help=argparse.SUPPRESS)  # URL, environment id
+    parser.add_argument("--serve-work", nargs=3, help=argparse.SUPPRESS)  # URL, environment id, workdir
     args = parser.parse_args()
+    if args.poll_empty:
+        return poll_empty(*args.poll_empty, count=args.pollers, seconds=10.0)
+    if args.serve_work:
+        return serve_work(*args.serve_work)
     if args.cache_share_only:
         _common.setup()
         return print_cache_share()
@@ -623,8 +868,10 @@ def main() -> None:
         "BENCH_DBNAME": dbname,
     }
     raw_key, _ = _common.api_key(f"bench-turns-{time.time_ns()}")
-    api = Api(env)
+    api_app_name = f"mango-bench-api-{os.getpid()}"
+    api = Api({**env, "PGAPPNAME": api_app_name})
     results = []
+    hosted = None
     try:
         client = anthropic.Anthropic(base_url=api.url, api_key=raw_key, max_retries=2, timeout=600)
         agent = client.beta.agents.create(
@@ -640,6 +887,11 @@ def main() -> None:
             "streams": args.streams,
             "others": {"api": api.process.pid, "upstream": model.process.pid},
         }
+        if args.self_hosted_only:
+            hosted = self_hosted_rows(
+                env, client, agent, args, api_app_name=api_app_name, others=common_others(api, model)
+            )
+            return
         label = f"threads x{args.concurrency}" + (f" x{args.processes} procs" if args.processes > 1 else "")
         results.append(
             layout(
@@ -651,9 +903,14 @@ def main() -> None:
             results.append(
                 layout("prefork x2 (today)", env, pool="prefork", concurrency=2, count=args.prefork_sessions, **common)
             )
+        hosted = self_hosted_rows(env, client, agent, args, api_app_name=api_app_name, others=common_others(api, model))
     finally:
         api.stop()
         model.close()
+        if hosted is not None:
+            report_self_hosted(hosted, args)
+    if args.self_hosted_only:
+        return
     report(results, args)
     print_cache_share()
     if args.cold_starts:

@@ -3,6 +3,8 @@ workers, one public port).
 
 - `GET /v1/sessions/{id}/events/stream` → sessions.streams (async: a stream holds no thread and
   no database connection while it waits).
+- `GET /v1/environments/{id}/work/poll` → sessions.streams.polls (async: a self-hosted worker's
+  long poll holds no thread and no database connection while it waits).
 - `POST /v1/files` → Django through a WSGI adapter with a thread pool of its own
   (MANGO_UPLOAD_THREADS), after the workspace's upload cap is checked on the event loop. The
   body is the app's wsgi.input as a core.bodies.RequestBody (config/bodies.py): one of known
@@ -44,7 +46,14 @@ from core.bodies import content_length  # noqa: E402
 from core.errors import ApiError  # noqa: E402
 from core.serving import ReleaseDatabaseWhileWaiting, idle_limited  # noqa: E402
 from core.shares import ANONYMOUS, ShareRefused, shares  # noqa: E402
-from sessions.streams import is_stream_request, meta_from_scope, send_error, stream_endpoint  # noqa: E402
+from sessions.streams import (  # noqa: E402
+    is_stream_request,
+    is_work_poll_request,
+    meta_from_scope,
+    send_error,
+    stream_endpoint,
+    work_poll_endpoint,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +148,9 @@ async def _access_logged(app, scope, receive, send) -> None:
 async def _route(scope, receive, send) -> None:
     if is_stream_request(scope):
         await stream_endpoint(scope, receive, send)
+        return
+    if is_work_poll_request(scope):
+        await work_poll_endpoint(scope, receive, send)
         return
     if scope["method"] == "POST" and scope["path"] == UPLOAD_PATH:
         await _upload(scope, idle_limited(receive, seconds=settings.MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS), send)

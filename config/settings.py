@@ -344,6 +344,10 @@ MANGO_MODEL_RETRY_BACKOFF_SECONDS = env.float("MANGO_MODEL_RETRY_BACKOFF_SECONDS
 # A runner renews its lease on a session every few seconds; one silent this long is presumed dead
 # and sessions.recover_stuck hands the session to another worker.
 MANGO_SESSION_LEASE_SECONDS = env.int("MANGO_SESSION_LEASE_SECONDS", default=60)
+# Self-hosted work queue (sessions/services/work.py): a work item's lease when a heartbeat asks
+# for no TTL, and the most a heartbeat's desired_ttl_seconds may ask for.
+MANGO_WORK_LEASE_SECONDS = env.int("MANGO_WORK_LEASE_SECONDS", default=60)
+MANGO_WORK_LEASE_MAX_SECONDS = env.int("MANGO_WORK_LEASE_MAX_SECONDS", default=600)
 # Each worker looks for turns whose runner died this often (0: only beat's sessions.recover_stuck).
 MANGO_SESSION_REAPER_SECONDS = env.float("MANGO_SESSION_REAPER_SECONDS", default=10.0)
 # Worker layout: a turn waits on the model and on commands without holding a process, so one
@@ -354,7 +358,11 @@ CELERY_WORKER_CONCURRENCY = env.int("MANGO_WORKER_CONCURRENCY", default=200)
 
 # --- Django REST framework ------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["core.auth.ApiKeyAuthentication"],
+    # Worker credentials of self-hosted environments first (sessions/auth.py: None for anything else).
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "sessions.auth.WorkerCredentialAuthentication",
+        "core.auth.ApiKeyAuthentication",
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["core.parsers.JSONParser"],

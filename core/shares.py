@@ -165,8 +165,22 @@ class Shares:
             self._bodies.release(size)
 
 
+# Workspaces of credentials other than API keys (the self-hosted worker's: sessions.auth), installed
+# by their app at start-up: each takes the request's META and answers a workspace id or None.
+_resolvers: list = []
+
+
+def workspace_resolver_install(resolve) -> None:
+    if resolve not in _resolvers:
+        _resolvers.append(resolve)
+
+
 def _lookup(*, meta: dict) -> str:
     try:
+        for resolve in _resolvers:
+            found = resolve(meta)
+            if found is not None:
+                return found
         return api_key_authenticate_meta(meta).workspace_id
     except AuthenticationFailed:
         return ANONYMOUS

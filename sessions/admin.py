@@ -3,9 +3,10 @@ state and errors. Everything is read-only: writes go through the API's services.
 
 import json
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.db import models
+from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
 from sessions import sandbox
@@ -13,13 +14,16 @@ from sessions.models import (
     Agent,
     AgentVersion,
     Environment,
+    EnvironmentKey,
     Memory,
     MemoryStore,
     MemoryVersion,
     Session,
     Skill,
     SkillVersion,
+    WorkItem,
 )
+from sessions.services import work as work_services
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -264,6 +268,109 @@ class MemoryStoreAdmin(admin.ModelAdmin):
     @admin.display(description="versions", ordering="_versions")
     def version_count(self, obj):
         return obj._versions or 0
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(EnvironmentKey)
+class EnvironmentKeyAdmin(admin.ModelAdmin):
+    """Environment keys: created here (the raw key shown once, on the page that answers the form)
+    or by `manage.py create_environment_key`; revoked with the action, never deleted."""
+
+    list_display = (
+        "key_hint",
+        "name",
+        "environment",
+        "workspace",
+        "status",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    list_filter = ("workspace",)
+    list_select_related = ("environment", "workspace")
+    search_fields = ("id", "name", "key_hint", "environment__id", "environment__name")
+    actions = ["revoke_keys"]
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ("environment", "name")
+        return (
+            "id",
+            "environment",
+            "workspace",
+            "name",
+            "key_hint",
+            "status",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ()
+        return ("id", "environment", "workspace", "key_hint", "status", "created_at", "last_used_at", "revoked_at")
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "environment":
+            kwargs["queryset"] = Environment.objects.filter(config__type="self_hosted", archived_at__isnull=True)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # revoke, don't delete: keep the audit trail
+        return actions
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="status")
+    def status(self, obj):
+        return obj.status()
+
+    @admin.action(description="Revoke selected environment keys", permissions=["change"])
+    def revoke_keys(self, request, queryset):
+        revoked = work_services.environment_key_revoke(keys=queryset)
+        self.message_user(request, f"Revoked {revoked} environment key(s).", messages.SUCCESS)
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            obj.save(update_fields=["name"])
+            return
+        created, raw_key = work_services.environment_key_issue(environment=obj.environment, name=obj.name)
+        for name in ("id", "workspace_id", "key_hash", "key_hint", "created_at"):
+            setattr(obj, name, getattr(created, name))
+        obj._state.adding = False
+        obj._raw_key = raw_key
+
+    def response_add(self, request, obj, post_url_continue=None):
+        # The raw key exists only in this response: no redirect, no message in the session.
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "environment_key": obj,
+            "raw_key": obj._raw_key,
+            "title": "Environment key created",
+        }
+        response = TemplateResponse(request, "admin/agent_sessions/environmentkey/created.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+@admin.register(WorkItem)
+class WorkItemAdmin(admin.ModelAdmin):
+    list_display = ("id", "environment", "session", "state", "created_at", "latest_heartbeat_at", "claims")
+    list_filter = ("state",)
+    search_fields = ("id", "session__id", "environment__id")
+    readonly_fields = [f.name for f in WorkItem._meta.fields]
 
     def has_add_permission(self, request):
         return False

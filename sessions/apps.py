@@ -21,6 +21,11 @@ class SessionsConfig(AppConfig):
 
         notify.wakeup_renderer_install(framing.wakeup)
 
+        from core import shares
+        from sessions.auth import worker_workspace_of
+
+        shares.workspace_resolver_install(worker_workspace_of)
+
         from core import dashboard
         from sessions.dashboard import sessions_panel
 

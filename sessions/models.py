@@ -417,3 +417,90 @@ class SessionMemoryStore(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} → {self.mount_path}"
+
+
+def _environment_key_id() -> str:
+    return new_id("envkey")
+
+
+def _work_id() -> str:
+    return new_id("work")
+
+
+class EnvironmentKey(models.Model):
+    """A self-hosted environment's worker credential. Only its SHA-256 is stored; the raw key is
+    shown once, at creation. It authenticates only its environment's work endpoints (the SDK's
+    EnvironmentWorker polls with it), never where an API key is expected."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=_environment_key_id, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="environment_keys")
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="keys")
+    name = models.CharField(max_length=255, blank=True, default="")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    key_hint = models.CharField(max_length=40, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "environment key"
+        constraints = [
+            models.CheckConstraint(condition=Q(key_hash__regex=r"^[0-9a-f]{64}$"), name="envkey_hash_is_sha256"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key_hint}… ({self.environment_id})"
+
+    def status(self) -> str:
+        return "revoked" if self.revoked_at is not None else "active"
+
+
+class WorkItem(models.Model):
+    """One unit of self-hosted work: a session that needs a worker to run its tools.
+
+    queued (a poll hands it out and marks it `polled_at`; unacknowledged past the poller's
+    reclaim window it is handed out again) → starting (acknowledged; the lease runs) → active
+    (first heartbeat) → stopping (a graceful stop was asked) → stopped. A lease that runs out
+    (no heartbeat for its TTL) makes the item claimable again. A session has at most one
+    item that is not stopped."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        STARTING = "starting"
+        ACTIVE = "active"
+        STOPPING = "stopping"
+        STOPPED = "stopped"
+
+    id = models.CharField(primary_key=True, max_length=64, default=_work_id, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="work_items")
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="work_items")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="work_items")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    metadata = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+    # The last poll that handed it out, and the worker that polled (Anthropic-Worker-ID).
+    polled_at = models.DateTimeField(null=True, blank=True)
+    poll_worker_id = models.CharField(max_length=255, blank=True, default="")
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    latest_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    lease_ttl_seconds = models.PositiveIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    # How many times a poll handed it out (a reclaim counts again).
+    claims = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session"], condition=~Q(state="stopped"), name="work_one_open_item_per_session"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["environment", "created_at"], name="work_env_open", condition=~Q(state="stopped")),
+            models.Index(fields=["environment", "-id"], name="work_env_id_desc"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.state})"

@@ -1,8 +1,11 @@
 """The OpenAPI description of the event stream, which is served outside DRF (sessions/streams.py,
 on the event loop) and so is not seen by drf-spectacular's view inspection."""
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
 STREAM_PATH = "/v1/sessions/{session_id}/events/stream"
 THREAD_STREAM_PATH = "/v1/sessions/{session_id}/threads/{thread_id}/stream"
+WORK_POLL_PATH = "/v1/environments/{environment_id}/work/poll"
 
 
 def add_event_stream(result, generator, request, public):
@@ -10,6 +13,11 @@ def add_event_stream(result, generator, request, public):
     paths = result.setdefault("paths", {})
     paths[STREAM_PATH] = _stream_operation("sessions_events_stream", ("session_id",))
     paths[THREAD_STREAM_PATH] = _stream_operation("sessions_threads_stream", ("session_id", "thread_id"))
+    # A poll without work answers JSON null (served on the event loop: sessions/streams/polls.py).
+    poll = paths.get(WORK_POLL_PATH, {}).get("get")
+    if poll is not None:
+        content = poll["responses"]["200"]["content"]["application/json"]
+        content["schema"] = {"oneOf": [content["schema"], {"type": "null"}]}
     return result
 
 
@@ -43,3 +51,14 @@ def _stream_operation(operation_id: str, path_names: tuple[str, ...]) -> dict:
             },
         }
     }
+
+
+class WorkerCredentialScheme(OpenApiAuthenticationExtension):
+    """sessions.auth.WorkerCredentialAuthentication: an environment key or a work item's token, sent
+    as a bearer token (documented on the routes that take them: sessions/apis/work.py)."""
+
+    target_class = "sessions.auth.WorkerCredentialAuthentication"
+    name = "BearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "The API key as a bearer token (SDK 2.x)."}

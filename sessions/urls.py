@@ -3,7 +3,7 @@
 from django.urls import path
 
 from sessions import streams
-from sessions.apis import agents, environments, events, memory, resources, sessions, skills, threads
+from sessions.apis import agents, environments, events, memory, resources, sessions, skills, threads, work
 
 urlpatterns = [
     path("agents", agents.AgentListCreateApi.as_view()),
@@ -13,6 +13,13 @@ urlpatterns = [
     path("environments", environments.EnvironmentListCreateApi.as_view()),
     path("environments/<str:environment_id>", environments.EnvironmentDetailApi.as_view()),
     path("environments/<str:environment_id>/archive", environments.EnvironmentArchiveApi.as_view()),
+    path("environments/<str:environment_id>/work", work.WorkListApi.as_view()),
+    path("environments/<str:environment_id>/work/poll", work.WorkPollApi.as_view()),
+    path("environments/<str:environment_id>/work/stats", work.WorkStatsApi.as_view()),
+    path("environments/<str:environment_id>/work/<str:work_id>", work.WorkDetailApi.as_view()),
+    path("environments/<str:environment_id>/work/<str:work_id>/ack", work.WorkAckApi.as_view()),
+    path("environments/<str:environment_id>/work/<str:work_id>/heartbeat", work.WorkHeartbeatApi.as_view()),
+    path("environments/<str:environment_id>/work/<str:work_id>/stop", work.WorkStopApi.as_view()),
     path("sessions", sessions.SessionListCreateApi.as_view()),
     path("sessions/<str:session_id>", sessions.SessionDetailApi.as_view()),
     path("sessions/<str:session_id>/archive", sessions.SessionArchiveApi.as_view()),

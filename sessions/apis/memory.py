@@ -79,6 +79,11 @@ def _page(request, view: str) -> dict:
 
 
 def _actor(request) -> dict:
+    """Who wrote a version: the API key, or the session whose self-hosted worker wrote it with its
+    work item's token (the SDK's EnvironmentWorker syncs the session's memory stores)."""
+    session_id = getattr(request.auth, "session_id", None)
+    if session_id is not None:
+        return memory_services.session_actor(session_id)
     return memory_services.api_actor(request.auth)
 
 

@@ -93,7 +93,18 @@ def environment_list(*, workspace, limit: int, page: str | None, include_archive
 
 # What appending client events reads of the session it locks (services.events): its JSON
 # snapshots (agent, environment) are neither needed nor decoded there.
-APPEND_FIELDS = ("id", "workspace_id", "status", "archived_at", "last_seq", "runner_token", "updated_at")
+# environment_config: a self_hosted session's input may queue a work item (services.work).
+APPEND_FIELDS = (
+    "id",
+    "workspace_id",
+    "status",
+    "archived_at",
+    "last_seq",
+    "runner_token",
+    "updated_at",
+    "environment_id",
+    "environment_config",
+)
 
 
 def session_get(*, workspace, session_id: str, for_update: bool = False, fields: tuple[str, ...] = ()) -> Session:

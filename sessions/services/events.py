@@ -25,6 +25,7 @@ from sessions.events import RUNNER_INPUT_TYPES, USAGE_TOTAL_KEYS, EventType
 from sessions.models import Session, SessionEvent
 from sessions.selectors import APPEND_FIELDS, session_get
 from sessions.services.admission import events_admit
+from sessions.services.work import session_work_ensure
 
 
 class LeaseLost(Exception):
@@ -314,6 +315,8 @@ def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[S
         transaction.on_commit(lambda: notify.set_interrupt(session_id))
     if any(item["type"] in RUNNER_INPUT_TYPES for item in parsed):
         session_run_enqueue_on_commit(session_id=session_id)
+        # A self_hosted session given input needs a worker for its tools: a work item, unless open.
+        session_work_ensure(session=session)
     return rows
 
 

@@ -23,6 +23,7 @@ from sessions.services.events import events_append_locked, session_events_purge,
 from sessions.services.memory import session_memory_stores_attach
 from sessions.services.repositories import repositories_admit, repository_rows_create
 from sessions.services.resources import resource_rows_create, resources_admit, resources_copy
+from sessions.services.work import session_work_ensure, session_work_stop
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +155,8 @@ def _session_create(
     if initial_events:
         session = Session.objects.select_for_update().get(pk=session.pk)
         user_events_append_locked(session=session, parsed=initial_events)
+    # A new self_hosted session needs a worker (a no-op if its initial events queued one).
+    session_work_ensure(session=session)
     return session
 
 
@@ -235,6 +238,7 @@ def session_delete(*, workspace, session_id: str) -> None:
         session.deleted_at = timezone.now()
         session.save(update_fields=["deleted_at"])
         events_append_locked(session=session, items=[ev.item(EventType.SESSION_DELETED)])
+        session_work_stop(session_id=session_id)
     notify.set_interrupt(session_id)
     session_resources_cleanup(workspace=workspace, session_id=session_id)
     try:

@@ -16,11 +16,22 @@ MANGO_SSE_HEARTBEAT_SECONDS of silence, `event_start` / `event_delta` previews w
 - `reads.py`    the feeds' reads of new events, batched: one query for every feed woken meanwhile
 - `endpoint.py` the ASGI view (config/asgi.py routes the path to it): auth, the stream cap, the
                 response; and the small ASGI helpers the upload gate shares
+- `polls.py`    `GET /v1/environments/{id}/work/poll`, the self-hosted worker's long poll, the
+                same way: no thread and no database connection while it waits
 - `wsgi.py`     the same view for WSGI-only servers (the test live server, runserver): run on a
                 private event loop in the request's thread
 """
 
 from sessions.streams.endpoint import is_stream_request, meta_from_scope, send_error, stream_endpoint
+from sessions.streams.polls import is_work_poll_request, work_poll_endpoint
 from sessions.streams.wsgi import event_stream_view
 
-__all__ = ["event_stream_view", "is_stream_request", "meta_from_scope", "send_error", "stream_endpoint"]
+__all__ = [
+    "event_stream_view",
+    "is_stream_request",
+    "is_work_poll_request",
+    "meta_from_scope",
+    "send_error",
+    "stream_endpoint",
+    "work_poll_endpoint",
+]

@@ -22,6 +22,7 @@ from core.errors import (
     to_api_error,
 )
 from core.serving import db_call
+from sessions.auth import worker_credential_authenticate
 from sessions.events import primary_thread_id
 from sessions.selectors import session_get
 from sessions.streams.hub import draining, event_frames
@@ -92,7 +93,11 @@ class _Meta:
         self.META = meta
 
 
-def _authenticate(*, meta: dict) -> str:
+def _authenticate(*, meta: dict, path: str) -> str:
+    """The caller's workspace: an API key's, or a self-hosted worker's for its session's stream."""
+    worker = worker_credential_authenticate(meta, method="GET", path=path)
+    if worker is not None:
+        return worker[0].id
     return api_key_authenticate_meta(meta).workspace_id
 
 
@@ -110,7 +115,7 @@ async def _admit(scope) -> tuple[str, list[str], caps.Slot | None]:
     event_deltas = query.get("event_deltas[]", []) + query.get("event_deltas", [])
     if any(kind not in DELTA_KINDS for kind in event_deltas):
         raise InvalidRequest("event_deltas: only agent.message and agent.thinking.")
-    workspace_id = await db_call(_authenticate, meta=meta)
+    workspace_id = await db_call(_authenticate, meta=meta, path=scope["path"])
     if settings.MANGO_STRICT and settings.MANGO_AGENTS_BETA not in beta_values(_Meta(meta)):
         raise InvalidRequest(
             f"Missing required header: anthropic-beta must include {settings.MANGO_AGENTS_BETA!r} (strict mode is on)."
@@ -128,21 +133,28 @@ async def _admit(scope) -> tuple[str, list[str], caps.Slot | None]:
 
 
 async def _pump(send, *, request_id: str, session_id: str, deltas: frozenset[str]) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                (b"content-type", b"text/event-stream"),
-                (b"cache-control", b"no-cache"),
-                (b"x-accel-buffering", b"no"),
-                (b"request-id", request_id.encode()),
-                *_SECURITY_HEADERS,
-            ],
-        }
-    )
+    """The response starts only once the stream's start is fixed (its first chunk, `: connected`,
+    comes after its feed subscribed and read where the log ends): a client that lists the log
+    after the response headers arrive (the SDK's session tool runner does) misses nothing
+    appended in between."""
     frames = event_frames(session_id=session_id, deltas=deltas, heartbeat_seconds=settings.MANGO_SSE_HEARTBEAT_SECONDS)
     try:
+        first = await anext(frames, b"")
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                    (b"request-id", request_id.encode()),
+                    *_SECURITY_HEADERS,
+                ],
+            }
+        )
+        if first:
+            await send({"type": "http.response.body", "body": first, "more_body": True})
         async for frame in frames:
             await send({"type": "http.response.body", "body": frame, "more_body": True})
     finally:

@@ -1,14 +1,17 @@
-"""/openapi.json: valid OpenAPI 3 JSON describing all 54 operations with request and response
+"""/openapi.json: valid OpenAPI 3 JSON describing all 62 operations with request and response
 schemas, both API-key schemes and the error envelope; and every operation, replayed, answers
 as documented (tests/openapi.py checks each response)."""
 
+import base64
 import io
 import json
 
 import pytest
+from django.test import Client
 from openapi_spec_validator import validate
 
 from files import services
+from sessions.services.work import environment_key_create
 from tests import openapi
 
 pytestmark = pytest.mark.django_db
@@ -31,6 +34,14 @@ OPERATIONS = {
     ("post", "/v1/environments/{environment_id}"): "environments_update",
     ("delete", "/v1/environments/{environment_id}"): "environments_delete",
     ("post", "/v1/environments/{environment_id}/archive"): "environments_archive",
+    ("get", "/v1/environments/{environment_id}/work"): "environments_work_list",
+    ("get", "/v1/environments/{environment_id}/work/poll"): "environments_work_poll",
+    ("get", "/v1/environments/{environment_id}/work/stats"): "environments_work_stats",
+    ("get", "/v1/environments/{environment_id}/work/{work_id}"): "environments_work_retrieve",
+    ("post", "/v1/environments/{environment_id}/work/{work_id}"): "environments_work_update",
+    ("post", "/v1/environments/{environment_id}/work/{work_id}/ack"): "environments_work_ack",
+    ("post", "/v1/environments/{environment_id}/work/{work_id}/heartbeat"): "environments_work_heartbeat",
+    ("post", "/v1/environments/{environment_id}/work/{work_id}/stop"): "environments_work_stop",
     ("get", "/v1/sessions"): "sessions_list",
     ("post", "/v1/sessions"): "sessions_create",
     ("get", "/v1/sessions/{session_id}"): "sessions_retrieve",
@@ -84,6 +95,8 @@ BODYLESS = {
     "files_download",
     "agents_archive",
     "environments_archive",
+    "environments_work_ack",
+    "environments_work_heartbeat",
     "sessions_archive",
     "memory_stores_archive",
     "memory_stores_memory_versions_redact",
@@ -93,8 +106,6 @@ BODYLESS = {
 
 @pytest.fixture(scope="module")
 def served(django_db_blocker):
-    from django.test import Client
-
     with django_db_blocker.unblock():
         response = Client().get("/openapi.json")
     assert response.status_code == 200
@@ -260,6 +271,29 @@ def test_every_operation_replayed_answers_as_documented(api, api_key, s3_bucket)
     assert api.delete(f"/v1/memory_stores/{msid}/memories/{memory['id']}").status_code == 200
     assert _post(api, f"/v1/memory_stores/{msid}/archive").status_code == 200
     assert api.delete(f"/v1/memory_stores/{msid}").status_code == 200
+
+    # The self-hosted work queue: the worker's calls with the environment key and the item's token.
+    hosted = _post(api, "/v1/environments", {"name": "h", "config": {"type": "self_hosted"}}).json()
+    hid = hosted["id"]
+    _, environment_key = environment_key_create(environment_id=hid)
+    worker = Client(headers={"authorization": f"Bearer {environment_key}"})
+    local = _post(api, "/v1/agents", {"name": "local", "model": "claude-sonnet-4-5"}).json()
+    assert _post(api, "/v1/sessions", {"agent": local["id"], "environment_id": hid}).status_code == 200
+    assert worker.get(f"/v1/environments/{hid}/work").status_code == 200
+    assert api.get(f"/v1/environments/{hid}/work/stats").status_code == 200
+    work = worker.get(f"/v1/environments/{hid}/work/poll?block_ms=1").json()
+    assert worker.get(f"/v1/environments/{hid}/work/poll").json() is None
+    token = json.loads(base64.urlsafe_b64decode(work["secret"] + "==="))["sessions_token"]
+    item = Client(headers={"authorization": f"Bearer {token}"})
+    assert _post(worker, f"/v1/environments/{hid}/work/{work['id']}/ack").status_code == 200
+    beat = _post(item, f"/v1/environments/{hid}/work/{work['id']}/heartbeat?expected_last_heartbeat=NO_HEARTBEAT")
+    assert beat.status_code == 200, beat.content
+    assert (
+        _post(item, f"/v1/environments/{hid}/work/{work['id']}/heartbeat?expected_last_heartbeat=x").status_code == 412
+    )
+    assert api.get(f"/v1/environments/{hid}/work/{work['id']}").status_code == 200
+    assert _post(api, f"/v1/environments/{hid}/work/{work['id']}", {"metadata": {"k": "v"}}).status_code == 200
+    assert _post(api, f"/v1/environments/{hid}/work/{work['id']}/stop", {"force": True}).status_code == 200
 
     seen = {" ".join(key.split()[:2]) for key in openapi.checked}
     expected = {f"{method.upper()} {path}" for method, path in OPERATIONS}

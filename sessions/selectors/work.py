@@ -1,0 +1,75 @@
+"""Reads of the self-hosted work queue, and the resolution of the worker's credentials (an
+environment key, a work item's token) to what they may reach."""
+
+from django.db.models import Count, Min, Q
+
+from core.errors import NotFound
+from core.lookups import one_or_not_found
+from core.pagination import keyset_page
+from sessions import credentials
+from sessions.models import EnvironmentKey, Session, SessionMemoryStore, WorkItem
+
+State = WorkItem.State
+
+
+def environment_key_resolve(*, raw_key: str) -> EnvironmentKey | None:
+    """The live (unrevoked) key with this raw value, its environment and workspace loaded."""
+    return (
+        EnvironmentKey.objects.select_related("environment", "workspace")
+        .filter(key_hash=credentials.credential_hash(raw_key), revoked_at__isnull=True)
+        .first()
+    )
+
+
+def work_token_resolve(*, raw_token: str) -> WorkItem | None:
+    """The open work item a token names, if the token is that item's (None otherwise: a forged,
+    foreign or stopped item's token authorizes nothing)."""
+    work_id = credentials.work_token_work_id(raw_token)
+    if work_id is None:
+        return None
+    item = WorkItem.objects.select_related("workspace").filter(id=work_id).exclude(state=State.STOPPED).first()
+    if item is None or not credentials.work_token_valid(raw_token, work_id=item.id, session_id=item.session_id):
+        return None
+    return item
+
+
+def work_session_scope(*, item: WorkItem) -> dict:
+    """What a work token reaches besides its session: the skills its agent runs and the memory
+    stores attached to it (the SDK worker downloads and syncs both with the token)."""
+    snapshot = Session.objects.filter(id=item.session_id).values_list("agent_snapshot", flat=True).first() or {}
+    skills = {ref.get("skill_id") for ref in snapshot.get("skills") or [] if ref.get("skill_id")}
+    stores = set(
+        SessionMemoryStore.objects.filter(session_id=item.session_id).values_list("memory_store_id", flat=True)
+    )
+    return {"skills": skills, "memory_stores": stores}
+
+
+def work_get(*, environment_id: str, work_id: str) -> WorkItem:
+    return one_or_not_found(
+        WorkItem.objects.filter(environment_id=environment_id, id=work_id),
+        missing=NotFound(f"Work item {work_id!r} not found.", code="work_not_found"),
+    )
+
+
+def work_list(*, environment_id: str, limit: int, page: str | None):
+    """Newest first."""
+    rows, next_page, _ = keyset_page(
+        WorkItem.objects.filter(environment_id=environment_id),
+        key="id",
+        descending=True,
+        limit=limit,
+        page=page,
+        purpose="work",
+    )
+    return rows, next_page
+
+
+def work_stats(*, environment_id: str) -> dict:
+    """depth: queued items no poll has handed out; pending: handed out, not acknowledged;
+    oldest_queued_at: the oldest of both."""
+    queued = WorkItem.objects.filter(environment_id=environment_id, state=State.QUEUED)
+    return queued.aggregate(
+        depth=Count("id", filter=Q(polled_at__isnull=True)),
+        pending=Count("id", filter=Q(polled_at__isnull=False)),
+        oldest_queued_at=Min("created_at"),
+    )

@@ -1,0 +1,186 @@
+"""End to end: the official SDK's EnvironmentWorker, unmodified
+(`client.beta.environments.work.worker(environment_id=…, environment_key=…, workdir=…).run()`, in a
+process of its own), against `make run`'s serving layout (gunicorn + uvicorn running config.asgi),
+the real Celery worker running the model against the scripted upstream. A self_hosted session's
+bash, write and read calls run in the worker's workdir and their results come back; a killed
+worker's item is reclaimed by a second worker once its lease runs out, and the session completes."""
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import anthropic
+import pytest
+from django.conf import settings
+
+from sessions.credentials import work_token
+from sessions.models import WorkItem
+from sessions.services.work import environment_key_create
+from tests.files.server import ROOT, AsgiServer
+from tests.scripted_model import text, tool_use
+from tests.sessions.conftest import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
+
+LEASE_SECONDS = 3
+TOOLSET = [{"type": "agent_toolset_20260401"}]
+
+
+@pytest.fixture
+def server(tmp_path, s3_bucket):
+    server = AsgiServer(
+        log_path=tmp_path / "asgi.log",
+        env={
+            "MANGO_WORK_LEASE_SECONDS": str(LEASE_SECONDS),
+            "MANGO_SESSIONS_QUEUE": settings.MANGO_SESSIONS_QUEUE,
+            "PGAPPNAME": f"mango-test-{uuid.uuid4().hex[:12]}",
+        },
+    ).start()
+    yield server
+    server.stop()
+
+
+class SdkWorker:
+    def __init__(self, server, environment_id: str, key: str, workdir: Path, log: Path):
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.log = log
+        self._log = open(log, "wb")  # noqa: SIM115 — closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.sdk_environment_worker", server.url, environment_id, str(workdir)],
+            cwd=ROOT,
+            env={**os.environ, "MANGO_TEST_ENVIRONMENT_KEY": key},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        self.kill()
+        self._log.close()
+
+
+@pytest.fixture
+def workers(tmp_path):
+    started = []
+
+    def start(server, environment_id, key, name):
+        worker = SdkWorker(server, environment_id, key, tmp_path / name, tmp_path / f"{name}.log")
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def _client(server, key) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=server.url, api_key=str(key), max_retries=0, _strict_response_validation=True)
+
+
+def _setup(client):
+    environment = client.beta.environments.create(name="laptop", config={"type": "self_hosted"})
+    _, key = environment_key_create(environment_id=environment.id)
+    agent = client.beta.agents.create(name="local", model="claude-sonnet-4-5", tools=TOOLSET)
+    return environment, key, agent
+
+
+def _events(client, session_id):
+    return list(client.beta.sessions.events.list(session_id))
+
+
+def _ended(client, session_id):
+    events = _events(client, session_id)
+    last = events[-1] if events else None
+    if last is not None and last.type == "session.status_idle" and last.stop_reason.type == "end_turn":
+        return events
+    return None
+
+
+def _results(events) -> dict[str, str]:
+    """tool_use id → the text of its result."""
+    return {
+        e.tool_use_id: "".join(getattr(block, "text", "") for block in e.content or [])
+        for e in events
+        if e.type == "user.tool_result"
+    }
+
+
+def test_the_sdk_worker_runs_a_sessions_tools_in_its_workdir(server, api_key, model, celery_worker, workers, tmp_path):
+    client = _client(server, api_key)
+    environment, key, agent = _setup(client)
+    model.script(
+        [
+            tool_use("bash", {"command": "echo from-bash > made_by_bash.txt && pwd"}),
+            tool_use("write", {"file_path": "notes.txt", "content": "written by the model\n"}),
+            tool_use("read", {"file_path": "made_by_bash.txt"}),
+            text("All done."),
+        ]
+    )
+    session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    client.beta.sessions.events.send(
+        session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
+    )
+    worker = workers(server, environment.id, key, "one")
+    events = wait_for(lambda: _ended(client, session.id), timeout=90, interval=0.3)
+
+    workdir = tmp_path / "one"
+    assert (workdir / "made_by_bash.txt").read_text() == "from-bash\n"
+    assert (workdir / "notes.txt").read_text() == "written by the model\n"
+    uses = [e for e in events if e.type == "agent.tool_use"]
+    assert [u.name for u in uses] == ["bash", "write", "read"]
+    results = _results(events)
+    assert str(workdir.resolve()) in results[uses[0].id]  # pwd: the worker's workdir
+    assert "from-bash" in results[uses[2].id]
+    assert not [e for e in events if e.type == "agent.tool_result"]  # nothing ran in a Mango sandbox
+    assert len(model.requests) == 4
+    assert [e.content[0].text for e in events if e.type == "agent.message"] == ["All done."]
+    item = WorkItem.objects.get(session_id=session.id)
+    assert item.state in ("active", "stopped") and item.claims == 1
+    assert worker.process.poll() is None  # still serving (it stops the item after max_idle)
+    # The worker's credentials are in no log line of the API and in no event.
+    token = work_token(work_id=item.id, session_id=session.id)
+    logged = server.log_text()
+    assert logged and key not in logged and token not in logged
+    assert not [e for e in events if key in e.model_dump_json() or token in e.model_dump_json()]
+
+
+def test_a_killed_workers_item_is_reclaimed_by_a_second_worker(
+    server, api_key, model, celery_worker, workers, tmp_path
+):
+    client = _client(server, api_key)
+    environment, key, agent = _setup(client)
+    model.script(
+        [
+            tool_use("bash", {"command": "echo one >> log.txt"}),
+            # Slow enough that the first worker is gone before the second call exists.
+            tool_use("bash", {"command": "echo two >> log.txt"}, delay=2.0),
+            text("Both steps ran."),
+        ]
+    )
+    session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    client.beta.sessions.events.send(
+        session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
+    )
+    first = workers(server, environment.id, key, "first")
+    wait_for(lambda: _results(_events(client, session.id)), timeout=60, interval=0.1)
+    first.kill()  # the machine is gone: no stop, no more heartbeats
+    assert (tmp_path / "first" / "log.txt").read_text() == "one\n"
+    second = workers(server, environment.id, key, "second")
+    events = wait_for(lambda: _ended(client, session.id), timeout=90, interval=0.3)
+
+    assert (tmp_path / "second" / "log.txt").read_text() == "two\n"
+    assert (tmp_path / "first" / "log.txt").read_text() == "one\n"
+    assert len(_results(events)) == 2 and [e.content[0].text for e in events if e.type == "agent.message"] == [
+        "Both steps ran."
+    ]
+    item = WorkItem.objects.get(session_id=session.id)
+    assert item.claims == 2 and item.state == "active"
+    assert second.process.poll() is None
