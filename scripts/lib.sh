@@ -58,14 +58,14 @@ except botocore.exceptions.ClientError as exc:
 PY
 }
 
-# weed mini's other servers (master, volume, filer, webdav, admin; gRPC on each +10000) move with
-# the S3 port, so that two stores on one machine (two checkouts, MANGO_EMBEDDED_S3_PORT apart) do
-# not collide; on the default S3 port they keep weed's defaults.
+# weed mini's other servers (master, volume, filer, webdav, admin; gRPC on each +10000) sit 100,
+# 200, ... 500 above the S3 port, so that two stores on one machine (two checkouts with their own
+# MANGO_EMBEDDED_S3_PORT) do not collide; on the default S3 port they keep weed's defaults.
 weed_ports() {
-  local offset=$(( (EMBEDDED_S3_PORT - 8333) * 10 ))
-  [ "$offset" -eq 0 ] && return 0
-  echo "-master.port=$((9333 + offset)) -volume.port=$((9340 + offset)) -filer.port=$((8888 + offset))" \
-    "-webdav.port=$((7333 + offset)) -admin.port=$((23646 + offset))"
+  local s3="$EMBEDDED_S3_PORT"
+  [ "$s3" -eq 8333 ] && return 0
+  echo "-master.port=$((s3 + 100)) -volume.port=$((s3 + 200)) -filer.port=$((s3 + 300))" \
+    "-webdav.port=$((s3 + 400)) -admin.port=$((s3 + 500))"
 }
 
 # Start `weed mini` unless something already answers on the port; sets EMBEDDED_S3_PID to the

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import uuid
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -22,7 +23,8 @@ from tests.files.server import AsgiServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
-STORE_PORT = 8333
+# The embedded store make test started (pyproject.toml's default endpoint otherwise).
+STORE_PORT = urlsplit(os.environ.get("MANGO_FILE_S3_ENDPOINT_URL", "http://127.0.0.1:8333")).port
 
 
 @pytest.fixture(params=["splice", "chunks"])
