@@ -26,6 +26,8 @@ from sessions.serializers.common import ID_MAX_CHARS, SKILLS_MAX, SYSTEM_MAX_CHA
 from sessions.serializers.events import InitialEventsField, initial_events
 from sessions.serializers.tools import ToolsField
 
+MAX_VAULTS_PER_SESSION = 20
+
 SESSION_STATUSES = ("idle", "running", "rescheduling", "terminated")
 
 
@@ -127,7 +129,9 @@ class SessionCreateInputSerializer(InputSerializer):
         allow_null=True,
     )
     initial_events = InitialEventsField(required=False)
-    vault_ids = Array(child=Text(max_length=ID_MAX_CHARS), max_length=0, required=False, allow_null=True)
+    vault_ids = Array(
+        child=Text(max_length=ID_MAX_CHARS), max_length=MAX_VAULTS_PER_SESSION, required=False, allow_null=True
+    )
 
 
 class SessionUpdateAgentSerializer(InputSerializer):
@@ -144,8 +148,6 @@ class SessionUpdateInputSerializer(InputSerializer):
 
 
 def parse_session_create(body) -> dict:
-    if isinstance(body, dict) and body.get("vault_ids"):
-        raise InvalidRequest("vault_ids: vaults are not supported by this server.")
     data = validated(SessionCreateInputSerializer, body)
     return {
         "agent": data["agent"],
@@ -164,6 +166,7 @@ def parse_session_create(body) -> dict:
             if item["type"] == "memory_store"
         ],
         "budget": _budget(data.get("budget")),
+        "vault_ids": list(dict.fromkeys(data.get("vault_ids") or [])),
     }
 
 
@@ -239,7 +242,7 @@ def session_to_wire(session, *, resources: list | None = None, outcome_evaluatio
             "duration_seconds": round((timezone.now() - session.created_at).total_seconds(), 3),
         },
         "usage": usage,
-        "vault_ids": [],
+        "vault_ids": list(session.vault_ids or []),
         "deployment_id": None,
     }
 

@@ -17,6 +17,7 @@ from sessions.dispatch import sandbox_remove_enqueue
 from sessions.events import EventType
 from sessions.models import Session
 from sessions.selectors import agent_get, agent_version_get, environment_get, session_get
+from sessions.selectors.vaults import live_vault_ids
 from sessions.services.admission import events_admit
 from sessions.services.agents import agent_skills_resolve
 from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
@@ -46,6 +47,7 @@ def session_create(
     resources: list,
     budget: dict | None = None,
     memory_stores: list | None = None,
+    vault_ids: list[str] | None = None,
 ) -> Session:
     """A session starts idle with a snapshot of the agent version and the environment config.
 
@@ -76,6 +78,7 @@ def session_create(
                 title=title,
                 initial_events=admitted,
                 budget=budget,
+                vault_ids=vault_ids or [],
             )
             resource_rows_create(session=session, copies=copies)
             session_memory_stores_attach(session=session, params=memory_stores or [])
@@ -96,6 +99,7 @@ def _session_create(
     title,
     initial_events: list[dict],
     budget: dict | None,
+    vault_ids: list[str],
 ) -> Session:
     agent_row, version = _resolve_agent_ref(workspace=workspace, agent=agent)
     environment = environment_get(workspace=workspace, environment_id=environment_id)
@@ -116,6 +120,14 @@ def _session_create(
     snapshot["skills"] = [
         {"type": "custom", "skill_id": ref["skill_id"], "version": row.version} for ref, row in resolved
     ]
+    if vault_ids:
+        live = live_vault_ids(workspace=workspace, vault_ids=vault_ids)
+        unknown = [vault_id for vault_id in vault_ids if vault_id not in live]
+        if unknown:
+            raise InvalidRequest(
+                f"vault_ids: no such vault (or archived): {', '.join(repr(v[:64]) for v in unknown[:5])}.",
+                code="vault_not_found",
+            )
     if snapshot.get("mcp_servers"):
         # No silent drop: the agent would look configured and its MCP tools would never reach the model.
         raise InvalidRequest(
@@ -133,6 +145,7 @@ def _session_create(
         agent=agent_row,
         agent_version=version.version,
         agent_snapshot=snapshot,
+        vault_ids=vault_ids,
         environment_id=environment.id,
         environment_config=environment.config,
         metadata=metadata,
