@@ -42,7 +42,7 @@ class McpTestServer:
         self.delay = delay
         self.open_requests = 0
         self.peak_requests = 0
-        self.mcp = MCPServer("mango-test-tools")
+        self.mcp = MCPServer("mango-test-tools", log_level="WARNING")
         self._tools()
         inner = self.mcp.streamable_http_app(stateless_http=True, json_response=True)
         self.port = free_port()
@@ -76,6 +76,12 @@ class McpTestServer:
             server.calls.append(("big", {"size": size}))
             return "x" * size
 
+        @self.mcp.tool(description="Sleep, then answer.")
+        async def slow(seconds: float) -> str:
+            server.calls.append(("slow", {"seconds": seconds}))
+            await asyncio.sleep(seconds)
+            return "slept"
+
         @self.mcp.tool(description="Always fails.")
         async def explode() -> str:
             raise ValueError("the tool exploded")
@@ -88,6 +94,11 @@ class McpTestServer:
                 return await inner(scope, receive, send)
             if scope["path"] == "/oauth/token":
                 return await server._token(scope, receive, send)
+            if scope["path"] != "/mcp":
+                start = {"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]}
+                await send(start)
+                await send({"type": "http.response.body", "body": b"not found"})
+                return None
             headers = dict(scope.get("headers") or [])
             auth = headers.get(b"authorization", b"").decode()
             token = auth[7:] if auth.startswith("Bearer ") else ""

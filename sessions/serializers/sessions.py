@@ -24,7 +24,7 @@ from sessions.events import usage_snapshot
 from sessions.serializers.agents import ModelField, SkillSerializer
 from sessions.serializers.common import ID_MAX_CHARS, SKILLS_MAX, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
 from sessions.serializers.events import InitialEventsField, initial_events
-from sessions.serializers.tools import ToolsField
+from sessions.serializers.tools import McpServersField, ToolsField
 
 MAX_VAULTS_PER_SESSION = 20
 
@@ -42,13 +42,7 @@ class AgentRefSerializer(InputSerializer):
     tools = ToolsField(required=False)
     model = ModelField(required=False, allow_null=True)
     skills = Array(child=SkillSerializer(), max_length=SKILLS_MAX, required=False, allow_null=True)
-    mcp_servers = Array(
-        child=Object(),
-        max_length=0,
-        required=False,
-        allow_null=True,
-        error_messages={"max_length": "MCP servers are not supported by this server yet (no MCP client)."},
-    )
+    mcp_servers = McpServersField(required=False)
 
 
 class AgentRefField(StringOrObject):
@@ -69,7 +63,7 @@ class AgentRefField(StringOrObject):
         if not ref.is_valid():
             raise serializers.ValidationError(ref.errors)
         # Overrides parsed as the agent routes parse them; other keys as sent.
-        fields = ("tools", "model", "skills")
+        fields = ("tools", "model", "skills", "mcp_servers")
         parsed = {key: ref.validated_data[key] for key in fields if ref.validated_data.get(key) is not None}
         return {**data, **parsed}
 

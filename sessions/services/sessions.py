@@ -89,6 +89,17 @@ def session_create(
         raise
 
 
+def _check_mcp_references(snapshot: dict) -> None:
+    """Every mcp_toolset names one of the session agent's MCP servers (after overrides)."""
+    names = {server["name"] for server in snapshot.get("mcp_servers") or []}
+    for tool in snapshot.get("tools") or []:
+        if tool.get("type") == "mcp_toolset" and tool["mcp_server_name"] not in names:
+            raise InvalidRequest(
+                f"agent.tools: mcp_toolset names MCP server {tool['mcp_server_name'][:255]!r}, which is not in"
+                " the agent's mcp_servers."
+            )
+
+
 def _session_create(
     *,
     session_id: str,
@@ -115,6 +126,9 @@ def _session_create(
             snapshot["model"] = agent["model"]
         if agent.get("skills") is not None:
             snapshot["skills"] = agent["skills"]
+        if agent.get("mcp_servers") is not None:
+            snapshot["mcp_servers"] = agent["mcp_servers"]
+    _check_mcp_references(snapshot)
     # Skills are pinned at session start: `latest` becomes the version it is now.
     resolved = agent_skills_resolve(workspace=workspace, skills=snapshot.get("skills") or [])
     snapshot["skills"] = [
@@ -128,13 +142,6 @@ def _session_create(
                 f"vault_ids: no such vault (or archived): {', '.join(repr(v[:64]) for v in unknown[:5])}.",
                 code="vault_not_found",
             )
-    if snapshot.get("mcp_servers"):
-        # No silent drop: the agent would look configured and its MCP tools would never reach the model.
-        raise InvalidRequest(
-            "agent.mcp_servers: this server has no MCP client yet, so the agent's MCP servers cannot be reached;"
-            " remove mcp_servers and mcp_toolset from the agent to run it here.",
-            code="mcp_not_supported",
-        )
     if budget is not None:
         _check_budgetable(snapshot)
     now = timezone.now()
