@@ -8,6 +8,8 @@ client_secret in the body). The secrets passed in are never logged or put in an 
 message; an error response's body is kept only with every secret value scrubbed from it.
 """
 
+import functools
+import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +20,12 @@ from core.outbound import GuardedTransport, OutboundRefused
 BODY_MAX_CHARS = 2048
 RESPONSE_MAX_BYTES = 64 * 1024
 AUTH_TYPES = ("none", "client_secret_basic", "client_secret_post")
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context (the CA bundle loaded once) for the process's token and probe requests."""
+    return httpx2.create_ssl_context()
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,9 @@ def refresh(
             form["client_secret"] = client_secret or ""
     secrets = (refresh_token, client_secret or "")
     try:
-        with httpx2.Client(transport=GuardedTransport(), timeout=timeout, follow_redirects=False) as client:
+        with httpx2.Client(
+            transport=GuardedTransport(verify=_tls()), timeout=timeout, follow_redirects=False
+        ) as client:
             response = client.post(token_endpoint, data=form, auth=basic, headers={"Accept": "application/json"})
     except OutboundRefused as exc:
         raise RefreshUnreachable(f"the token endpoint is not reachable: {exc}") from None
@@ -142,7 +152,7 @@ def mcp_probe(*, url: str, access_token: str, timeout: float) -> None:
     headers = {"Authorization": f"Bearer {access_token}", "Accept": "application/json, text/event-stream"}
     try:
         with (
-            httpx2.Client(transport=GuardedTransport(), timeout=timeout, follow_redirects=True) as client,
+            httpx2.Client(transport=GuardedTransport(verify=_tls()), timeout=timeout, follow_redirects=True) as client,
             client.stream("POST", url, json=body, headers=headers) as response,
         ):
             if response.status_code >= 400:

@@ -334,3 +334,43 @@ def test_another_workspaces_credential_is_never_used(sdk, model, server, env, li
     events = _wait_idle(sdk, session.id)
     assert next(e for e in events if e.type == "session.error").error.type == "mcp_authentication_failed_error"
     assert TOKEN not in server.seen_tokens
+
+
+def test_mcp_connections_and_calls_are_bounded_per_workspace(settings, mcp_server, api_key, other_api_key):
+    """In-process (the worker's own code, against the real server): with one connection allowed
+    per workspace, a second session of the workspace gets mcp_connection_failed_error while the
+    first holds it; another workspace is not affected; closing gives the slot back."""
+    from sessions.runtime import mcp as runtime_mcp
+
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [mcp_server.host]
+    settings.MANGO_WORKSPACE_MAX_MCP_CONNECTIONS = 1
+    settings.MANGO_MCP_CONNECT_TIMEOUT_SECONDS = 1
+    mcp_server.accepted.add("")  # no credential: the server takes an empty token here
+    snapshot = {
+        "mcp_servers": [{"type": "url", "name": "tools", "url": mcp_server.url}],
+        "tools": [{"type": "mcp_toolset", "mcp_server_name": "tools", **ALLOW}],
+    }
+    mine, theirs = api_key.workspace.id, other_api_key.workspace.id
+
+    def client(session_id, workspace_id):
+        return runtime_mcp.SessionMcp(
+            session_id=session_id, workspace_id=workspace_id, agent_snapshot=snapshot, vault_ids=[]
+        )
+
+    first, second, other = client("sesn_a", mine), client("sesn_b", mine), client("sesn_c", theirs)
+    try:
+        assert first.open() == []
+        assert runtime_mcp.CONNECTIONS.held(mine) == 1
+        [failure] = second.open()
+        assert failure.error_type == "mcp_connection_failed_error" and "limit of MCP connections" in failure.message
+        assert other.open() == []  # another workspace has its own bound
+        result = first.call(server="tools", tool="add", arguments={"a": 20, "b": 22})
+        assert result.content == [{"type": "text", "text": "42"}] and not result.is_error
+        assert runtime_mcp.CALLS.held(mine) == 0  # the call's slot is back
+        first.close()
+        assert runtime_mcp.CONNECTIONS.held(mine) == 0
+        assert second.open() == []
+    finally:
+        for each in (first, second, other):
+            each.close()
+    assert runtime_mcp.CONNECTIONS.held(mine) == 0 and runtime_mcp.CONNECTIONS.held(theirs) == 0
