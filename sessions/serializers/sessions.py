@@ -10,7 +10,6 @@ from core.serializers import (
     Array,
     InputSerializer,
     Int,
-    Object,
     StringOrObject,
     Text,
     TypedUnion,
@@ -130,7 +129,7 @@ class SessionCreateInputSerializer(InputSerializer):
 
 class SessionUpdateAgentSerializer(InputSerializer):
     tools = ToolsField(required=False)
-    mcp_servers = Array(child=Object(), max_length=0, required=False, allow_null=True)
+    mcp_servers = McpServersField(required=False)
 
 
 class SessionUpdateInputSerializer(InputSerializer):
@@ -173,8 +172,6 @@ def _budget(value) -> dict | None:
 def parse_session_changes(body) -> dict:
     if isinstance(body, dict) and body.get("vault_ids"):
         raise InvalidRequest("vault_ids: cannot be changed.")
-    if isinstance(body, dict) and isinstance(body.get("agent"), dict) and body["agent"].get("mcp_servers"):
-        raise InvalidRequest("agent.mcp_servers: not supported by this server.")
     data = validated(SessionUpdateInputSerializer, body)
     changes = {}
     if "title" in data:
@@ -182,7 +179,7 @@ def parse_session_changes(body) -> dict:
     if "metadata" in data:
         changes["metadata"] = data["metadata"] or {}
     if data.get("agent") is not None:
-        changes["agent"] = {key: value for key, value in data["agent"].items() if key == "tools"}
+        changes["agent"] = {key: value for key, value in data["agent"].items() if key in ("tools", "mcp_servers")}
     if "budget" in data:
         changes["budget"] = _budget(data["budget"])
     return changes

@@ -204,7 +204,7 @@ def _budget_change(session: Session, budget: dict | None) -> dict:
 
 @transaction.atomic
 def session_update(*, workspace, session_id: str, changes: dict) -> Session:
-    """Given fields change (metadata patches; the agent's tools only while idle); the change is
+    """Given fields change (metadata patches; the agent's tools and MCP servers only while idle); the change is
     logged as session.updated with what changed."""
     session = session_get(workspace=workspace, session_id=session_id, for_update=True)
     updated = {}
@@ -218,6 +218,9 @@ def session_update(*, workspace, session_id: str, changes: dict) -> Session:
         snapshot = dict(session.agent_snapshot)
         if "tools" in changes["agent"]:
             snapshot["tools"] = changes["agent"]["tools"] or []
+        if "mcp_servers" in changes["agent"]:
+            snapshot["mcp_servers"] = changes["agent"]["mcp_servers"] or []
+        _check_mcp_references(snapshot)
         updated["agent"] = snapshot
     if "budget" in changes:
         updated["budget"] = _budget_change(session, changes["budget"])

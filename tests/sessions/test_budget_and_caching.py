@@ -172,6 +172,10 @@ def test_fields_this_server_cannot_act_on_are_refused_not_dropped(sdk, env, agen
         environment_id=env.id,
     )
     assert overridden.agent.mcp_servers[0].url == "https://other.example.com/mcp"
+    moved = [{"type": "url", "name": "docs", "url": "https://moved.example.com/mcp"}]
+    assert sdk.beta.sessions.update(made.id, agent={"mcp_servers": moved}).agent.mcp_servers[0].url == moved[0]["url"]
+    with pytest.raises(anthropic.BadRequestError, match="not in the agent's mcp_servers"):
+        sdk.beta.sessions.update(made.id, agent={"mcp_servers": []})
     with pytest.raises(anthropic.BadRequestError, match="not in the agent's mcp_servers"):
         sdk.beta.sessions.create(
             agent={"type": "agent_with_overrides", "id": with_mcp.id, "mcp_servers": []}, environment_id=env.id
