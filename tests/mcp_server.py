@@ -15,7 +15,7 @@ import time
 from urllib.parse import parse_qs
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 PORT_RANGE = range(8700, 8800)
 
@@ -81,6 +81,17 @@ class McpTestServer:
             server.calls.append(("slow", {"seconds": seconds}))
             await asyncio.sleep(seconds)
             return "slept"
+
+        @self.mcp.tool(description="Add a tool named fresh, and say the tool list changed.")
+        async def grow(ctx: Context) -> str:
+            server.calls.append(("grow", {}))
+
+            async def fresh() -> str:
+                return "fresh"
+
+            server.mcp.add_tool(fresh, name="fresh", description="A tool added while the session ran.")
+            await ctx.notify_tools_changed()
+            return "grown"
 
         @self.mcp.tool(description="Always fails.")
         async def explode() -> str:

@@ -322,13 +322,19 @@ class _Connection:
                 )
                 async with client:
                     self.tools = await _list_tools(client)
+                    listener = self._listen(client)
                     ready.set_result(None)
-                    while (job := await self._jobs.get()) is not None:
-                        work, done = job
-                        try:
-                            done.set_result(await work(client))
-                        except Exception as exc:  # noqa: BLE001 — handed to the caller, who classifies it
-                            done.set_exception(exc)
+                    try:
+                        while (job := await self._jobs.get()) is not None:
+                            work, done = job
+                            try:
+                                done.set_result(await work(client))
+                            except Exception as exc:  # noqa: BLE001 — handed to the caller, who classifies it
+                                done.set_exception(exc)
+                    finally:
+                        if listener is not None:
+                            listener.cancel()
+                            await asyncio.gather(listener, return_exceptions=True)
         except BaseException as exc:  # noqa: BLE001 — reported to the waiting caller, never raised in the loop
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
@@ -337,6 +343,26 @@ class _Connection:
                 job = self._jobs.get_nowait()
                 if job is not None and not job[1].done():
                     job[1].set_exception(ConnectionError("the MCP connection closed"))
+
+    def _listen(self, client) -> asyncio.Task | None:
+        """On a 2026-07-28 server that says its tool list changes, a `subscriptions/listen`
+        stream for it (older servers send the notification on the session's own stream, which
+        `_on_message` sees): each event marks the listing stale."""
+        capabilities = client.server_capabilities
+        if not (capabilities.tools and capabilities.tools.list_changed):
+            return None
+        if client.protocol_version < "2026-07-28":
+            return None
+
+        async def listen():
+            try:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    async for _event in subscription:
+                        self.stale = True
+            except Exception:  # noqa: BLE001 — without the stream the listing is only not refreshed
+                logger.info("MCP tools/list_changed stream unavailable", extra={"mcp_server": self.name})
+
+        return asyncio.get_running_loop().create_task(listen())
 
     async def _open(self, sse: bool) -> None:
         self._jobs = asyncio.Queue()

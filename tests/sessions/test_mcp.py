@@ -285,6 +285,30 @@ def test_an_unreachable_or_private_server_is_a_connection_error_naming_it(sdk, m
         other.stop()
 
 
+def test_a_changed_tool_list_is_offered_again(sdk, model, server, env):
+    server.accepted.add(TOKEN)
+    agent = _agent(sdk, server, toolset=ALLOW)
+    model.script(
+        [
+            tool_use("mcp__tools__grow", {}),
+            tool_use("mcp__tools__echo", {"text": "after"}),
+            tool_use("mcp__tools__fresh", {}),
+            text("Done."),
+        ]
+    )
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id, vault_ids=[_vault(sdk, server).id])
+    try:
+        sdk.beta.sessions.events.send(session.id, events=[_user("grow")])
+        events = _wait_idle(sdk, session.id)
+    finally:
+        server.mcp.remove_tool("fresh")
+    offered = [{tool["name"] for tool in request["body"]["tools"]} for request in model.requests]
+    assert "mcp__tools__fresh" not in offered[0]
+    assert "mcp__tools__fresh" in offered[2]  # listed again after the server's tools/list_changed
+    results = [e for e in events if e.type == "agent.mcp_tool_result"]
+    assert [r.content[0].text for r in results] == ["grown", "after", "fresh"]
+
+
 def test_calls_have_a_timeout_and_a_result_limit(sdk, model, server, env):
     server.accepted.add(TOKEN)
     agent = _agent(sdk, server, toolset=ALLOW)
