@@ -266,7 +266,7 @@ def _limited(blocks: list[dict], *, is_error: bool, server: str, tool: str) -> M
 class _Auth:
     credential_id: str | None = None
     kind: str | None = None
-    header: dict = field(default_factory=dict)
+    header: dict = field(default_factory=dict, repr=False)  # the Authorization: never in a repr or a log
 
 
 class _Connection:
