@@ -1,6 +1,6 @@
 """The worker's MCP client (the official `mcp` SDK): per session turn, a connection to each of
-the agent's MCP servers that a toolset references, their tools listed (kept for the session in
-this process, listed again when the server says `tools/list_changed`), offered to the model
+the agent's MCP servers that a toolset references, their tools listed (once per turn's
+connection, and again when the server says its tools changed), offered to the model
 under names that collide with nothing, and called with a timeout and a result-size limit.
 
 The runtime is synchronous (Celery threads); the SDK is async. One event loop in one daemon
@@ -28,7 +28,6 @@ import logging
 import re
 import ssl
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import httpx2
@@ -55,7 +54,6 @@ AUTHENTICATION_FAILED = "mcp_authentication_failed_error"
 TOOL_NAME_MAX = 64
 MAX_TOOLS_PER_SERVER = 256
 _LIST_PAGES_MAX = 20
-_CACHE_SESSIONS = 1024
 
 
 class _Refused(Exception):
@@ -439,24 +437,6 @@ async def _list_tools(client) -> list:
 
 # --- the session's MCP client ------------------------------------------------------------------
 
-# Tool listings per session and server, kept in this process (a later turn offers them without
-# listing again; a `tools/list_changed` or a reconnect lists again).
-_listings: OrderedDict[tuple[str, str], list] = OrderedDict()
-_listings_lock = threading.Lock()
-
-
-def _listing_get(key):
-    with _listings_lock:
-        return _listings.get(key)
-
-
-def _listing_put(key, tools) -> None:
-    with _listings_lock:
-        _listings[key] = tools
-        _listings.move_to_end(key)
-        while len(_listings) > _CACHE_SESSIONS:
-            _listings.popitem(last=False)
-
 
 class SessionMcp:
     """The MCP servers of one session turn. `open()` connects to each referenced server and
@@ -527,7 +507,6 @@ class SessionMcp:
             CONNECTIONS.release(self.workspace_id)
             raise
         self.connections[name] = connection
-        _listing_put((self.session_id, name), connection.tools)
         return connection
 
     def _try_connect(self, name: str, url: str, *, refresh: bool) -> _Connection:
@@ -579,7 +558,6 @@ class SessionMcp:
             if connection.stale:
                 try:
                     connection.relist()
-                    _listing_put((self.session_id, name), connection.tools)
                 except Exception:  # noqa: BLE001 — the last listing stays offered
                     logger.warning("MCP tools could not be listed again", extra={"mcp_server": name})
         pairs, found = [], []
