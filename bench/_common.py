@@ -27,6 +27,8 @@ BENCH_DEFAULTS = {
     "MANGO_LOG_LEVEL": "WARNING",
     "DJANGO_SETTINGS_MODULE": "config.settings",
     "DJANGO_SECRET_KEY": "mango-bench-secret-key-not-for-production",
+    # Vault credentials (the MCP row) are stored encrypted: a fixed bench key, never a production one.
+    "MANGO_VAULT_KEY": "bWFuZ28tYmVuY2gtdmF1bHQta2V5LTMyLWJ5dGVzISE=",
     # The benches load one workspace to measure capacity; the per-workspace fair shares of the
     # worker fleet and of the sandbox host (tests/sessions/test_fairness.py) would measure the caps.
     "MANGO_WORKSPACE_MAX_RUNNING_TURNS": "0",

@@ -7,6 +7,10 @@ answering every call after --delay seconds. Printed side by side, measured in on
     pool of MANGO_WORKER_DB_POOL_MAX_SIZE (4), as scripts/run.sh starts them, and
   * the old prefork layout (--pool prefork --concurrency 2), capped at --prefork-sessions
     sessions (it runs 2 turns at a time; its wall time for N is extrapolated, and said so),
+  * the MCP row: `make run`'s layout again, --mcp-sessions (100) sessions whose turns each make
+    3 calls to a local MCP server (tests/mcp_server.py, a process of its own, answering after
+    --mcp-delay, 0.2 s, with the bearer token from a vault) instead of bash; it also reports the
+    peak TCP connections to the MCP server (sampled every 50 ms from /proc/net/tcp),
 
 each against the API served as `make run` serves it. For each: the wall time from the sends to
 the last session.status_idle vs one turn alone, worker RSS (the workers' whole process trees),
@@ -62,11 +66,17 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOL_CALLS = 3
 
 
+MCP_TOOL = "mcp__bench__echo"  # the bench MCP server's echo tool as the model is offered it
+MCP_TOKEN = "bench-mcp-token"
+
+
 def turn_script(delay: float):
-    """Each call: a bash tool use until the turn made TOOL_CALLS of them, then the final text."""
+    """Each call: a bash tool use (an MCP tool use when the agent is offered the bench MCP server's
+    tool) until the turn made TOOL_CALLS of them, then the final text."""
     from tests.scripted_model import text, tool_use
 
     def respond(body: dict) -> dict:
+        mcp = any(tool.get("name") == MCP_TOOL for tool in body.get("tools") or [])
         uses = 0  # tool uses since the user's message: this turn's calls so far
         for message in reversed(body.get("messages", [])):
             blocks = message["content"] if isinstance(message["content"], list) else [{"type": "text"}]
@@ -75,6 +85,8 @@ def turn_script(delay: float):
             if message["role"] == "assistant":
                 uses += sum(1 for block in blocks if block.get("type") == "tool_use")
         if uses < TOOL_CALLS:
+            if mcp:
+                return tool_use(MCP_TOOL, {"text": f"step {uses + 1}"}, delay=delay)
             return tool_use("bash", {"command": f"echo step {uses + 1}"}, delay=delay)
         return text("All three steps ran.", delay=delay)
 
@@ -96,6 +108,71 @@ class UpstreamProcess:
 
     def close(self):
         stop_group(self.process)
+
+
+class McpServerProcess:
+    """The bench's MCP server (tests/mcp_server.py: the mcp SDK's server, streamable HTTP,
+    requiring the vault's bearer token) in a process of its own, each tool answering after
+    `delay` seconds."""
+
+    def __init__(self, delay: float):
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve-mcp", "--mcp-delay", str(delay)],
+            cwd=ROOT, stdout=subprocess.PIPE, start_new_session=True, text=True,
+        )  # fmt: skip
+        self.url = self.process.stdout.readline().strip()
+        if not self.url.startswith("http"):
+            raise RuntimeError("the MCP server did not start")
+        self.port = int(self.url.split(":")[2].split("/")[0])
+
+    def close(self):
+        stop_group(self.process)
+
+
+def serve_mcp(delay: float) -> None:
+    sys.path.insert(0, str(ROOT))
+    from tests.mcp_server import McpTestServer
+
+    server = McpTestServer(delay=delay).start()
+    server.accepted.add(MCP_TOKEN)
+    print(server.url, flush=True)
+    threading.Event().wait()
+
+
+class TcpSampler(threading.Thread):
+    """Peak established TCP connections to a local port, every 50 ms, read from /proc/net/tcp
+    (the server's side of each connection: its local port): the MCP connections the workers
+    hold at once. (Reading the table costs next to nothing; running `ss` 20 times a second took
+    CPU from the 2 cores the system under test runs on.)"""
+
+    def __init__(self, port: int):
+        super().__init__(daemon=True)
+        self.port = f"{port:04X}"
+        self.peak = 0
+        self.stopped = threading.Event()
+
+    def established(self) -> int:
+        count = 0
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                with open(table) as lines:
+                    next(lines)
+                    for line in lines:
+                        fields = line.split()
+                        if fields[3] == "01" and fields[1].rsplit(":", 1)[1] == self.port:
+                            count += 1
+            except FileNotFoundError:
+                continue
+        return count
+
+    def run(self):
+        while not self.stopped.wait(0.05):
+            self.peak = max(self.peak, self.established())
+
+    def stop(self) -> int:
+        self.stopped.set()
+        self.join()
+        return self.peak
 
 
 def serve_upstream(delay: float) -> None:
@@ -399,14 +476,17 @@ def read_streams(url: str, timeout: float) -> None:
     print(json.dumps({"seen": seen, "latencies": latencies, "errors": errors[:3]}), flush=True)
 
 
-def run_turns(client, agent_id: str, env_id: str, count: int, *, timeout: float, streams: int) -> dict:
+def run_turns(
+    client, agent_id: str, env_id: str, count: int, *, timeout: float, streams: int, vault_ids: list | None = None
+) -> dict:
     """Create `count` sessions, open a stream on `streams` of them (StreamReaders), send them all
     a message at once, wait until every one committed session.status_idle (read from the
     database). Returns wall time, delivery latencies, what each stream delivered and the
     sessions."""
     from sessions.models import SessionEvent
 
-    sessions = [client.beta.sessions.create(agent=agent_id, environment_id=env_id) for _ in range(count)]
+    extra = {"vault_ids": vault_ids} if vault_ids else {}
+    sessions = [client.beta.sessions.create(agent=agent_id, environment_id=env_id, **extra) for _ in range(count)]
     followed = [s.id for s in sessions[:streams]]
     readers = StreamReaders(str(client.base_url).rstrip("/"), client.api_key, followed, timeout)
     readers.wait_open()
@@ -436,8 +516,9 @@ def run_turns(client, agent_id: str, env_id: str, count: int, *, timeout: float,
     }
 
 
-def check_order(client, result: dict) -> tuple[int, list[str]]:
-    """Sessions that reached idle with the expected event sequence, and what was wrong."""
+def check_order(client, result: dict, *, mcp: bool = False) -> tuple[int, list[str]]:
+    """Sessions that reached idle with the expected event sequence, and what was wrong (with
+    `mcp`, the tool calls are agent.mcp_tool_use / agent.mcp_tool_result)."""
     problems = []
     good = 0
     for session in result["sessions"]:
@@ -445,13 +526,14 @@ def check_order(client, result: dict) -> tuple[int, list[str]]:
         types = [e.type for e in events]
         # A followed session's stream opened before its message: it delivered every event, in order.
         streamed = result["seen"].get(session.id)
-        uses = [e for e in events if e.type == "agent.tool_use"]
-        results = [e for e in events if e.type == "agent.tool_result"]
+        uses = [e for e in events if e.type == ("agent.mcp_tool_use" if mcp else "agent.tool_use")]
+        results = [e for e in events if e.type == ("agent.mcp_tool_result" if mcp else "agent.tool_result")]
+        answered = [r.mcp_tool_use_id if mcp else r.tool_use_id for r in results]
         ok = (
             types[:2] == ["user.message", "session.status_running"]
             and types[-1] == "session.status_idle"
             and len(uses) == TOOL_CALLS
-            and sorted(r.tool_use_id for r in results) == sorted(u.id for u in uses)
+            and sorted(answered) == sorted(u.id for u in uses)
             and not any(r.is_error for r in results)
             and types[-2] == "agent.message"
             and (streamed is None or streamed == [[e.type, e.id] for e in events])
@@ -469,7 +551,22 @@ def check_order(client, result: dict) -> tuple[int, list[str]]:
 
 
 def layout(
-    label, env, client, agent, environment, *, pool, concurrency, count, delay, queue, streams, others, processes=1
+    label,
+    env,
+    client,
+    agent,
+    environment,
+    *,
+    pool,
+    concurrency,
+    count,
+    delay,
+    queue,
+    streams,
+    others,
+    processes=1,
+    vault_ids=None,
+    mcp_port=None,
 ):
     workers = []
     for index in range(processes):
@@ -478,9 +575,12 @@ def layout(
         name = f"bench-{pool}-{index}"
         workers.append(start_worker(env, pool=pool, concurrency=concurrency, queue=queue, name=name, log=log))
     try:
-        single = run_turns(client, agent.id, environment.id, 1, timeout=120, streams=1)
+        single = run_turns(client, agent.id, environment.id, 1, timeout=120, streams=1, vault_ids=vault_ids)
         sampler = PgSampler(env["BENCH_DBNAME"])
         sampler.start()
+        tcp = TcpSampler(mcp_port) if mcp_port else None
+        if tcp:
+            tcp.start()
         rss_peak = 0
         stop_rss = threading.Event()
 
@@ -493,12 +593,21 @@ def layout(
         rss_thread.start()
         cpu = CpuMeter({f"worker{i or ''}": worker.pid for i, worker in enumerate(workers)} | others)
         cpu.start()
-        many = run_turns(client, agent.id, environment.id, count, timeout=max(120, count * 4 * delay), streams=streams)
+        many = run_turns(
+            client,
+            agent.id,
+            environment.id,
+            count,
+            timeout=max(120, count * 4 * delay),
+            streams=streams,
+            vault_ids=vault_ids,
+        )
         cpu_used = cpu.stop()
+        mcp_peak = tcp.stop() if tcp else None
         stop_rss.set()
         rss_thread.join()
         peak_connections = sampler.stop()
-        good, problems = check_order(client, many)
+        good, problems = check_order(client, many, mcp=bool(mcp_port))
     finally:
         for worker in workers:
             stop_group(worker)
@@ -514,6 +623,7 @@ def layout(
         "sse_p50_ms": statistics.median(latencies) * 1000,
         "sse_p95_ms": latencies[int(len(latencies) * 0.95) - 1] * 1000 if len(latencies) > 1 else float("nan"),
         "good": good,
+        "mcp_connections_peak": mcp_peak,
         "cpu": cpu_used,
         "problems": problems,
         "errors": many["errors"][:3],
@@ -818,6 +928,11 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=int(os.environ.get("MANGO_WORKER_PROCESSES", 2)))
     # How many of the sessions are followed over SSE (each stream is a client thread here).
     parser.add_argument("--streams", type=int, default=200)
+    # The MCP row: --mcp-sessions sessions whose turns call a local MCP server (answering after
+    # --mcp-delay s) instead of bash; 0 skips it.
+    parser.add_argument("--mcp-sessions", type=int, default=100)
+    parser.add_argument("--mcp-delay", type=float, default=0.2)
+    parser.add_argument("--serve-mcp", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--read-streams", help=argparse.SUPPRESS)  # the API's URL
     parser.add_argument("--timeout", type=float, default=600, help=argparse.SUPPRESS)
@@ -838,6 +953,8 @@ def main() -> None:
         return print_cache_share()
     if args.serve_upstream:
         return serve_upstream(args.delay)
+    if args.serve_mcp:
+        return serve_mcp(args.mcp_delay)
     if args.read_streams:
         return read_streams(args.read_streams, args.timeout)
 
@@ -851,6 +968,7 @@ def main() -> None:
     import environ
 
     model = UpstreamProcess(args.delay)
+    mcp_server = McpServerProcess(args.mcp_delay) if args.mcp_sessions else None
     dbname = environ.Env.db_url_config(os.environ["DATABASE_URL"])["NAME"]
     env = {
         **os.environ,
@@ -867,6 +985,10 @@ def main() -> None:
         "MANGO_WORKSPACE_MAX_SANDBOXES": str(10 * args.sessions + 100),
         "BENCH_DBNAME": dbname,
     }
+    if mcp_server:
+        # The loopback MCP server is the operator's to allow (the outbound guard), API and workers.
+        env["MANGO_OUTBOUND_PRIVATE_HOSTS"] = f"127.0.0.1:{mcp_server.port}"
+        os.environ["MANGO_OUTBOUND_PRIVATE_HOSTS"] = env["MANGO_OUTBOUND_PRIVATE_HOSTS"]
     raw_key, _ = _common.api_key(f"bench-turns-{time.time_ns()}")
     api_app_name = f"mango-bench-api-{os.getpid()}"
     api = Api({**env, "PGAPPNAME": api_app_name})
@@ -899,6 +1021,8 @@ def main() -> None:
                 processes=args.processes, **common,
             )
         )  # fmt: skip
+        if mcp_server:
+            results.append(mcp_layout(env, client, mcp_server, args, common))
         if not args.skip_prefork:
             results.append(
                 layout("prefork x2 (today)", env, pool="prefork", concurrency=2, count=args.prefork_sessions, **common)
@@ -907,6 +1031,8 @@ def main() -> None:
     finally:
         api.stop()
         model.close()
+        if mcp_server:
+            mcp_server.close()
         if hosted is not None:
             report_self_hosted(hosted, args)
     if args.self_hosted_only:
@@ -926,6 +1052,40 @@ def main() -> None:
         )
 
 
+def mcp_layout(env, client, mcp_server, args, common) -> dict:
+    """The MCP row: the same worker layout, an agent whose only tools are the bench MCP server's
+    (always_allow), its token in a vault the sessions name."""
+    agent = client.beta.agents.create(
+        name="bench-mcp",
+        model="claude-sonnet-4-5",
+        mcp_servers=[{"type": "url", "name": "bench", "url": mcp_server.url}],
+        tools=[
+            {
+                "type": "mcp_toolset",
+                "mcp_server_name": "bench",
+                "default_config": {"enabled": True, "permission_policy": {"type": "always_allow"}},
+            }
+        ],
+    )
+    vault = client.beta.vaults.create(display_name="bench")
+    client.beta.vaults.credentials.create(
+        vault.id, auth={"type": "static_bearer", "token": MCP_TOKEN, "mcp_server_url": mcp_server.url}
+    )
+    label = f"MCP threads x{args.concurrency}" + (f" x{args.processes}" if args.processes > 1 else "")
+    others = {**common["others"], "mcp server": mcp_server.process.pid}
+    return layout(
+        label,
+        env,
+        **{**common, "agent": agent, "others": others},
+        pool="threads",
+        concurrency=args.concurrency,
+        count=args.mcp_sessions,
+        processes=args.processes,
+        vault_ids=[vault.id],
+        mcp_port=mcp_server.port,
+    )
+
+
 def report(results: list[dict], args) -> None:
     print(f"\n{args.sessions} sessions, each turn = {TOOL_CALLS} bash calls + final message, upstream delay "
           f"{args.delay:g} s per call, sandbox {args.sandbox}")  # fmt: skip
@@ -940,12 +1100,20 @@ def report(results: list[dict], args) -> None:
         cpu = ", ".join(f"{name} {value:.1f}" for name, value in r["cpu"].items() if name != "machine busy %")
         busy = r["cpu"]["machine busy %"]
         print(f"    CPU s during the run: {cpu}; machine busy {busy:.0f}% of {os.cpu_count()} cores")
+        if r.get("mcp_connections_peak") is not None:
+            print(
+                f"    MCP: {TOOL_CALLS} calls per turn answering after {args.mcp_delay:g} s; peak TCP connections"
+                f" to the MCP server {r['mcp_connections_peak']} (bound per workspace and worker process:"
+                f" {os.environ.get('MANGO_WORKSPACE_MAX_MCP_CONNECTIONS', 64)} connections,"
+                f" {os.environ.get('MANGO_WORKSPACE_MAX_MCP_CALLS', 32)} calls in flight)"
+            )
         for problem in r["problems"]:
             print(f"    problem: {problem}")
         for error in r["errors"]:
             print(f"    error: {error!r}")
-    if len(results) == 2:
-        threads, prefork = results
+    plain = [r for r in results if r.get("mcp_connections_peak") is None]
+    if len(plain) == 2:
+        threads, prefork = plain
         per_turn = prefork["wall"] / prefork["count"]
         estimate = per_turn * threads["count"]
         print(

@@ -334,6 +334,18 @@ MANGO_REPOSITORY_CLONE_TIMEOUT_SECONDS = env.float("MANGO_REPOSITORY_CLONE_TIMEO
 MANGO_WORKSPACE_REPOSITORY_CLONES = env.int("MANGO_WORKSPACE_REPOSITORY_CLONES", default=2)
 MANGO_WORKSPACE_REPOSITORY_DISK_BYTES = env.int("MANGO_WORKSPACE_REPOSITORY_DISK_BYTES", default=512 * 1024 * 1024)
 MANGO_REPOSITORY_SCRATCH_DIR = env.str("MANGO_REPOSITORY_SCRATCH_DIR", default="")
+# Vaults (sessions/services/vaults.py): per workspace, and credentials per vault.
+MANGO_WORKSPACE_MAX_VAULTS = env.int("MANGO_WORKSPACE_MAX_VAULTS", default=100)
+MANGO_VAULT_MAX_CREDENTIALS = env.int("MANGO_VAULT_MAX_CREDENTIALS", default=100)
+# An OAuth access token is refreshed this long before its expiry (and on a 401).
+MANGO_OAUTH_REFRESH_MARGIN_SECONDS = env.float("MANGO_OAUTH_REFRESH_MARGIN_SECONDS", default=60.0)
+# The worker's MCP client (sessions/runtime/mcp.py): connect/list and call timeouts, the bytes of
+# one tool result it keeps, and per workspace the MCP connections open and calls in flight.
+MANGO_MCP_CONNECT_TIMEOUT_SECONDS = env.float("MANGO_MCP_CONNECT_TIMEOUT_SECONDS", default=15.0)
+MANGO_MCP_CALL_TIMEOUT_SECONDS = env.float("MANGO_MCP_CALL_TIMEOUT_SECONDS", default=120.0)
+MANGO_MCP_RESULT_MAX_BYTES = env.int("MANGO_MCP_RESULT_MAX_BYTES", default=1024 * 1024)
+MANGO_WORKSPACE_MAX_MCP_CONNECTIONS = env.int("MANGO_WORKSPACE_MAX_MCP_CONNECTIONS", default=64)
+MANGO_WORKSPACE_MAX_MCP_CALLS = env.int("MANGO_WORKSPACE_MAX_MCP_CALLS", default=32)
 MANGO_TOOL_TIMEOUT_SECONDS = env.float("MANGO_TOOL_TIMEOUT_SECONDS", default=600.0)
 MANGO_MODEL_MAX_TOKENS = env.int("MANGO_MODEL_MAX_TOKENS", default=8192)
 MANGO_MODEL_TIMEOUT_SECONDS = env.float("MANGO_MODEL_TIMEOUT_SECONDS", default=600.0)

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from typing import Protocol
 
 USER_SIDE = ("user.message", "user.define_outcome", "span.outcome_evaluation_end")
-TOOL_USES = ("agent.tool_use", "agent.custom_tool_use")
-TOOL_RESULTS = ("agent.tool_result", "user.tool_result", "user.custom_tool_result")
+TOOL_USES = ("agent.tool_use", "agent.custom_tool_use", "agent.mcp_tool_use")
+TOOL_RESULTS = ("agent.tool_result", "agent.mcp_tool_result", "user.tool_result", "user.custom_tool_result")
 EVALUATION_END = "span.outcome_evaluation_end"
 INTERRUPTED_RESULT = "No result: the call was interrupted."
 
@@ -26,8 +26,8 @@ class Event(Protocol):
 
 
 def tool_use_id_of(payload: dict) -> str | None:
-    """The tool use a result answers (custom tools name it custom_tool_use_id)."""
-    return payload.get("tool_use_id") or payload.get("custom_tool_use_id")
+    """The tool use a result answers (custom tools name it custom_tool_use_id, MCP tools mcp_tool_use_id)."""
+    return payload.get("tool_use_id") or payload.get("custom_tool_use_id") or payload.get("mcp_tool_use_id")
 
 
 def _refused_note(reason: str) -> list[dict]:
@@ -147,7 +147,9 @@ class _Conversation:
     def tool_use(self, event: Event) -> None:
         if self.deferred:
             self.close_open()
-        block = {"type": "tool_use", "id": event.id, "name": event.payload["name"]}
+        # An MCP tool is offered to the model under its collision-free name (kept privately).
+        name = (event.private or {}).get("model_name") or event.payload["name"]
+        block = {"type": "tool_use", "id": event.id, "name": name}
         block["input"] = event.payload.get("input") or {}
         self.add("assistant", [block])
         self.open_ids.append(event.id)

@@ -21,9 +21,12 @@ from sessions.models import (
     Session,
     Skill,
     SkillVersion,
+    Vault,
+    VaultCredential,
     WorkItem,
 )
 from sessions.services import work as work_services
+from sessions.services.vaults import credential_revoke
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -371,6 +374,75 @@ class WorkItemAdmin(admin.ModelAdmin):
     list_filter = ("state",)
     search_fields = ("id", "session__id", "environment__id")
     readonly_fields = [f.name for f in WorkItem._meta.fields]
+
+
+class VaultCredentialInline(ReadOnlyInline):
+    """Names, types, server URLs and last use; never a secret (the `secret` column is not shown)."""
+
+    model = VaultCredential
+    fields = ("id", "display_name", "auth_type", "mcp_server_url", "last_used_at", "archived_at")
+    readonly_fields = fields
+
+
+@admin.register(Vault)
+class VaultAdmin(admin.ModelAdmin):
+    list_display = ("id", "display_name", "workspace", "created_at", "archived_at")
+    list_filter = ("workspace",)
+    search_fields = ("id", "display_name")
+    readonly_fields = ("id", "workspace", "display_name", "metadata", "created_at", "updated_at", "archived_at")
+    inlines = [VaultCredentialInline]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(VaultCredential)
+class VaultCredentialAdmin(admin.ModelAdmin):
+    """Credentials per workspace, with revoke (archive and erase the stored secret). The secret
+    is never a field here: not in the list, the form, nor the search."""
+
+    list_display = (
+        "id",
+        "display_name",
+        "auth_type",
+        "mcp_server_url",
+        "vault",
+        "workspace",
+        "last_used_at",
+        "archived_at",
+    )
+    list_filter = ("workspace", "auth_type")
+    search_fields = ("id", "display_name", "mcp_server_url")
+    fields = (
+        "id",
+        "vault",
+        "workspace",
+        "display_name",
+        "auth_type",
+        "mcp_server_url",
+        "metadata",
+        "last_used_at",
+        "created_at",
+        "updated_at",
+        "archived_at",
+    )
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("secret")
+
+    @admin.action(description="Revoke (archive and erase the secret)")
+    def revoke(self, request, queryset):
+        for credential in queryset.filter(archived_at__isnull=True):
+            credential_revoke(credential=credential)
+        self.message_user(request, "Revoked.")
 
     def has_add_permission(self, request):
         return False

@@ -29,6 +29,8 @@ class EventType(models.TextChoices):
     AGENT_TOOL_USE = "agent.tool_use"
     AGENT_CUSTOM_TOOL_USE = "agent.custom_tool_use"
     AGENT_TOOL_RESULT = "agent.tool_result"
+    AGENT_MCP_TOOL_USE = "agent.mcp_tool_use"
+    AGENT_MCP_TOOL_RESULT = "agent.mcp_tool_result"
     AGENT_THREAD_CONTEXT_COMPACTED = "agent.thread_context_compacted"
     SESSION_STATUS_RUNNING = "session.status_running"
     SESSION_STATUS_IDLE = "session.status_idle"
@@ -73,7 +75,9 @@ RUNNER_INPUT_TYPES = CLIENT_EVENT_TYPES
 # Client answers to tool uses handed over with stop_reason requires_action.
 CLIENT_ANSWER_TYPES = _values(E.USER_CUSTOM_TOOL_RESULT, E.USER_TOOL_RESULT, E.USER_TOOL_CONFIRMATION)
 # Events that give a tool use its result.
-TOOL_RESULT_TYPES = _values(E.AGENT_TOOL_RESULT, E.USER_CUSTOM_TOOL_RESULT, E.USER_TOOL_RESULT)
+TOOL_RESULT_TYPES = _values(E.AGENT_TOOL_RESULT, E.AGENT_MCP_TOOL_RESULT, E.USER_CUSTOM_TOOL_RESULT, E.USER_TOOL_RESULT)
+# Tool uses a user.tool_confirmation may answer (always_ask built-ins and MCP tools).
+CONFIRMABLE_TOOL_USE_TYPES = _values(E.AGENT_TOOL_USE, E.AGENT_MCP_TOOL_USE)
 # Client messages a running turn absorbs at its next model call.
 MESSAGE_TYPES = _values(E.USER_MESSAGE, E.SYSTEM_MESSAGE, E.USER_DEFINE_OUTCOME)
 # What the transcript for the model is built from (processors.conversation renders them).
@@ -87,6 +91,8 @@ CONVERSATION_TYPES = _values(
     E.AGENT_TOOL_USE,
     E.AGENT_CUSTOM_TOOL_USE,
     E.AGENT_TOOL_RESULT,
+    E.AGENT_MCP_TOOL_USE,
+    E.AGENT_MCP_TOOL_RESULT,
     E.USER_CUSTOM_TOOL_RESULT,
     E.USER_TOOL_RESULT,
     E.USER_TOOL_CONFIRMATION,
@@ -125,21 +131,26 @@ class ErrorType(enum.StrEnum):
     REPOSITORY_NOT_FOUND = "repository_not_found_error"
     REPOSITORY_CHECKOUT = "repository_checkout_error"
     REPOSITORY_CLONE = "repository_clone_error"
+    MCP_CONNECTION_FAILED = "mcp_connection_failed_error"
+    MCP_AUTHENTICATION_FAILED = "mcp_authentication_failed_error"
 
 
 # --- payload builders -----------------------------------------------------------------------
 
 
-def session_error(*, message: str, error_type: str = ErrorType.UNKNOWN, retrying: bool = False) -> dict:
+def session_error(
+    *, message: str, error_type: str = ErrorType.UNKNOWN, retrying: bool = False, mcp_server_name: str | None = None
+) -> dict:
     """A session.error payload. `message` says what failed in words safe to show any client:
-    never upstream exception text or internal addresses."""
-    return {
-        "error": {
-            "type": str(error_type),
-            "message": message,
-            "retry_status": {"type": "retrying" if retrying else "exhausted"},
-        }
+    never upstream exception text or internal addresses. The MCP errors name their server."""
+    error = {
+        "type": str(error_type),
+        "message": message,
+        "retry_status": {"type": "retrying" if retrying else "exhausted"},
     }
+    if mcp_server_name is not None:
+        error["mcp_server_name"] = mcp_server_name
+    return {"error": error}
 
 
 def repository_error(*, error_type: str, message: str, repository_url: str | None) -> dict:
@@ -154,6 +165,11 @@ def repository_error(*, error_type: str, message: str, repository_url: str | Non
 def tool_result(*, tool_use_id: str, text: str, is_error: bool = False) -> dict:
     """An agent.tool_result payload with one text block."""
     return {"tool_use_id": tool_use_id, "content": [{"type": "text", "text": text}], "is_error": is_error}
+
+
+def mcp_tool_result(*, mcp_tool_use_id: str, content: list[dict], is_error: bool = False) -> dict:
+    """An agent.mcp_tool_result payload (the MCP server's content blocks)."""
+    return {"mcp_tool_use_id": mcp_tool_use_id, "content": content, "is_error": is_error}
 
 
 def status_idle(stop_reason: dict) -> dict:

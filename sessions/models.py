@@ -156,6 +156,9 @@ class Session(Archivable, models.Model):
     budget = models.JSONField(null=True, blank=True)
     # Memory stores attached at creation (SessionMemoryStore rows): 0 spares every turn the query.
     memory_store_count = models.PositiveSmallIntegerField(default=0)
+    # Vaults given at creation, in order (the first one holding a credential for a server's URL
+    # wins); each was the workspace's and live then.
+    vault_ids = models.JSONField(default=list)
 
     class Meta:
         indexes = [
@@ -504,3 +507,69 @@ class WorkItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} ({self.state})"
+
+
+def _vault_id() -> str:
+    return new_id("vlt")
+
+
+def _credential_id() -> str:
+    return new_id("vcrd")
+
+
+class Vault(Archivable, models.Model):
+    """A workspace's named set of credentials that sessions reference by id (`vault_ids`)."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=_vault_id, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="vaults")
+    display_name = models.CharField(max_length=255)
+    metadata = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    archived_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["workspace", "-id"], name="vault_ws_id_desc")]
+
+    def __str__(self) -> str:
+        return f"{self.display_name} ({self.id})"
+
+
+class VaultCredential(Archivable, models.Model):
+    """One credential of a vault. `auth` holds what may be shown (type, server URL, expiry, the
+    refresh settings without their secrets); `secret` is a Fernet token (core/secrets.py) of the
+    JSON of the secret parts (token, access and refresh tokens, client secret): never rendered,
+    decrypted only by the worker right before use. An archived (revoked) credential is never
+    used again. At most one live credential per server URL in a vault: matching is by URL."""
+
+    class AuthType(models.TextChoices):
+        STATIC_BEARER = "static_bearer"
+        MCP_OAUTH = "mcp_oauth"
+
+    id = models.CharField(primary_key=True, max_length=64, default=_credential_id, editable=False)
+    vault = models.ForeignKey(Vault, on_delete=models.CASCADE, related_name="credentials")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="vault_credentials")
+    display_name = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 — null and "" differ
+    metadata = models.JSONField(default=dict)
+    auth_type = models.CharField(max_length=32, choices=AuthType.choices)
+    mcp_server_url = models.CharField(max_length=2048)
+    auth = models.JSONField(default=dict)
+    secret = models.TextField()
+    # When the worker last sent it to a server (admin: last use).
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    archived_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["vault", "mcp_server_url"],
+                condition=Q(archived_at__isnull=True),
+                name="vault_credential_live_url_unique",
+            )
+        ]
+        indexes = [models.Index(fields=["vault", "-id"], name="vault_credential_id_desc")]
+
+    def __str__(self) -> str:
+        return f"{self.display_name or self.auth_type} ({self.id})"

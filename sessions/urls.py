@@ -3,7 +3,7 @@
 from django.urls import path
 
 from sessions import streams
-from sessions.apis import agents, environments, events, memory, resources, sessions, skills, threads, work
+from sessions.apis import agents, environments, events, memory, resources, sessions, skills, threads, vaults, work
 
 urlpatterns = [
     path("agents", agents.AgentListCreateApi.as_view()),
@@ -50,5 +50,15 @@ urlpatterns = [
     path(
         "memory_stores/<str:memory_store_id>/memory_versions/<str:memory_version_id>/redact",
         memory.MemoryVersionRedactApi.as_view(),
+    ),
+    path("vaults", vaults.VaultListCreateApi.as_view()),
+    path("vaults/<str:vault_id>", vaults.VaultDetailApi.as_view()),
+    path("vaults/<str:vault_id>/archive", vaults.VaultArchiveApi.as_view()),
+    path("vaults/<str:vault_id>/credentials", vaults.CredentialListCreateApi.as_view()),
+    path("vaults/<str:vault_id>/credentials/<str:credential_id>", vaults.CredentialDetailApi.as_view()),
+    path("vaults/<str:vault_id>/credentials/<str:credential_id>/archive", vaults.CredentialArchiveApi.as_view()),
+    path(
+        "vaults/<str:vault_id>/credentials/<str:credential_id>/mcp_oauth_validate",
+        vaults.CredentialValidateApi.as_view(),
     ),
 ]

@@ -1,6 +1,8 @@
-"""The built-in toolset (agent_toolset_20260401) as presented to the model, and the tool
-executor: built-in tools run inside the session's sandbox (sessions.sandbox), each answered by
-one agent.tool_result; confirmed always_ask uses run, denied ones get an error result; on
+"""The built-in toolset (agent_toolset_20260401) and the session's MCP tools as presented to the
+model, and the tool executor: built-in tools run inside the session's sandbox (sessions.sandbox),
+each answered by one agent.tool_result; MCP tools are called by this worker (sessions.runtime.mcp;
+on self_hosted environments too: MCP tools run server-side), each answered by one
+agent.mcp_tool_result; confirmed always_ask uses run, denied ones get an error result; on
 resume, the dead runner's unfinished uses get an error result."""
 
 import fnmatch
@@ -16,6 +18,7 @@ from sessions import sandbox
 from sessions.events import SERVER_TOOL_TYPES, TOOLSET_TYPE, EventType
 from sessions.models import Session, SessionEvent, SessionResource
 from sessions.runtime.control import Stop, TurnControl, db_release
+from sessions.runtime.mcp import McpFailure, McpTool, SessionMcp
 from sessions.runtime.repositories import repositories_place
 from sessions.sandbox import policy as sandbox_policy
 from sessions.selectors.runner import (
@@ -108,12 +111,14 @@ SERVER_TOOL_OPTIONS = {
 @dataclass
 class ToolSpec:
     name: str
-    kind: str  # "builtin" | "custom" | "server" (run by the upstream)
-    permission: ev.ToolPermission  # builtin only
+    kind: str  # "builtin" | "custom" | "server" (run by the upstream) | "mcp"
+    permission: ev.ToolPermission  # builtin and mcp
+    mcp: McpTool | None = None
 
 
-def session_tools(agent_snapshot: dict) -> tuple[list[dict], dict[str, ToolSpec]]:
-    """The tool list sent to the model and a name → spec map for dispatch."""
+def session_tools(agent_snapshot: dict, mcp: SessionMcp | None = None) -> tuple[list[dict], dict[str, ToolSpec]]:
+    """The tool list sent to the model and a name → spec map for dispatch (keyed by the name the
+    model uses: MCP tools get names that collide with no other tool)."""
     definitions, specs = [], {}
     for tool in agent_snapshot.get("tools", []):
         if tool["type"] == TOOLSET_TYPE:
@@ -134,6 +139,12 @@ def session_tools(agent_snapshot: dict) -> tuple[list[dict], dict[str, ToolSpec]
                 {"name": tool["name"], "description": tool["description"], "input_schema": tool["input_schema"]}
             )
             specs[tool["name"]] = ToolSpec(tool["name"], "custom", ev.ToolPermission.ALWAYS_ALLOW)
+    if mcp:
+        for tool in mcp.tools(taken=set(specs)):
+            definitions.append(
+                {"name": tool.model_name, "description": tool.description, "input_schema": tool.input_schema}
+            )
+            specs[tool.model_name] = ToolSpec(tool.model_name, "mcp", ev.ToolPermission(tool.permission), mcp=tool)
     return definitions, specs
 
 
@@ -375,23 +386,81 @@ def _packages_image(session: Session, networking: dict | None) -> str | None:
         return None
 
 
-def _answer(session_id: str, tool_use_id: str, text: str, *, is_error: bool, stop_if_deleted: bool = False) -> None:
-    """Append the tool result; with stop_if_deleted, raise Stop instead when the session was
-    deleted meanwhile (a condition of the append itself: no query of its own)."""
-    payload = ev.tool_result(tool_use_id=tool_use_id, text=text, is_error=is_error)
-    try:
-        events_append(
-            session_id=session_id,
-            items=[ev.item(EventType.AGENT_TOOL_RESULT, payload)],
-            unless_deleted=stop_if_deleted,
+def _answer(
+    session_id: str,
+    tool_use_id: str,
+    text: str,
+    *,
+    is_error: bool,
+    stop_if_deleted: bool = False,
+    mcp: bool = False,
+    extra: list[dict] | None = None,
+) -> None:
+    """Append the tool result (agent.mcp_tool_result for an MCP tool use); with stop_if_deleted,
+    raise Stop instead when the session was deleted meanwhile (a condition of the append itself:
+    no query of its own). `extra` events go first, in the same append."""
+    if mcp:
+        content = [{"type": "text", "text": text}]
+        result = ev.item(
+            EventType.AGENT_MCP_TOOL_RESULT,
+            ev.mcp_tool_result(mcp_tool_use_id=tool_use_id, content=content, is_error=is_error),
         )
+    else:
+        result = ev.item(
+            EventType.AGENT_TOOL_RESULT, ev.tool_result(tool_use_id=tool_use_id, text=text, is_error=is_error)
+        )
+    _append(session_id, [*(extra or []), result], stop_if_deleted=stop_if_deleted)
+
+
+def _append(session_id: str, items: list[dict], *, stop_if_deleted: bool) -> None:
+    try:
+        events_append(session_id=session_id, items=items, unless_deleted=stop_if_deleted)
     except SessionGone:
         raise Stop() from None
 
 
-def tool_run(*, control: TurnControl, session: Session, event: SessionEvent) -> None:
-    """Execute one built-in tool use and append its result. Raises Stop when the session was
+def mcp_failure_item(failure: McpFailure) -> dict:
+    """The session.error of an MCP server that could not be reached or refused the authorization
+    (its message names the server and never carries a secret)."""
+    payload = ev.session_error(message=failure.message, error_type=failure.error_type, mcp_server_name=failure.server)
+    return ev.item(EventType.SESSION_ERROR, payload)
+
+
+def mcp_tool_run(*, control: TurnControl, session: Session, event: SessionEvent, mcp: SessionMcp) -> None:
+    """Call one MCP tool (this worker is the MCP client) and append its agent.mcp_tool_result.
+    A server that cannot be reached or refuses the authorization is a session.error naming it,
+    and the use gets an error result: the turn goes on."""
+    payload = event.payload
+    control.check_stop()
+    db_release()  # no connection held while the MCP server answers
+    try:
+        result = mcp.call(server=payload["mcp_server_name"], tool=payload["name"], arguments=payload.get("input") or {})
+    except McpFailure as failure:
+        _answer(
+            control.session_id,
+            event.id,
+            failure.message,
+            is_error=True,
+            stop_if_deleted=True,
+            mcp=True,
+            extra=[mcp_failure_item(failure)],
+        )
+        return
+    item = ev.item(
+        EventType.AGENT_MCP_TOOL_RESULT,
+        ev.mcp_tool_result(mcp_tool_use_id=event.id, content=result.content, is_error=result.is_error),
+    )
+    _append(control.session_id, [item], stop_if_deleted=True)
+
+
+def tool_run(*, control: TurnControl, session: Session, event: SessionEvent, mcp: SessionMcp | None = None) -> None:
+    """Execute one built-in (or MCP) tool use and append its result. Raises Stop when the session was
     deleted meanwhile (nothing more is logged) or the command was interrupted."""
+    if event.type == EventType.AGENT_MCP_TOOL_USE:
+        if mcp is None:
+            _answer(control.session_id, event.id, "MCP is unavailable in this turn.", is_error=True, mcp=True)
+            return
+        return mcp_tool_run(control=control, session=session, event=event, mcp=mcp)
     name = event.payload["name"]
     try:
         if name in SANDBOX_TOOLS:
@@ -411,10 +480,10 @@ def tool_run(*, control: TurnControl, session: Session, event: SessionEvent) -> 
         raise Stop()
 
 
-def tools_run_confirmed(*, control: TurnControl, session: Session) -> None:
+def tools_run_confirmed(*, control: TurnControl, session: Session, mcp: SessionMcp | None = None) -> None:
     """Answer always_ask tool uses the client confirmed (run them) or denied (error result). On
-    self_hosted a confirmed tool is the client's to run (its user.tool_result answers it): never
-    run in a sandbox of ours."""
+    self_hosted a confirmed built-in tool is the client's to run (its user.tool_result answers
+    it): never run in a sandbox of ours; a confirmed MCP tool is ours to call everywhere."""
     confirmations = session_tool_confirmations(session_id=session.id)
     if not confirmations:
         return
@@ -424,12 +493,13 @@ def tools_run_confirmed(*, control: TurnControl, session: Session) -> None:
         if tool_use.id in answered:
             continue
         confirmation = confirmations[tool_use.id]
+        is_mcp = tool_use.type == EventType.AGENT_MCP_TOOL_USE
         if confirmation["result"] == "allow":
-            if not self_hosted:
-                tool_run(control=control, session=session, event=tool_use)
+            if is_mcp or not self_hosted:
+                tool_run(control=control, session=session, event=tool_use, mcp=mcp)
         else:
             message = confirmation.get("deny_message") or "The user denied this tool call."
-            _answer(session.id, tool_use.id, message, is_error=True)
+            _answer(session.id, tool_use.id, message, is_error=True, mcp=is_mcp)
 
 
 def tools_answer_dangling(*, session_id: str) -> None:
@@ -442,4 +512,6 @@ def tools_answer_dangling(*, session_id: str) -> None:
             continue
         if tool_use.payload.get("evaluated_permission") != "allow":
             continue
-        _answer(session_id, tool_use.id, "The worker running this tool stopped before it finished.", is_error=True)
+        mcp = tool_use.type == EventType.AGENT_MCP_TOOL_USE
+        text = "The worker running this tool stopped before it finished."
+        _answer(session_id, tool_use.id, text, is_error=True, mcp=mcp)

@@ -28,10 +28,11 @@ from sessions import pricing, sandbox
 from sessions.dispatch import session_run_enqueue, session_run_enqueue_soon
 from sessions.events import SERVER_TOOL_RESULTS, SERVER_TOOL_USE, ErrorType, EventType, ToolMode
 from sessions.models import Session
-from sessions.runtime.control import Handback, Stop, TurnControl, draining
+from sessions.runtime.control import Handback, Stop, TurnControl, db_release, draining
 from sessions.runtime.fairness import turn_slot
 from sessions.runtime.grader import outcome_evaluate
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
+from sessions.runtime.mcp import SessionMcp
 from sessions.runtime.model import (
     Conversation,
     ModelReply,
@@ -43,7 +44,14 @@ from sessions.runtime.model import (
     span_end_item,
     system_prompt,
 )
-from sessions.runtime.tools import ToolSpec, session_tools, tool_run, tools_answer_dangling, tools_run_confirmed
+from sessions.runtime.tools import (
+    ToolSpec,
+    mcp_failure_item,
+    session_tools,
+    tool_run,
+    tools_answer_dangling,
+    tools_run_confirmed,
+)
 from sessions.runtime.upstream import ModelError
 from sessions.selectors.runner import session_by_id, session_is_deleted
 from sessions.services.events import LeaseLost, events_append, runner_fence, session_event_append
@@ -166,19 +174,40 @@ class Runner:
 
     def run_turn(self, work: _Work) -> None:
         session = work.session
+        # The turn's MCP connections (none unless a toolset references one of the agent's
+        # servers), closed when the turn ends whatever way it ends.
+        mcp = SessionMcp(
+            session_id=self.session_id,
+            workspace_id=session.workspace_id,
+            agent_snapshot=session.agent_snapshot,
+            vault_ids=session.vault_ids,
+        )
         try:
             if work.resume and session.environment_config.get("type") != "self_hosted":
                 tools_answer_dangling(session_id=self.session_id)
-            tools_run_confirmed(control=self.control, session=session)
-            self._loop(session)
+            tools_run_confirmed(control=self.control, session=session, mcp=mcp)
+            self._loop(session, mcp)
         except Stop:
             if self.control.lease_lost or session_is_deleted(session_id=self.session_id):
                 return
             session_interrupts_flush(session_id=self.session_id)
             self.go_idle(ev.stop_end_turn(), interrupted=True)
+        finally:
+            mcp.close()
 
-    def _loop(self, session: Session) -> None:
-        definitions, specs = session_tools(session.agent_snapshot)
+    def _mcp_open(self, mcp: SessionMcp) -> None:
+        """Connect to the MCP servers not connected yet; each failure is a session.error naming
+        its server, and the turn goes on with the other tools."""
+        if not mcp:
+            return
+        db_release()  # no database connection held while the servers answer
+        failures = mcp.open()
+        if failures:
+            events_append(session_id=self.session_id, items=[mcp_failure_item(failure) for failure in failures])
+
+    def _loop(self, session: Session, mcp: SessionMcp) -> None:
+        self._mcp_open(mcp)
+        definitions, specs = session_tools(session.agent_snapshot, mcp)
         self_hosted = session.environment_config.get("type") == "self_hosted"
         model_calls = 0
         conversation = Conversation(self.session_id)
@@ -191,6 +220,8 @@ class Runner:
             self.control.check_stop()
             if spend.reached():  # the cap: no more model requests
                 return self.go_idle(ev.stop_budget_reached())
+            if mcp.stale():  # a server's tools changed (tools/list_changed): offer the new list
+                definitions, specs = session_tools(session.agent_snapshot, mcp)
             if compact_next:
                 # A call right after a compaction that is still over the threshold: nothing left to compact.
                 if just_compacted or not self._compact(session, definitions, conversation, system):
@@ -227,7 +258,7 @@ class Runner:
                 if mode is ToolMode.CLIENT:
                     waiting.append(event.id)
                 elif mode is ToolMode.RUN:
-                    tool_run(control=self.control, session=session, event=event)
+                    tool_run(control=self.control, session=session, event=event, mcp=mcp)
             if waiting:
                 return self.go_idle(ev.stop_requires_action(waiting))
 
@@ -323,6 +354,8 @@ def _tool_use_item(
     payload = {"name": name, "input": tool_input, "session_thread_id": thread_id}
     if spec is not None and spec.kind == "custom":
         return ev.item(EventType.AGENT_CUSTOM_TOOL_USE, payload, private=private), ToolMode.CLIENT
+    if spec is not None and spec.kind == "mcp":
+        return _mcp_tool_use_item(spec, tool_input, private, thread_id)
     if spec is None or spec.kind == "server":  # a server tool is the upstream's to run, never a tool_use of ours
         payload["evaluated_permission"] = "deny"
         mode = ToolMode.UNKNOWN
@@ -339,6 +372,32 @@ def _tool_use_item(
         )
         mode = ToolMode.CLIENT if self_hosted else ToolMode.RUN
     return ev.item(EventType.AGENT_TOOL_USE, payload, private=private), mode
+
+
+def _evaluation(permission: ev.ToolPermission) -> tuple[str, dict]:
+    if permission == ev.ToolPermission.ALWAYS_ASK:
+        return "ask", {"type": "always_ask"}
+    if permission == ev.ToolPermission.ALWAYS_ALLOW:
+        return "allow", {"type": "always_allow"}
+    return "allow", {"type": "auto", "evaluated_permission": {"type": "allow"}}
+
+
+def _mcp_tool_use_item(spec: ToolSpec, tool_input, private: dict, thread_id: str | None) -> tuple[dict, ToolMode]:
+    """agent.mcp_tool_use: the tool's own name and its server's; always_ask waits for the
+    client's user.tool_confirmation, otherwise this worker calls it (on self_hosted too: MCP
+    tools run server-side, the SDK's EnvironmentWorker never sees them)."""
+    permission, evaluation = _evaluation(spec.permission)
+    payload = {
+        "name": spec.mcp.name,
+        "mcp_server_name": spec.mcp.server,
+        "input": tool_input if isinstance(tool_input, dict) else {},
+        "evaluated_permission": permission,
+        "evaluation": evaluation,
+        "session_thread_id": thread_id,
+    }
+    private = {**private, "model_name": spec.name}
+    mode = ToolMode.CLIENT if permission == "ask" else ToolMode.RUN
+    return ev.item(EventType.AGENT_MCP_TOOL_USE, payload, private=private), mode
 
 
 def _server_tool_use_item(block: dict, server_uses: dict[str, str]) -> dict:

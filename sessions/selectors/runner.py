@@ -9,6 +9,7 @@ from datetime import datetime
 from django.db import connection
 
 from sessions.events import (
+    CONFIRMABLE_TOOL_USE_TYPES,
     CONVERSATION_TYPES,
     RUNNER_INPUT_TYPES,
     TOOL_RESULT_TYPES,
@@ -92,8 +93,9 @@ def session_denied_tool_use_ids(*, session_id: str) -> list[str]:
 
 
 def session_tool_uses(*, session_id: str, ids: list[str] | None = None, after_seq: int = 0) -> list[SessionEvent]:
-    """The session's agent.tool_use events, oldest first: those of `ids`, or those after `after_seq`."""
-    rows = SessionEvent.objects.filter(session_id=session_id, type=EventType.AGENT_TOOL_USE, seq__gt=after_seq)
+    """The session's agent.tool_use and agent.mcp_tool_use events, oldest first: those of `ids`,
+    or those after `after_seq`."""
+    rows = SessionEvent.objects.filter(session_id=session_id, type__in=CONFIRMABLE_TOOL_USE_TYPES, seq__gt=after_seq)
     if ids is not None:
         rows = rows.filter(id__in=ids)
     return list(rows.order_by("seq"))

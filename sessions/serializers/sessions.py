@@ -10,7 +10,6 @@ from core.serializers import (
     Array,
     InputSerializer,
     Int,
-    Object,
     StringOrObject,
     Text,
     TypedUnion,
@@ -25,7 +24,9 @@ from sessions.events import usage_snapshot
 from sessions.serializers.agents import ModelField, SkillSerializer
 from sessions.serializers.common import ID_MAX_CHARS, SKILLS_MAX, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
 from sessions.serializers.events import InitialEventsField, initial_events
-from sessions.serializers.tools import ToolsField
+from sessions.serializers.tools import McpServersField, ToolsField
+
+MAX_VAULTS_PER_SESSION = 20
 
 SESSION_STATUSES = ("idle", "running", "rescheduling", "terminated")
 
@@ -41,13 +42,7 @@ class AgentRefSerializer(InputSerializer):
     tools = ToolsField(required=False)
     model = ModelField(required=False, allow_null=True)
     skills = Array(child=SkillSerializer(), max_length=SKILLS_MAX, required=False, allow_null=True)
-    mcp_servers = Array(
-        child=Object(),
-        max_length=0,
-        required=False,
-        allow_null=True,
-        error_messages={"max_length": "MCP servers are not supported by this server yet (no MCP client)."},
-    )
+    mcp_servers = McpServersField(required=False)
 
 
 class AgentRefField(StringOrObject):
@@ -68,7 +63,7 @@ class AgentRefField(StringOrObject):
         if not ref.is_valid():
             raise serializers.ValidationError(ref.errors)
         # Overrides parsed as the agent routes parse them; other keys as sent.
-        fields = ("tools", "model", "skills")
+        fields = ("tools", "model", "skills", "mcp_servers")
         parsed = {key: ref.validated_data[key] for key in fields if ref.validated_data.get(key) is not None}
         return {**data, **parsed}
 
@@ -175,12 +170,14 @@ class SessionCreateInputSerializer(InputSerializer):
         allow_null=True,
     )
     initial_events = InitialEventsField(required=False)
-    vault_ids = Array(child=Text(max_length=ID_MAX_CHARS), max_length=0, required=False, allow_null=True)
+    vault_ids = Array(
+        child=Text(max_length=ID_MAX_CHARS), max_length=MAX_VAULTS_PER_SESSION, required=False, allow_null=True
+    )
 
 
 class SessionUpdateAgentSerializer(InputSerializer):
     tools = ToolsField(required=False)
-    mcp_servers = Array(child=Object(), max_length=0, required=False, allow_null=True)
+    mcp_servers = McpServersField(required=False)
 
 
 class SessionUpdateInputSerializer(InputSerializer):
@@ -192,8 +189,6 @@ class SessionUpdateInputSerializer(InputSerializer):
 
 
 def parse_session_create(body) -> dict:
-    if isinstance(body, dict) and body.get("vault_ids"):
-        raise InvalidRequest("vault_ids: vaults are not supported by this server.")
     data = validated(SessionCreateInputSerializer, body)
     return {
         "agent": data["agent"],
@@ -217,6 +212,7 @@ def parse_session_create(body) -> dict:
             if item["type"] == "memory_store"
         ],
         "budget": _budget(data.get("budget")),
+        "vault_ids": list(dict.fromkeys(data.get("vault_ids") or [])),
     }
 
 
@@ -239,8 +235,6 @@ def _budget(value) -> dict | None:
 def parse_session_changes(body) -> dict:
     if isinstance(body, dict) and body.get("vault_ids"):
         raise InvalidRequest("vault_ids: cannot be changed.")
-    if isinstance(body, dict) and isinstance(body.get("agent"), dict) and body["agent"].get("mcp_servers"):
-        raise InvalidRequest("agent.mcp_servers: not supported by this server.")
     data = validated(SessionUpdateInputSerializer, body)
     changes = {}
     if "title" in data:
@@ -248,7 +242,7 @@ def parse_session_changes(body) -> dict:
     if "metadata" in data:
         changes["metadata"] = data["metadata"] or {}
     if data.get("agent") is not None:
-        changes["agent"] = {key: value for key, value in data["agent"].items() if key == "tools"}
+        changes["agent"] = {key: value for key, value in data["agent"].items() if key in ("tools", "mcp_servers")}
     if "budget" in data:
         changes["budget"] = _budget(data["budget"])
     return changes
@@ -312,7 +306,7 @@ def session_to_wire(session, *, resources: list | None = None, outcome_evaluatio
             "duration_seconds": round((timezone.now() - session.created_at).total_seconds(), 3),
         },
         "usage": usage,
-        "vault_ids": [],
+        "vault_ids": list(session.vault_ids or []),
         "deployment_id": None,
     }
 

@@ -21,7 +21,7 @@ from core.ids import new_id
 from files.quotas import StorageQuotaExceeded
 from sessions import notify
 from sessions.dispatch import session_run_enqueue_on_commit
-from sessions.events import RUNNER_INPUT_TYPES, USAGE_TOTAL_KEYS, EventType
+from sessions.events import CONFIRMABLE_TOOL_USE_TYPES, RUNNER_INPUT_TYPES, USAGE_TOTAL_KEYS, EventType
 from sessions.models import Session, SessionEvent
 from sessions.selectors import APPEND_FIELDS, session_get
 from sessions.services.admission import events_admit
@@ -284,8 +284,10 @@ def _validate_references(*, session: Session, parsed: list[dict]) -> None:
         payload = item["payload"]
         if item["type"] == EventType.USER_CUSTOM_TOOL_RESULT:
             wanted[payload["custom_tool_use_id"]] = (EventType.AGENT_CUSTOM_TOOL_USE.value,)
-        elif item["type"] in (EventType.USER_TOOL_RESULT, EventType.USER_TOOL_CONFIRMATION):
+        elif item["type"] == EventType.USER_TOOL_RESULT:
             wanted[payload["tool_use_id"]] = (EventType.AGENT_TOOL_USE.value,)
+        elif item["type"] == EventType.USER_TOOL_CONFIRMATION:
+            wanted[payload["tool_use_id"]] = CONFIRMABLE_TOOL_USE_TYPES
     if not wanted:
         return
     found = dict(SessionEvent.objects.filter(session=session, id__in=list(wanted)).values_list("id", "type"))

@@ -17,6 +17,7 @@ from sessions.dispatch import sandbox_remove_enqueue
 from sessions.events import EventType
 from sessions.models import Session
 from sessions.selectors import agent_get, agent_version_get, environment_get, session_get
+from sessions.selectors.vaults import live_vault_ids
 from sessions.services.admission import events_admit
 from sessions.services.agents import agent_skills_resolve
 from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
@@ -49,6 +50,7 @@ def session_create(
     budget: dict | None = None,
     memory_stores: list | None = None,
     repositories: list | None = None,
+    vault_ids: list[str] | None = None,
 ) -> Session:
     """A session starts idle with a snapshot of the agent version and the environment config.
 
@@ -80,6 +82,7 @@ def session_create(
                 title=title,
                 initial_events=admitted,
                 budget=budget,
+                vault_ids=vault_ids or [],
             )
             resource_rows_create(session=session, copies=copies)
             if repos and (session.environment_config or {}).get("type") == "self_hosted":
@@ -98,6 +101,17 @@ def session_create(
         raise
 
 
+def _check_mcp_references(snapshot: dict) -> None:
+    """Every mcp_toolset names one of the session agent's MCP servers (after overrides)."""
+    names = {server["name"] for server in snapshot.get("mcp_servers") or []}
+    for tool in snapshot.get("tools") or []:
+        if tool.get("type") == "mcp_toolset" and tool["mcp_server_name"] not in names:
+            raise InvalidRequest(
+                f"agent.tools: mcp_toolset names MCP server {tool['mcp_server_name'][:255]!r}, which is not in"
+                " the agent's mcp_servers."
+            )
+
+
 def _session_create(
     *,
     session_id: str,
@@ -108,6 +122,7 @@ def _session_create(
     title,
     initial_events: list[dict],
     budget: dict | None,
+    vault_ids: list[str],
 ) -> Session:
     agent_row, version = _resolve_agent_ref(workspace=workspace, agent=agent)
     environment = environment_get(workspace=workspace, environment_id=environment_id)
@@ -123,18 +138,22 @@ def _session_create(
             snapshot["model"] = agent["model"]
         if agent.get("skills") is not None:
             snapshot["skills"] = agent["skills"]
+        if agent.get("mcp_servers") is not None:
+            snapshot["mcp_servers"] = agent["mcp_servers"]
+    _check_mcp_references(snapshot)
     # Skills are pinned at session start: `latest` becomes the version it is now.
     resolved = agent_skills_resolve(workspace=workspace, skills=snapshot.get("skills") or [])
     snapshot["skills"] = [
         {"type": "custom", "skill_id": ref["skill_id"], "version": row.version} for ref, row in resolved
     ]
-    if snapshot.get("mcp_servers"):
-        # No silent drop: the agent would look configured and its MCP tools would never reach the model.
-        raise InvalidRequest(
-            "agent.mcp_servers: this server has no MCP client yet, so the agent's MCP servers cannot be reached;"
-            " remove mcp_servers and mcp_toolset from the agent to run it here.",
-            code="mcp_not_supported",
-        )
+    if vault_ids:
+        live = live_vault_ids(workspace=workspace, vault_ids=vault_ids)
+        unknown = [vault_id for vault_id in vault_ids if vault_id not in live]
+        if unknown:
+            raise InvalidRequest(
+                f"vault_ids: no such vault (or archived): {', '.join(repr(v[:64]) for v in unknown[:5])}.",
+                code="vault_not_found",
+            )
     if budget is not None:
         _check_budgetable(snapshot)
     now = timezone.now()
@@ -145,6 +164,7 @@ def _session_create(
         agent=agent_row,
         agent_version=version.version,
         agent_snapshot=snapshot,
+        vault_ids=vault_ids,
         environment_id=environment.id,
         environment_config=environment.config,
         metadata=metadata,
@@ -198,7 +218,7 @@ def _budget_change(session: Session, budget: dict | None) -> dict:
 
 @transaction.atomic
 def session_update(*, workspace, session_id: str, changes: dict) -> Session:
-    """Given fields change (metadata patches; the agent's tools only while idle); the change is
+    """Given fields change (metadata patches; the agent's tools and MCP servers only while idle); the change is
     logged as session.updated with what changed."""
     session = session_get(workspace=workspace, session_id=session_id, for_update=True)
     updated = {}
@@ -212,6 +232,9 @@ def session_update(*, workspace, session_id: str, changes: dict) -> Session:
         snapshot = dict(session.agent_snapshot)
         if "tools" in changes["agent"]:
             snapshot["tools"] = changes["agent"]["tools"] or []
+        if "mcp_servers" in changes["agent"]:
+            snapshot["mcp_servers"] = changes["agent"]["mcp_servers"] or []
+        _check_mcp_references(snapshot)
         updated["agent"] = snapshot
     if "budget" in changes:
         updated["budget"] = _budget_change(session, changes["budget"])

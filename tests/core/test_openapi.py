@@ -90,6 +90,22 @@ OPERATIONS = {
         "post",
         "/v1/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}/redact",
     ): "memory_stores_memory_versions_redact",
+    ("get", "/v1/vaults"): "vaults_list",
+    ("post", "/v1/vaults"): "vaults_create",
+    ("get", "/v1/vaults/{vault_id}"): "vaults_retrieve",
+    ("post", "/v1/vaults/{vault_id}"): "vaults_update",
+    ("delete", "/v1/vaults/{vault_id}"): "vaults_delete",
+    ("post", "/v1/vaults/{vault_id}/archive"): "vaults_archive",
+    ("get", "/v1/vaults/{vault_id}/credentials"): "vaults_credentials_list",
+    ("post", "/v1/vaults/{vault_id}/credentials"): "vaults_credentials_create",
+    ("get", "/v1/vaults/{vault_id}/credentials/{credential_id}"): "vaults_credentials_retrieve",
+    ("post", "/v1/vaults/{vault_id}/credentials/{credential_id}"): "vaults_credentials_update",
+    ("delete", "/v1/vaults/{vault_id}/credentials/{credential_id}"): "vaults_credentials_delete",
+    ("post", "/v1/vaults/{vault_id}/credentials/{credential_id}/archive"): "vaults_credentials_archive",
+    (
+        "post",
+        "/v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate",
+    ): "vaults_credentials_mcp_oauth_validate",
 }
 BODYLESS = {
     "files_download",
@@ -101,6 +117,9 @@ BODYLESS = {
     "memory_stores_archive",
     "memory_stores_memory_versions_redact",
     "sessions_threads_archive",
+    "vaults_archive",
+    "vaults_credentials_archive",
+    "vaults_credentials_mcp_oauth_validate",
 }
 
 
@@ -294,6 +313,34 @@ def test_every_operation_replayed_answers_as_documented(api, api_key, s3_bucket)
     assert api.get(f"/v1/environments/{hid}/work/{work['id']}").status_code == 200
     assert _post(api, f"/v1/environments/{hid}/work/{work['id']}", {"metadata": {"k": "v"}}).status_code == 200
     assert _post(api, f"/v1/environments/{hid}/work/{work['id']}/stop", {"force": True}).status_code == 200
+    vault = _post(api, "/v1/vaults", {"display_name": "v", "metadata": {"k": "v"}})
+    assert vault.status_code == 200, vault.content
+    vid = vault.json()["id"]
+    assert api.get("/v1/vaults").status_code == 200
+    assert api.get(f"/v1/vaults/{vid}").status_code == 200
+    assert _post(api, f"/v1/vaults/{vid}", {"display_name": "w"}).status_code == 200
+    oauth = {
+        "type": "mcp_oauth",
+        "mcp_server_url": "https://mcp.example.invalid/mcp",
+        "access_token": "a",
+        "refresh": {
+            "client_id": "c",
+            "refresh_token": "r",
+            "token_endpoint": "https://auth.example.invalid/token",
+            "token_endpoint_auth": {"type": "client_secret_basic", "client_secret": "s"},
+        },
+    }
+    credential = _post(api, f"/v1/vaults/{vid}/credentials", {"auth": oauth})
+    assert credential.status_code == 200, credential.content
+    cid = credential.json()["id"]
+    assert api.get(f"/v1/vaults/{vid}/credentials").status_code == 200
+    assert api.get(f"/v1/vaults/{vid}/credentials/{cid}").status_code == 200
+    assert _post(api, f"/v1/vaults/{vid}/credentials/{cid}", {"display_name": "c"}).status_code == 200
+    assert _post(api, f"/v1/vaults/{vid}/credentials/{cid}/mcp_oauth_validate").status_code == 200
+    assert _post(api, f"/v1/vaults/{vid}/credentials/{cid}/archive").status_code == 200
+    assert api.delete(f"/v1/vaults/{vid}/credentials/{cid}").status_code == 200
+    assert _post(api, f"/v1/vaults/{vid}/archive").status_code == 200
+    assert api.delete(f"/v1/vaults/{vid}").status_code == 200
 
     seen = {" ".join(key.split()[:2]) for key in openapi.checked}
     expected = {f"{method.upper()} {path}" for method, path in OPERATIONS}

@@ -150,7 +150,8 @@ def test_a_system_message_is_a_system_turn_after_what_it_accompanies(sdk, model,
 
 
 def test_fields_this_server_cannot_act_on_are_refused_not_dropped(sdk, env, agent):
-    """No silent drop: MCP servers (no MCP client here) and a deployment filter (no deployments)."""
+    """No silent drop: a deployment filter (no deployments here) matches nothing. MCP servers
+    are acted on (tests/sessions/test_mcp.py): a session takes them, overrides included."""
     session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
     assert [s.id for s in sdk.beta.sessions.list()] == [session.id]
     assert list(sdk.beta.sessions.list(deployment_id="depl_unknown")) == []
@@ -160,17 +161,24 @@ def test_fields_this_server_cannot_act_on_are_refused_not_dropped(sdk, env, agen
         mcp_servers=[{"type": "url", "name": "docs", "url": "https://mcp.example.com/mcp"}],
         tools=[{"type": "mcp_toolset", "mcp_server_name": "docs"}],
     )
-    with pytest.raises(anthropic.BadRequestError) as refused:
-        sdk.beta.sessions.create(agent=with_mcp.id, environment_id=env.id)
-    assert "mcp_servers" in refused.value.message
-    with pytest.raises(anthropic.BadRequestError, match="MCP servers are not supported"):
+    made = sdk.beta.sessions.create(agent=with_mcp.id, environment_id=env.id)
+    assert [server.name for server in made.agent.mcp_servers] == ["docs"]
+    overridden = sdk.beta.sessions.create(
+        agent={
+            "type": "agent_with_overrides",
+            "id": with_mcp.id,
+            "mcp_servers": [{"type": "url", "name": "docs", "url": "https://other.example.com/mcp"}],
+        },
+        environment_id=env.id,
+    )
+    assert overridden.agent.mcp_servers[0].url == "https://other.example.com/mcp"
+    moved = [{"type": "url", "name": "docs", "url": "https://moved.example.com/mcp"}]
+    assert sdk.beta.sessions.update(made.id, agent={"mcp_servers": moved}).agent.mcp_servers[0].url == moved[0]["url"]
+    with pytest.raises(anthropic.BadRequestError, match="not in the agent's mcp_servers"):
+        sdk.beta.sessions.update(made.id, agent={"mcp_servers": []})
+    with pytest.raises(anthropic.BadRequestError, match="not in the agent's mcp_servers"):
         sdk.beta.sessions.create(
-            agent={
-                "type": "agent_with_overrides",
-                "id": agent.id,
-                "mcp_servers": [{"type": "url", "name": "d", "url": "https://mcp.example.com/mcp"}],
-            },
-            environment_id=env.id,
+            agent={"type": "agent_with_overrides", "id": with_mcp.id, "mcp_servers": []}, environment_id=env.id
         )
 
 

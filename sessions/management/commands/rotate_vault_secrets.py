@@ -1,0 +1,14 @@
+from django.core.management.base import BaseCommand
+
+from sessions.services.vaults import secrets_reencrypt
+
+
+class Command(BaseCommand):
+    help = (
+        "Re-encrypt every stored vault credential under MANGO_VAULT_KEY's first key (after putting a new"
+        " key first). Once it has run, the old key can be dropped from MANGO_VAULT_KEY."
+    )
+
+    def handle(self, *args, **options):
+        count = secrets_reencrypt()
+        self.stdout.write(f"Re-encrypted {count} credential secret(s) under the first key of MANGO_VAULT_KEY.")
