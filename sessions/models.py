@@ -545,6 +545,9 @@ class VaultCredential(Archivable, models.Model):
     class AuthType(models.TextChoices):
         STATIC_BEARER = "static_bearer"
         MCP_OAUTH = "mcp_oauth"
+        # Substituted into the sandbox's outbound requests by its egress proxy (docs/sandboxes.md);
+        # no server URL (""); one live credential per secret_name in a vault (the service checks).
+        ENVIRONMENT_VARIABLE = "environment_variable"
 
     id = models.CharField(primary_key=True, max_length=64, default=_credential_id, editable=False)
     vault = models.ForeignKey(Vault, on_delete=models.CASCADE, related_name="credentials")
@@ -565,7 +568,7 @@ class VaultCredential(Archivable, models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["vault", "mcp_server_url"],
-                condition=Q(archived_at__isnull=True),
+                condition=Q(archived_at__isnull=True) & ~Q(auth_type="environment_variable"),
                 name="vault_credential_live_url_unique",
             )
         ]

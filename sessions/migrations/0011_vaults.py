@@ -42,7 +42,7 @@ class Migration(migrations.Migration):
                 ('id', models.CharField(default=sessions.models._credential_id, editable=False, max_length=64, primary_key=True, serialize=False)),
                 ('display_name', models.CharField(blank=True, max_length=255, null=True)),
                 ('metadata', models.JSONField(default=dict)),
-                ('auth_type', models.CharField(choices=[('static_bearer', 'Static Bearer'), ('mcp_oauth', 'Mcp Oauth')], max_length=32)),
+                ('auth_type', models.CharField(choices=[('static_bearer', 'Static Bearer'), ('mcp_oauth', 'Mcp Oauth'), ('environment_variable', 'Environment Variable')], max_length=32)),
                 ('mcp_server_url', models.CharField(max_length=2048)),
                 ('auth', models.JSONField(default=dict)),
                 ('secret', models.TextField()),
@@ -65,6 +65,6 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name='vaultcredential',
-            constraint=models.UniqueConstraint(condition=models.Q(('archived_at__isnull', True)), fields=('vault', 'mcp_server_url'), name='vault_credential_live_url_unique'),
+            constraint=models.UniqueConstraint(condition=models.Q(('archived_at__isnull', True), models.Q(('auth_type', 'environment_variable'), _negated=True)), fields=('vault', 'mcp_server_url'), name='vault_credential_live_url_unique'),
         ),
     ]

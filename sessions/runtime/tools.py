@@ -6,6 +6,7 @@ agent.mcp_tool_result; confirmed always_ask uses run, denied ones get an error r
 resume, the dead runner's unfinished uses get an error result."""
 
 import fnmatch
+import hmac
 import re
 import shlex
 from collections.abc import Callable
@@ -28,12 +29,14 @@ from sessions.selectors.runner import (
     session_tool_uses,
     session_unplaced_resource_types,
 )
+from sessions.selectors.vaults import session_environment_credentials
 from sessions.services.events import SessionGone, events_append
 from sessions.services.memory_mounts import session_memory_place
 from sessions.services.resources import resources_place
 from sessions.services.runner import session_error_record, session_sandbox_failed, session_sandbox_running
 from sessions.services.sandboxes import sandbox_admit
 from sessions.services.skills import session_skills_place
+from sessions.services.vaults import credential_secrets
 
 MAX_RESULT_CHARS = 100_000
 DEFAULT_BASH_TIMEOUT_SECONDS = 120.0
@@ -356,12 +359,32 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
 
 def sandbox_networking(session: Session) -> dict | None:
     """The environment's networking, with the hosts a `limited` sandbox's proxy lets through
-    (allowed_hosts, package registries, the agent's MCP servers) resolved."""
+    (allowed_hosts, package registries, the agent's MCP servers) resolved, and the session's
+    vault environment_variable credentials the proxy substitutes (decrypted here, right before
+    they go to the proxy; the sandbox gets only their placeholders)."""
     networking = session.environment_config.get("networking")
     if not networking:
         return networking
     servers = [server.get("url", "") for server in (session.agent_snapshot or {}).get("mcp_servers") or []]
-    return {**networking, "egress_hosts": sandbox_policy.egress_hosts(networking, servers)}
+    resolved = {**networking, "egress_hosts": sandbox_policy.egress_hosts(networking, servers)}
+    found = session_environment_credentials(workspace_id=session.workspace_id, vault_ids=session.vault_ids or [])
+    if found:
+        resolved["credentials"] = [_proxy_credential(session, credential) for credential in found]
+    return resolved
+
+
+def _proxy_credential(session: Session, credential) -> dict:
+    auth = credential.auth
+    networking = auth["networking"]
+    digest = hmac.new(settings.SECRET_KEY.encode(), f"{session.id}:{credential.id}".encode(), "sha256").hexdigest()
+    return {
+        "name": auth["secret_name"],
+        "placeholder": f"mango-vault-{digest[:32]}",  # not a secret: it only marks where the value goes
+        "value": credential_secrets(credential)["secret_value"],
+        "hosts": None if networking["type"] == "unrestricted" else list(networking["allowed_hosts"]),
+        "header": auth["injection_location"]["header"],
+        "body": auth["injection_location"]["body"],
+    }
 
 
 def _packages_image(session: Session, networking: dict | None) -> str | None:

@@ -70,7 +70,7 @@ def session_credentials(*, workspace_id: str, vault_ids: list[str]) -> dict[str,
     order = {vault_id: position for position, vault_id in enumerate(vault_ids)}
     rows = VaultCredential.objects.filter(
         workspace_id=workspace_id, vault_id__in=vault_ids, archived_at__isnull=True, vault__archived_at__isnull=True
-    )
+    ).exclude(auth_type=VaultCredential.AuthType.ENVIRONMENT_VARIABLE)
     found: dict[str, VaultCredential] = {}
     for row in sorted(rows, key=lambda row: (order.get(row.vault_id, len(order)), row.id)):
         found.setdefault(row.mcp_server_url, row)
@@ -79,3 +79,22 @@ def session_credentials(*, workspace_id: str, vault_ids: list[str]) -> dict[str,
 
 def credential_by_id(*, credential_id: str) -> VaultCredential | None:
     return VaultCredential.objects.filter(id=credential_id).first()
+
+
+def session_environment_credentials(*, workspace_id: str, vault_ids: list[str]) -> list[VaultCredential]:
+    """The environment_variable credentials of a session's vaults (live ones of live vaults), one
+    per secret_name, the first vault in `vault_ids` winning."""
+    if not vault_ids:
+        return []
+    order = {vault_id: position for position, vault_id in enumerate(vault_ids)}
+    rows = VaultCredential.objects.filter(
+        workspace_id=workspace_id,
+        vault_id__in=vault_ids,
+        archived_at__isnull=True,
+        vault__archived_at__isnull=True,
+        auth_type=VaultCredential.AuthType.ENVIRONMENT_VARIABLE,
+    )
+    found: dict[str, VaultCredential] = {}
+    for row in sorted(rows, key=lambda row: (order.get(row.vault_id, len(order)), row.id)):
+        found.setdefault(row.auth["secret_name"], row)
+    return list(found.values())

@@ -7,7 +7,6 @@ from datetime import datetime
 from rest_framework import serializers
 
 from core.api import rfc3339
-from core.errors import InvalidRequest
 from core.serializers import Array, Bool, InputSerializer, Text, TypedUnion, deleted_output, validated
 from sessions.serializers.common import Metadata
 
@@ -16,11 +15,7 @@ URL_MAX_CHARS = 2048
 SECRET_MAX_CHARS = 8192
 OAUTH_FIELD_MAX_CHARS = 1024
 ALLOWED_HOSTS_MAX = 16
-ENVIRONMENT_VARIABLE_REFUSED = (
-    "auth.type: environment_variable credentials are not available on this server: their value is"
-    " substituted into the sandbox's outbound requests by an egress proxy, which this server does not"
-    " run yet. Use static_bearer or mcp_oauth for MCP servers."
-)
+SECRET_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class TokenEndpointAuthNoneInputSerializer(InputSerializer):
@@ -101,9 +96,9 @@ class InjectionLocationInputSerializer(InputSerializer):
 
 class EnvironmentVariableCreateInputSerializer(InputSerializer):
     type = serializers.ChoiceField(choices=["environment_variable"])
-    secret_name = Text(max_length=NAME_MAX_CHARS, required=False)
-    secret_value = Text(max_length=SECRET_MAX_CHARS, required=False)
-    networking = NetworkingInputSerializer(required=False)
+    secret_name = serializers.RegexField(SECRET_NAME_PATTERN, max_length=NAME_MAX_CHARS)
+    secret_value = Text(max_length=SECRET_MAX_CHARS)
+    networking = NetworkingInputSerializer()
     injection_location = InjectionLocationInputSerializer(required=False)
 
 
@@ -122,6 +117,8 @@ class McpOAuthUpdateInputSerializer(InputSerializer):
 class EnvironmentVariableUpdateInputSerializer(InputSerializer):
     type = serializers.ChoiceField(choices=["environment_variable"])
     secret_value = Text(max_length=SECRET_MAX_CHARS, required=False, allow_null=True)
+    networking = NetworkingInputSerializer(required=False, allow_null=True)
+    injection_location = InjectionLocationInputSerializer(required=False)
 
 
 class VaultCreateInputSerializer(InputSerializer):
@@ -169,14 +166,7 @@ def parse_vault_changes(body) -> dict:
     return {key: data[key] for key in ("display_name", "metadata") if data.get(key) is not None}
 
 
-def _no_environment_variable(auth: dict | None) -> None:
-    if auth is not None and auth.get("type") == "environment_variable":
-        raise InvalidRequest(ENVIRONMENT_VARIABLE_REFUSED, code="environment_variable_not_supported")
-
-
 def parse_credential_create(body) -> dict:
-    if isinstance(body, dict) and isinstance(body.get("auth"), dict):
-        _no_environment_variable(body["auth"])
     data = validated(CredentialCreateInputSerializer, body)
     return {
         "auth": dict(data["auth"]),
@@ -186,8 +176,6 @@ def parse_credential_create(body) -> dict:
 
 
 def parse_credential_changes(body) -> dict:
-    if isinstance(body, dict) and isinstance(body.get("auth"), dict):
-        _no_environment_variable(body["auth"])
     data = validated(CredentialUpdateInputSerializer, body)
     changes = {key: data[key] for key in ("display_name", "metadata") if data.get(key) is not None}
     if data.get("auth") is not None:
@@ -214,6 +202,19 @@ def _auth_to_wire(auth: dict) -> dict:
     """The public auth, field by field (a stored key that is not listed here is never rendered)."""
     if auth["type"] == "static_bearer":
         return {"type": "static_bearer", "mcp_server_url": auth["mcp_server_url"]}
+    if auth["type"] == "environment_variable":
+        networking = auth["networking"]
+        return {
+            "type": "environment_variable",
+            "secret_name": auth["secret_name"],
+            "networking": {"type": "unrestricted"}
+            if networking["type"] == "unrestricted"
+            else {"type": "limited", "allowed_hosts": list(networking["allowed_hosts"])},
+            "injection_location": {
+                "header": auth["injection_location"]["header"],
+                "body": auth["injection_location"]["body"],
+            },
+        }
     refresh = auth.get("refresh")
     return {
         "type": "mcp_oauth",
@@ -279,10 +280,14 @@ class OAuthRefreshOutputSerializer(serializers.Serializer):
 
 
 class CredentialAuthOutputSerializer(serializers.Serializer):
-    """static_bearer: type and mcp_server_url; mcp_oauth adds expires_at and refresh."""
+    """static_bearer: type and mcp_server_url; mcp_oauth adds expires_at and refresh;
+    environment_variable: secret_name, networking and injection_location."""
 
     type = serializers.ChoiceField(choices=["static_bearer", "mcp_oauth", "environment_variable"])
     mcp_server_url = serializers.CharField(required=False)
+    secret_name = serializers.CharField(required=False)
+    networking = serializers.DictField(required=False)
+    injection_location = serializers.DictField(child=serializers.BooleanField(), required=False)
     expires_at = serializers.DateTimeField(allow_null=True, required=False)
     refresh = OAuthRefreshOutputSerializer(allow_null=True, required=False)
 

@@ -7,11 +7,13 @@ access and refresh tokens, client secret) only as one Fernet token in `secret`
 decrypts, for the worker right before use (and the validation probe). Network calls (token
 endpoint, MCP probe) run outside any transaction; the new tokens are then stored in a short one.
 
-`environment_variable` credentials are refused: their value is substituted by the sandbox's
-egress proxy into outbound requests to the allowed hosts, and this server has no such proxy yet.
+`environment_variable` credentials have no server URL: the worker hands their value to the
+session sandbox's egress proxy, which substitutes it for a placeholder in requests to the
+credential's hosts (sessions/runtime/tools.py sandbox_networking, docs/sandboxes.md).
 """
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -121,9 +123,49 @@ def _refresh_public(refresh: dict) -> dict:
     }
 
 
+# Variables the sandbox's own plumbing sets (sessions/sandbox/policy.py): a credential cannot take them.
+RESERVED_SECRET_NAMES = frozenset(
+    {"PATH", "HOME", "TMPDIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+     "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS"}
+)  # fmt: skip
+_HOST_ENTRY = re.compile(r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}\.)*[A-Za-z0-9-]{1,63}$")
+
+
+def _networking_public(field: str, networking: dict) -> dict:
+    """A credential's networking as stored: unrestricted, or limited to bare hostnames, IPv4
+    addresses or `*.` wildcards (no URLs, ports, paths or IPv6, as the SDK says)."""
+    if networking["type"] == "unrestricted":
+        return {"type": "unrestricted"}
+    hosts = list(networking.get("allowed_hosts") or [])
+    if not hosts:
+        raise InvalidRequest(f"{field}.allowed_hosts: a limited credential names at least one host.")
+    for host in hosts:
+        if not _HOST_ENTRY.match(host):
+            raise InvalidRequest(
+                f"{field}.allowed_hosts: {host[:100]!r} is not a hostname, an IPv4 address or a *. wildcard."
+            )
+    return {"type": "limited", "allowed_hosts": [host.lower() for host in hosts]}
+
+
+def _environment_variable_split(auth: dict) -> tuple[str, str, dict, dict]:
+    name = auth["secret_name"]
+    if name.upper() in RESERVED_SECRET_NAMES or name.upper().startswith("MANGO_"):
+        raise InvalidRequest(f"auth.secret_name: {name!r} is set by the sandbox itself; choose another name.")
+    location = auth.get("injection_location") or {}
+    public = {
+        "type": VaultCredential.AuthType.ENVIRONMENT_VARIABLE,
+        "secret_name": name,
+        "networking": _networking_public("auth.networking", auth["networking"]),
+        "injection_location": {"header": location.get("header", True), "body": location.get("body", False)},
+    }
+    return VaultCredential.AuthType.ENVIRONMENT_VARIABLE, "", public, {"secret_value": auth["secret_value"]}
+
+
 def _auth_split(auth: dict) -> tuple[str, str, dict, dict]:
     """(type, server URL, public auth, secret parts) of a create's `auth`."""
     kind = auth["type"]
+    if kind == VaultCredential.AuthType.ENVIRONMENT_VARIABLE:
+        return _environment_variable_split(auth)
     url = auth["mcp_server_url"]
     _check_outbound("auth.mcp_server_url", url)
     if kind == VaultCredential.AuthType.STATIC_BEARER:
@@ -156,6 +198,16 @@ def credential_create(
             if VaultCredential.objects.filter(vault=vault).count() >= limit:
                 raise InvalidRequest(
                     f"Vault {vault.id!r} holds its limit of {limit} credentials (MANGO_VAULT_MAX_CREDENTIALS)."
+                )
+            if (
+                kind == VaultCredential.AuthType.ENVIRONMENT_VARIABLE
+                and VaultCredential.objects.filter(
+                    vault=vault, auth_type=kind, archived_at__isnull=True, auth__secret_name=public["secret_name"]
+                ).exists()
+            ):  # under the vault's row lock: no race
+                raise CredentialUrlTaken(
+                    f"Vault {vault.id!r} already holds a live credential for {public['secret_name']!r}; "
+                    "archive it or update it."
                 )
             return VaultCredential.objects.create(
                 vault=vault,
@@ -207,6 +259,14 @@ def _auth_changes(credential: VaultCredential, auth: dict) -> tuple[dict, dict]:
     if credential.auth_type == VaultCredential.AuthType.STATIC_BEARER:
         if auth.get("token") is not None:
             secret["token"] = auth["token"]
+        return public, secret
+    if credential.auth_type == VaultCredential.AuthType.ENVIRONMENT_VARIABLE:
+        if auth.get("secret_value") is not None:
+            secret["secret_value"] = auth["secret_value"]
+        if auth.get("networking") is not None:  # replaces the stored one as a whole
+            public["networking"] = _networking_public("auth.networking", auth["networking"])
+        location = auth.get("injection_location") or {}
+        public["injection_location"] = {**public["injection_location"], **location}
         return public, secret
     if auth.get("access_token") is not None:
         secret["access_token"] = auth["access_token"]

@@ -365,3 +365,49 @@ def test_environment_variable_credentials_are_substituted_by_the_proxy_only(sand
     assert SECRET not in out and "proxy-ca.pem" in out, out
     for name in (sandbox.container_name(box), docker_backend.proxy_name(box)):
         assert SECRET not in str(docker_client.api.inspect_container(name)), name
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sessions_vault_credentials_go_to_its_proxy_and_only_placeholders_to_its_sandbox(
+    sdk, api_key, no_turns, real_image, echo_hosts, docker_client
+):
+    """The wiring: a session's vault_ids → the worker's networking (sessions/runtime/tools.py) →
+    the proxy substitutes the vault's value; the sandbox sees a placeholder derived per session."""
+    from sessions.models import Session
+    from sessions.runtime.tools import sandbox_networking
+
+    api, elsewhere = echo_hosts
+    vault = sdk.beta.vaults.create(display_name="team")
+    sdk.beta.vaults.credentials.create(
+        vault.id,
+        auth={
+            "type": "environment_variable",
+            "secret_name": "API_TOKEN",
+            "secret_value": SECRET,
+            "networking": {"type": "limited", "allowed_hosts": [api]},
+        },
+    )
+    env = sdk.beta.environments.create(
+        name="e", config={"type": "cloud", "networking": {"type": "limited", "allowed_hosts": [api, elsewhere]}}
+    )
+    agent = sdk.beta.agents.create(name="a", model="claude-sonnet-4-5", tools=[{"type": "agent_toolset_20260401"}])
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id, vault_ids=[vault.id])
+    row = Session.objects.get(id=session.id)
+    networking = sandbox_networking(row)
+    (credential,) = networking["credentials"]
+    assert credential["hosts"] == [api] and credential["header"] is True and credential["body"] is False
+    sandbox.ensure(session_id=row.id, workspace_id=row.workspace_id, networking=networking)
+    try:
+        placeholder = sh(row.id, "echo $API_TOKEN")[1].strip()
+        assert placeholder.startswith("mango-vault-") and placeholder == credential["placeholder"]
+        _, out = sh(row.id, f'curl -sS --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://{api}/')
+        assert f'"auth": "Bearer {SECRET}"' in out, out
+        _, out = sh(row.id, f'curl -sS --max-time 10 -d "t=$API_TOKEN" https://{api}/')
+        assert SECRET not in out and placeholder in out, out  # no body substitution unless the credential says so
+        _, out = sh(row.id, f'curl -sS --max-time 10 -H "Authorization: $API_TOKEN" http://{elsewhere}/')
+        assert placeholder in out and SECRET not in out, out
+        assert SECRET not in sh(row.id, "env; cat /proc/*/environ 2>/dev/null")[1]
+        for name in (sandbox.container_name(row.id), docker_backend.proxy_name(row.id)):
+            assert SECRET not in str(docker_client.api.inspect_container(name)), name
+    finally:
+        sandbox.remove(session_id=row.id)

@@ -1,7 +1,8 @@
 """Vaults and credentials: the official SDK drives the 13 methods (strict response validation);
 secrets are write-only (in no response, log line or pg_dump of the database) and encrypted at
-rest; environment_variable is refused; another workspace's ids are 404s; private MCP servers and
-token endpoints are refused unless allowed; sessions take `vault_ids` (unknown or foreign: 400);
+rest; environment_variable credentials are kept for the egress proxy; another workspace's ids
+are 404s; private MCP servers and token endpoints are refused unless allowed; sessions take
+`vault_ids` (unknown or foreign: 400);
 mcp_oauth_validate probes a real MCP server and refreshes at a real token endpoint."""
 
 import json
@@ -240,20 +241,74 @@ def test_refresh_sends_the_token_endpoint_auth(sdk, allowed, auth_type):
     assert stored["access_token"] == "fresh-access-2" and stored["refresh_token"] == REFRESH  # kept
 
 
-def test_environment_variable_credentials_are_refused_naming_the_proxy(sdk):
+SECRET_VALUE = "env-secret-PLAINTEXT-9d2e"
+
+
+def test_environment_variable_credentials_through_the_sdk_without_their_value(sdk, caplog):
+    """Stored for the egress proxy to substitute (tests/sessions/test_sandbox_image.py shows the
+    substitution): shapes as the SDK's, the value in no response, log line or pg_dump."""
+    caplog.set_level(logging.DEBUG)
     vault = sdk.beta.vaults.create(display_name="v")
-    with pytest.raises(anthropic.BadRequestError, match="egress proxy") as refused:
-        sdk.beta.vaults.credentials.create(
+    credentials = sdk.beta.vaults.credentials
+    made = credentials.create(
+        vault.id,
+        auth={
+            "type": "environment_variable",
+            "secret_name": "API_KEY",
+            "secret_value": SECRET_VALUE,
+            "networking": {"type": "limited", "allowed_hosts": ["api.example.com", "*.example.org"]},
+            "injection_location": {"header": True, "body": True},
+        },
+    )
+    assert made.auth.type == "environment_variable" and made.auth.secret_name == "API_KEY"
+    assert made.auth.networking.type == "limited"
+    assert made.auth.networking.allowed_hosts == ["api.example.com", "*.example.org"]
+    assert made.auth.injection_location.header is True and made.auth.injection_location.body is True
+    unrestricted = credentials.create(
+        vault.id,
+        auth={
+            "type": "environment_variable",
+            "secret_name": "OTHER",
+            "secret_value": SECRET_VALUE,
+            "networking": {"type": "unrestricted"},
+        },
+    )
+    assert unrestricted.auth.networking.type == "unrestricted"
+    assert (unrestricted.auth.injection_location.header, unrestricted.auth.injection_location.body) == (True, False)
+    updated = credentials.update(
+        made.id,
+        vault_id=vault.id,
+        auth={"type": "environment_variable", "secret_value": "rotated-" + SECRET_VALUE,
+              "networking": {"type": "unrestricted"}, "injection_location": {"body": False}},
+    )  # fmt: skip
+    assert updated.auth.networking.type == "unrestricted" and updated.auth.injection_location.body is False
+    assert updated.auth.secret_name == "API_KEY"
+    listed = list(credentials.list(vault.id))
+    assert {c.id for c in listed} == {made.id, unrestricted.id}
+    seen = json.dumps([raw(c) for c in [made, unrestricted, updated, credentials.retrieve(made.id, vault_id=vault.id)]])
+    assert SECRET_VALUE not in seen and SECRET_VALUE not in server_log(caplog)
+    assert SECRET_VALUE not in pg_dump()
+    row = VaultCredential.objects.get(id=made.id)
+    assert json.loads(secrets.decrypt(row.secret)) == {"secret_value": "rotated-" + SECRET_VALUE}
+    # One live credential per variable in a vault; the sandbox's own variables and bad hosts are 400s.
+    with pytest.raises(anthropic.ConflictError):
+        credentials.create(
             vault.id,
-            auth={
-                "type": "environment_variable",
-                "secret_name": "API_KEY",
-                "secret_value": TOKEN,
-                "networking": {"type": "limited", "allowed_hosts": ["api.example.com"]},
-            },
-        )
-    assert TOKEN not in json.dumps(refused.value.body)
-    assert not VaultCredential.objects.exists()
+            auth={"type": "environment_variable", "secret_name": "API_KEY", "secret_value": "x",
+                  "networking": {"type": "unrestricted"}},
+        )  # fmt: skip
+    for auth, named in (
+        ({"secret_name": "HTTPS_PROXY"}, "auth.secret_name"),
+        ({"secret_name": "NOT-A-NAME"}, "secret_name"),
+        ({"networking": {"type": "limited", "allowed_hosts": ["https://api.example.com/x"]}}, "allowed_hosts"),
+        ({"networking": {"type": "limited", "allowed_hosts": ["api.example.com:8443"]}}, "allowed_hosts"),
+        ({"networking": {"type": "limited", "allowed_hosts": []}}, "allowed_hosts"),
+    ):
+        body = {"type": "environment_variable", "secret_name": "FINE", "secret_value": SECRET_VALUE,
+                "networking": {"type": "unrestricted"}} | auth  # fmt: skip
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            credentials.create(vault.id, auth=body)
+        assert named in refused.value.message and SECRET_VALUE not in json.dumps(refused.value.body), auth
 
 
 def test_private_servers_and_token_endpoints_are_refused_unless_allowed(sdk, settings, mcp_server):
