@@ -9,7 +9,10 @@ class SessionsConfig(AppConfig):
 
     def ready(self):
         from core import metrics
-        from sessions import checks  # noqa: F401 — registers the model upstream check
+        from sessions import (
+            checks,  # noqa: F401 — registers the model upstream check
+            schema,  # noqa: F401 — registers the worker credential's OpenAPI scheme
+        )
         from sessions import metrics as sessions_metrics
 
         metrics.register_collector("sessions", sessions_metrics.collect)
