@@ -21,8 +21,9 @@ from pathlib import Path
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from dulwich.errors import NotGitRepository
 from dulwich.repo import Repo
-from dulwich.server import DictBackend
+from dulwich.server import Backend
 from dulwich.web import make_wsgi_chain
 
 GIT_ENV = {
@@ -35,6 +36,21 @@ GIT_ENV = {
     "HOME": "/nonexistent",
     "PATH": "/usr/bin:/bin",
 }
+
+
+class _FreshBackend(Backend):
+    """Each request opens its repository anew. One dulwich Repo shared by concurrent requests
+    reads its packs through one file handle (seek, then read), so two clones of a repository at
+    once could send each other's bytes: a client's failure the worker was not to blame for."""
+
+    def __init__(self):
+        self.paths: dict[str, Path] = {}
+
+    def open_repository(self, path: str | bytes) -> Repo:
+        name = path.decode() if isinstance(path, bytes) else path
+        if name not in self.paths:
+            raise NotGitRepository(path)
+        return Repo(str(self.paths[name]))
 
 
 class _Quiet(WSGIRequestHandler):
@@ -56,7 +72,7 @@ class GitServer:
         self.tokens, self.denied = set(tokens), set(denied)
         self.repos: dict[str, Repo] = {}
         self.seen: list[tuple[str, str | None]] = []
-        self._backend = DictBackend({})
+        self._backend = _FreshBackend()
         self._app = make_wsgi_chain(self._backend)
         self._server = None
         self.delay = 0.0  # seconds each upload-pack request waits (a slow host)
@@ -92,7 +108,7 @@ class GitServer:
         bare = self.root / f"{name}.git"
         git("clone", "--quiet", "--bare", str(work), str(bare), cwd=self.root)
         self.repos[name] = Repo(str(bare))
-        self._backend.repos[f"/{name}.git"] = self.repos[name]
+        self._backend.paths[f"/{name}.git"] = bare
         return shas
 
     def _token(self, environ) -> str | None:

@@ -372,14 +372,16 @@ def test_a_hostile_workspace_cannot_make_the_worker_hold_more(settings, git_host
             peak_disk[0] = max(peak_disk[0], git._size(tmp_path))
             time.sleep(0.02)
 
-    def one(url: str):
+    def one(name: str):
         slot = clone_slot(workspace_id=hostile, deadline=time.monotonic() + 60, should_stop=lambda: False)
         try:
-            work = git.clone(url=url, token=GOOD, checkout=None, max_bytes=clone_max_bytes(), timeout=60)
+            work = git.clone(
+                url=git_host.url(name), token=GOOD, checkout=None, max_bytes=clone_max_bytes(), timeout=60
+            )
             git.discard(work)
-            results.append("ok")
+            results.append((name, "ok", ""))
         except git.CloneFailed as exc:
-            results.append(exc.failure.type)
+            results.append((name, exc.failure.type, exc.failure.message))
         finally:
             thread_gate().release(slot)
 
@@ -387,7 +389,7 @@ def test_a_hostile_workspace_cannot_make_the_worker_hold_more(settings, git_host
     git_host.peak_in_flight = 0
     sampler = threading.Thread(target=sample)
     sampler.start()
-    threads = [threading.Thread(target=one, args=(git_host.url("big" if n % 2 else "app"),)) for n in range(8)]
+    threads = [threading.Thread(target=one, args=("big" if n % 2 else "app",)) for n in range(8)]
     try:
         for thread in threads:
             thread.start()
@@ -403,7 +405,12 @@ def test_a_hostile_workspace_cannot_make_the_worker_hold_more(settings, git_host
         git_host.delay = 0
         stop.set()
         sampler.join()
-    assert sorted(results) == ["ok"] * 4 + ["repository_clone_error"] * 4  # the big ones pass the bound
+    # The small ones are cloned; the big ones pass the bound, and the message says so.
+    outcomes = sorted(results)
+    assert [(name, kind) for name, kind, _ in outcomes] == [("app", "ok")] * 4 + [("big", "repository_clone_error")] * 4, (
+        outcomes
+    )
+    assert all("larger than the 1048576 bytes" in message for name, _, message in outcomes if name == "big"), outcomes
     assert git_host.peak_in_flight <= 2
     assert peak_disk[0] <= settings.MANGO_WORKSPACE_REPOSITORY_DISK_BYTES + 256 * 1024  # one poll's overshoot
     assert os.listdir(tmp_path) == []
