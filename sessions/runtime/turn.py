@@ -277,7 +277,7 @@ class Runner:
     def _append_response(self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool, spend: "Spend"):
         """span.model_request_end and session.usage, then the model content as agent events, in
         order, in one statement (with the usage totals). Returns [(tool-use event, ToolMode)]."""
-        items, modes = _response_items(reply, specs, self_hosted, ev.primary_thread_id(self.session_id))
+        items, modes = _response_items(reply, specs, self_hosted)
         span_end, model_usage = span_end_item(
             start_id=reply.span_start_id, usage=reply.response.get("usage") or {}, price=spend.price
         )
@@ -345,17 +345,17 @@ class Spend:
         return int(self.totals.get("list_cost_nanousd") or 0) >= cap
 
 
-def _tool_use_item(
-    block: dict, specs: dict[str, ToolSpec], self_hosted: bool, thread_id: str | None = None
-) -> tuple[dict, ToolMode]:
+def _tool_use_item(block: dict, specs: dict[str, ToolSpec], self_hosted: bool) -> tuple[dict, ToolMode]:
     name, tool_input = block.get("name"), block.get("input") or {}
     spec = specs.get(name)
     private = {"model_tool_use_id": block.get("id")}
-    payload = {"name": name, "input": tool_input, "session_thread_id": thread_id}
+    # session_thread_id names the subagent thread an event was cross-posted from: empty on the
+    # primary thread's own events (the SDK's runner reads an empty one as the primary thread).
+    payload = {"name": name, "input": tool_input, "session_thread_id": None}
     if spec is not None and spec.kind == "custom":
         return ev.item(EventType.AGENT_CUSTOM_TOOL_USE, payload, private=private), ToolMode.CLIENT
     if spec is not None and spec.kind == "mcp":
-        return _mcp_tool_use_item(spec, tool_input, private, thread_id)
+        return _mcp_tool_use_item(spec, tool_input, private)
     if spec is None or spec.kind == "server":  # a server tool is the upstream's to run, never a tool_use of ours
         payload["evaluated_permission"] = "deny"
         mode = ToolMode.UNKNOWN
@@ -382,7 +382,7 @@ def _evaluation(permission: ev.ToolPermission) -> tuple[str, dict]:
     return "allow", {"type": "auto", "evaluated_permission": {"type": "allow"}}
 
 
-def _mcp_tool_use_item(spec: ToolSpec, tool_input, private: dict, thread_id: str | None) -> tuple[dict, ToolMode]:
+def _mcp_tool_use_item(spec: ToolSpec, tool_input, private: dict) -> tuple[dict, ToolMode]:
     """agent.mcp_tool_use: the tool's own name and its server's; always_ask waits for the
     client's user.tool_confirmation, otherwise this worker calls it (on self_hosted too: MCP
     tools run server-side, the SDK's EnvironmentWorker never sees them)."""
@@ -393,7 +393,7 @@ def _mcp_tool_use_item(spec: ToolSpec, tool_input, private: dict, thread_id: str
         "input": tool_input if isinstance(tool_input, dict) else {},
         "evaluated_permission": permission,
         "evaluation": evaluation,
-        "session_thread_id": thread_id,
+        "session_thread_id": None,
     }
     private = {**private, "model_name": spec.name}
     mode = ToolMode.CLIENT if permission == "ask" else ToolMode.RUN
@@ -433,7 +433,7 @@ def _server_tool_result_item(block: dict, server_uses: dict[str, str]) -> dict:
     return ev.item(EventType.AGENT_TOOL_RESULT, result, private={"model_block": block})
 
 
-def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool, thread_id: str | None = None):
+def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
     """The events one model response becomes, each with its ToolMode (None for non-tool
     events). Contiguous text blocks form one agent.message, whose id is the one its streamed
     preview announced."""
@@ -472,7 +472,7 @@ def _response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: 
             modes.append(None)
         elif kind == "tool_use":
             flush_text()
-            item, mode = _tool_use_item(block, specs, self_hosted, thread_id)
+            item, mode = _tool_use_item(block, specs, self_hosted)
             items.append(item)
             modes.append(mode)
     flush_text()

@@ -21,7 +21,13 @@ from core.ids import new_id
 from files.quotas import StorageQuotaExceeded
 from sessions import notify
 from sessions.dispatch import session_run_enqueue_on_commit
-from sessions.events import CONFIRMABLE_TOOL_USE_TYPES, RUNNER_INPUT_TYPES, USAGE_TOTAL_KEYS, EventType
+from sessions.events import (
+    CONFIRMABLE_TOOL_USE_TYPES,
+    RUNNER_INPUT_TYPES,
+    USAGE_TOTAL_KEYS,
+    EventType,
+    primary_thread_id,
+)
 from sessions.models import Session, SessionEvent
 from sessions.selectors import APPEND_FIELDS, session_get
 from sessions.services.admission import events_admit
@@ -278,10 +284,14 @@ def session_event_append(
 
 
 def _validate_references(*, session: Session, parsed: list[dict]) -> None:
-    """Tool results and confirmations must answer a tool use of this session."""
+    """Tool results and confirmations must answer a tool use of this session; an interrupt may
+    name only this session's thread (its primary one: there are no others to interrupt alone)."""
     wanted = {}
     for item in parsed:
         payload = item["payload"]
+        thread_id = payload.get("session_thread_id") if item["type"] == EventType.USER_INTERRUPT else None
+        if thread_id is not None and thread_id != primary_thread_id(session.id):
+            raise InvalidRequest(f"session_thread_id: no thread {thread_id!r} in this session.")
         if item["type"] == EventType.USER_CUSTOM_TOOL_RESULT:
             wanted[payload["custom_tool_use_id"]] = (EventType.AGENT_CUSTOM_TOOL_USE.value,)
         elif item["type"] == EventType.USER_TOOL_RESULT:

@@ -37,7 +37,8 @@ def test_the_primary_thread_through_the_sdk(sdk, live_server, other_api_key, mod
             if event.type == "session.status_idle":
                 break
     use = next(e for e in seen if e.type == "agent.custom_tool_use")
-    assert use.session_thread_id == thread.id
+    # The primary thread's own events name no thread (the field is for subagent cross-posts).
+    assert use.session_thread_id is None
     listed = [e.id for e in sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id)]
     assert listed == [e.id for e in sdk.beta.sessions.events.list(session.id)]
     wait_for(lambda: sdk.beta.sessions.retrieve(session.id).status == "idle")
@@ -51,3 +52,14 @@ def test_the_primary_thread_through_the_sdk(sdk, live_server, other_api_key, mod
         other.beta.sessions.threads.retrieve(thread.id, session_id=session.id)
     with pytest.raises(anthropic.NotFoundError):
         other.beta.sessions.threads.events.list(thread.id, session_id=session.id)
+
+    # An interrupt may name the session's thread (the primary one: all there is), and no other.
+    with pytest.raises(anthropic.BadRequestError, match="session_thread_id") as refused:
+        sdk.beta.sessions.events.send(
+            session.id, events=[{"type": "user.interrupt", "session_thread_id": "sthr_" + "0" * 26}]
+        )
+    assert "sthr_" in refused.value.message
+    sent = sdk.beta.sessions.events.send(
+        session.id, events=[{"type": "user.interrupt", "session_thread_id": thread.id}]
+    )
+    assert [event.type for event in sent.data] == ["user.interrupt"]
