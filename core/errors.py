@@ -27,6 +27,7 @@ from psycopg_pool import PoolTimeout
 from rest_framework import exceptions as drf_exceptions
 
 from core.database import database_answers
+from core.secrets import SecretsUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -271,6 +272,9 @@ def to_api_error(exc: Exception) -> ApiError | None:
         return QueueUnavailable()
     if isinstance(exc, RequestDataTooBig):
         return RequestTooLarge()
+    if isinstance(exc, SecretsUnavailable):
+        # The operator's key is missing or changed: not the client's fault, and no secret in it.
+        return ServiceUnavailable(f"Stored secrets cannot be read: {exc}.", code="secrets_unavailable")
     if isinstance(exc, SuspiciousOperation):
         return InvalidRequest(str(exc) or "Bad request.")
     if isinstance(exc, drf_exceptions.APIException):

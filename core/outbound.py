@@ -28,6 +28,20 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 class OutboundRefused(Exception):
     """The destination is private and not allowed, or not a URL the worker may reach."""
 
+    def __init__(self, message: str, *, private: bool = False):
+        super().__init__(message)
+        self.private = private
+
+    def for_client(self) -> str:
+        """The refusal as an API answer may give it: never the address a name resolved to (the
+        server's DNS answers are not the client's to learn)."""
+        if self.private:
+            return (
+                "the host is or resolves to a private address (loopback, link-local or a private range), which "
+                "this server does not connect to; the operator can allow it in MANGO_OUTBOUND_PRIVATE_HOSTS"
+            )
+        return str(self)
+
 
 def _allowed_private(host: str, port: int) -> bool:
     listed = {entry.strip().lower() for entry in settings.MANGO_OUTBOUND_PRIVATE_HOSTS if entry.strip()}
@@ -52,7 +66,8 @@ def _checked(host: str, port: int, infos: list) -> list[str]:
         if not is_public(address):
             raise OutboundRefused(
                 f"{host}:{port} resolves to a private address ({address}); the operator can allow it "
-                "in MANGO_OUTBOUND_PRIVATE_HOSTS"
+                "in MANGO_OUTBOUND_PRIVATE_HOSTS",
+                private=True,
             )
     return addresses
 

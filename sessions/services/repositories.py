@@ -38,14 +38,7 @@ def _check_url(url: str, *, where: str) -> None:
     try:
         outbound.check_url(url)
     except outbound.OutboundRefused as exc:
-        message = str(exc)
-        if "private address" in message:
-            # The address a name resolves to is not the client's to learn.
-            message = (
-                "the host is a private, loopback or link-local address, which this server does not connect to"
-                " (the operator can allow it in MANGO_OUTBOUND_PRIVATE_HOSTS)"
-            )
-        raise InvalidRequest(f"{where}.url: {message}.", code="url_not_allowed") from None
+        raise InvalidRequest(f"{where}.url: {exc.for_client()}.", code="url_not_allowed") from None
 
 
 def _seal(token: str | None, *, where: str) -> str:

@@ -25,7 +25,7 @@ from core.errors import Conflict, InvalidRequest, ServiceUnavailable
 from core.outbound import OutboundRefused, check_url
 from core.updates import model_update
 from sessions.configs import metadata_patch_apply
-from sessions.models import Vault, VaultCredential
+from sessions.models import SessionResource, Vault, VaultCredential
 from sessions.selectors.vaults import credential_by_id, credential_get, vault_get
 
 PROBE_TIMEOUT_SECONDS = 15.0
@@ -51,7 +51,7 @@ def _check_outbound(field: str, url: str) -> None:
     try:
         check_url(url)
     except OutboundRefused as exc:
-        raise InvalidRequest(f"{field}: {exc}.") from None
+        raise InvalidRequest(f"{field}: {exc.for_client()}.") from None
 
 
 def _writable(vault: Vault) -> None:
@@ -135,6 +135,8 @@ def _networking_public(field: str, networking: dict) -> dict:
     """A credential's networking as stored: unrestricted, or limited to bare hostnames, IPv4
     addresses or `*.` wildcards (no URLs, ports, paths or IPv6, as the SDK says)."""
     if networking["type"] == "unrestricted":
+        if networking.get("allowed_hosts") is not None:
+            raise InvalidRequest(f"{field}.allowed_hosts: an unrestricted credential takes no host list.")
         return {"type": "unrestricted"}
     hosts = list(networking.get("allowed_hosts") or [])
     if not hosts:
@@ -147,6 +149,12 @@ def _networking_public(field: str, networking: dict) -> dict:
     return {"type": "limited", "allowed_hosts": [host.lower() for host in hosts]}
 
 
+def _injection_location(location: dict) -> dict:
+    if not (location["header"] or location["body"]):
+        raise InvalidRequest("auth.injection_location: at least one of header and body must be enabled.")
+    return location
+
+
 def _environment_variable_split(auth: dict) -> tuple[str, str, dict, dict]:
     name = auth["secret_name"]
     if name.upper() in RESERVED_SECRET_NAMES or name.upper().startswith("MANGO_"):
@@ -156,7 +164,9 @@ def _environment_variable_split(auth: dict) -> tuple[str, str, dict, dict]:
         "type": VaultCredential.AuthType.ENVIRONMENT_VARIABLE,
         "secret_name": name,
         "networking": _networking_public("auth.networking", auth["networking"]),
-        "injection_location": {"header": location.get("header", True), "body": location.get("body", False)},
+        "injection_location": _injection_location(
+            {"header": location.get("header", True), "body": location.get("body", False)}
+        ),
     }
     return VaultCredential.AuthType.ENVIRONMENT_VARIABLE, "", public, {"secret_value": auth["secret_value"]}
 
@@ -266,7 +276,7 @@ def _auth_changes(credential: VaultCredential, auth: dict) -> tuple[dict, dict]:
         if auth.get("networking") is not None:  # replaces the stored one as a whole
             public["networking"] = _networking_public("auth.networking", auth["networking"])
         location = auth.get("injection_location") or {}
-        public["injection_location"] = {**public["injection_location"], **location}
+        public["injection_location"] = _injection_location({**public["injection_location"], **location})
         return public, secret
     if auth.get("access_token") is not None:
         secret["access_token"] = auth["access_token"]
@@ -430,16 +440,23 @@ def credential_validate(*, workspace, vault_id: str, credential_id: str) -> dict
     return result
 
 
+# Every column holding a secret sealed under MANGO_VAULT_KEY: what a key rotation re-encrypts.
+SEALED_COLUMNS = ((VaultCredential, "secret"), (SessionResource, "authorization_token"))
+
+
 def secrets_reencrypt() -> int:
-    """Every stored credential secret under MANGO_VAULT_KEY's first key (after a rotation).
-    Returns how many were re-encrypted. Each row in its own short transaction."""
+    """Every stored secret (vault credentials, repository tokens) under MANGO_VAULT_KEY's first
+    key (after a rotation). Returns how many were re-encrypted. Each row in its own short
+    transaction."""
     count = 0
-    for credential_id in VaultCredential.objects.exclude(secret="").values_list("id", flat=True).iterator():
-        with transaction.atomic():
-            row = VaultCredential.objects.select_for_update().filter(id=credential_id).exclude(secret="").first()
-            if row is None:
-                continue
-            row.secret = secrets.reencrypt(row.secret)
-            row.save(update_fields=["secret"])
-            count += 1
+    for model, column in SEALED_COLUMNS:
+        sealed = model.objects.exclude(**{column: ""})
+        for row_id in sealed.values_list("pk", flat=True).iterator():
+            with transaction.atomic():
+                row = sealed.select_for_update().filter(pk=row_id).first()
+                if row is None:
+                    continue
+                setattr(row, column, secrets.reencrypt(getattr(row, column)))
+                row.save(update_fields=[column])
+                count += 1
     return count

@@ -5,6 +5,7 @@ are 404s; private MCP servers and token endpoints are refused unless allowed; se
 `vault_ids` (unknown or foreign: 400);
 mcp_oauth_validate probes a real MCP server and refreshes at a real token endpoint."""
 
+import io
 import json
 import logging
 import subprocess
@@ -14,9 +15,11 @@ import anthropic
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.utils import timezone
 
 from core import secrets
-from sessions.models import VaultCredential
+from sessions.models import SessionResource, VaultCredential
+from tests.factories import make_session
 from tests.mcp_server import McpTestServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,6 +29,7 @@ ACCESS = "oauth-access-PLAINTEXT-77c2"
 REFRESH = "oauth-refresh-PLAINTEXT-a0e1"
 CLIENT_SECRET = "oauth-client-secret-PLAINTEXT-5b3d"
 ALL_SECRETS = (TOKEN, ACCESS, REFRESH, CLIENT_SECRET)
+REPOSITORY_TOKEN = "ghp-repository-PLAINTEXT-c4d8"
 
 
 @pytest.fixture(scope="module")
@@ -303,12 +307,21 @@ def test_environment_variable_credentials_through_the_sdk_without_their_value(sd
         ({"networking": {"type": "limited", "allowed_hosts": ["https://api.example.com/x"]}}, "allowed_hosts"),
         ({"networking": {"type": "limited", "allowed_hosts": ["api.example.com:8443"]}}, "allowed_hosts"),
         ({"networking": {"type": "limited", "allowed_hosts": []}}, "allowed_hosts"),
+        ({"networking": {"type": "unrestricted", "allowed_hosts": ["api.example.com"]}}, "allowed_hosts"),
+        ({"injection_location": {"header": False, "body": False}}, "auth.injection_location"),
     ):
         body = {"type": "environment_variable", "secret_name": "FINE", "secret_value": SECRET_VALUE,
                 "networking": {"type": "unrestricted"}} | auth  # fmt: skip
         with pytest.raises(anthropic.BadRequestError) as refused:
             credentials.create(vault.id, auth=body)
         assert named in refused.value.message and SECRET_VALUE not in json.dumps(refused.value.body), auth
+    # An update may not leave the secret nowhere to go either (unrestricted substitutes in headers only).
+    with pytest.raises(anthropic.BadRequestError, match=r"auth\.injection_location"):
+        credentials.update(
+            unrestricted.id,
+            vault_id=vault.id,
+            auth={"type": "environment_variable", "injection_location": {"header": False}},
+        )
 
 
 def test_private_servers_and_token_endpoints_are_refused_unless_allowed(sdk, settings, mcp_server):
@@ -320,6 +333,13 @@ def test_private_servers_and_token_endpoints_are_refused_unless_allowed(sdk, set
                 vault.id, auth={"type": "static_bearer", "token": TOKEN, "mcp_server_url": url}
             )
         assert TOKEN not in json.dumps(refused.value.body)
+    # A name that resolves to a private address: refused without the server's DNS answer.
+    named = mcp_server.url.replace("127.0.0.1", "localhost")
+    with pytest.raises(anthropic.BadRequestError, match="private address") as refused:
+        sdk.beta.vaults.credentials.create(
+            vault.id, auth={"type": "static_bearer", "token": TOKEN, "mcp_server_url": named}
+        )
+    assert "127.0.0.1" not in refused.value.message and "::1" not in refused.value.message
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [mcp_server.host]
     auth = oauth_auth(mcp_server) | {}
     auth["refresh"] = dict(auth["refresh"], token_endpoint="http://192.168.1.1/token")
@@ -377,22 +397,44 @@ def test_sessions_take_vault_ids_and_refuse_unknown_or_foreign_ones(sdk, live_se
 
 
 def test_rotate_vault_secrets_reencrypts_under_the_first_key(sdk, allowed, settings):
+    """Vault credentials and repository tokens alike: after the command the old key can go."""
     old_key = settings.MANGO_VAULT_KEY[0]
     vault = sdk.beta.vaults.create(display_name="v")
     credential = sdk.beta.vaults.credentials.create(
         vault.id, auth={"type": "static_bearer", "token": TOKEN, "mcp_server_url": allowed.url}
     )
-    before = VaultCredential.objects.get(id=credential.id).secret
+    session = make_session(VaultCredential.objects.get(id=credential.id).vault.workspace)
+    repository = SessionResource.objects.create(
+        session=session,
+        type=SessionResource.Type.GITHUB_REPOSITORY,
+        url="https://git.example.com/team/app.git",
+        mount_path="/workspace/app",
+        authorization_token=secrets.encrypt(REPOSITORY_TOKEN),
+        created_at=timezone.now(),
+        updated_at=timezone.now(),
+    )
+    before = VaultCredential.objects.get(id=credential.id).secret, repository.authorization_token
     new_key = secrets.generate_key()
     settings.MANGO_VAULT_KEY = [new_key, old_key]
-    call_command("rotate_vault_secrets", stdout=open("/dev/null", "w"))  # noqa: SIM115
-    after = VaultCredential.objects.get(id=credential.id).secret
-    assert after != before
-    settings.MANGO_VAULT_KEY = [new_key]  # the old key dropped: the secret still reads
-    assert json.loads(secrets.decrypt(after)) == {"token": TOKEN}
+    out = io.StringIO()
+    call_command("rotate_vault_secrets", stdout=out)
+    assert "Re-encrypted 2 secret(s)" in out.getvalue()
+    repository.refresh_from_db()
+    after = VaultCredential.objects.get(id=credential.id).secret, repository.authorization_token
+    assert after[0] != before[0] and after[1] != before[1]
+    settings.MANGO_VAULT_KEY = [new_key]  # the old key dropped: the secrets still read
+    assert json.loads(secrets.decrypt(after[0])) == {"token": TOKEN}
+    assert secrets.decrypt(after[1]) == REPOSITORY_TOKEN
     settings.MANGO_VAULT_KEY = [old_key]
-    with pytest.raises(secrets.SecretsUnavailable):
-        secrets.decrypt(after)
+    for sealed in after:
+        with pytest.raises(secrets.SecretsUnavailable):
+            secrets.decrypt(sealed)
+    # A server whose key cannot read what is stored says so (503 naming the setting), not a 500.
+    with pytest.raises(anthropic.InternalServerError) as unreadable:
+        sdk.with_options(max_retries=0).beta.vaults.credentials.update(
+            credential.id, vault_id=vault.id, auth={"type": "static_bearer", "token": "new"}
+        )
+    assert unreadable.value.status_code == 503 and "MANGO_VAULT_KEY" in unreadable.value.message
 
 
 def test_admin_lists_vaults_and_credentials_without_secrets_and_revokes(admin_client, sdk, allowed):
