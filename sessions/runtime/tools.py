@@ -444,8 +444,12 @@ def _append(session_id: str, items: list[dict], *, stop_if_deleted: bool) -> Non
 
 def mcp_failure_item(failure: McpFailure) -> dict:
     """The session.error of an MCP server that could not be reached or refused the authorization
-    (its message names the server and never carries a secret)."""
-    payload = ev.session_error(message=failure.message, error_type=failure.error_type, mcp_server_name=failure.server)
+    (its message names the server and never carries a secret). `retrying`, as a repository's: the
+    turn is not dead (the SDK's `exhausted`), it goes on without that server's tools, and the next
+    turn connects again."""
+    payload = ev.session_error(
+        message=failure.message, error_type=failure.error_type, retrying=True, mcp_server_name=failure.server
+    )
     return ev.item(EventType.SESSION_ERROR, payload)
 
 
