@@ -27,11 +27,12 @@ def agent_snapshot(*, agent_id: str, version: int, config: dict) -> dict:
     }
 
 
-def metadata_patch_apply(current: dict, patch: dict) -> dict:
-    """`patch` over `current`: a null or empty value deletes its key."""
+def metadata_patch_apply(current: dict, patch: dict, *, empty_deletes: bool = False) -> dict:
+    """`patch` over `current`: a null value deletes its key, a string upserts it — the empty one
+    too, except where the SDK says an empty string deletes (`empty_deletes`: environments)."""
     merged = dict(current)
     for key, value in patch.items():
-        if value is None or value == "":
+        if value is None or (empty_deletes and value == ""):
             merged.pop(key, None)
         else:
             merged[key] = value

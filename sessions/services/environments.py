@@ -33,7 +33,7 @@ def environment_update(*, workspace, environment_id: str, changes: dict) -> Envi
     if changes.get("config") is not None:
         data["config"] = environment_config_resolve(changes["config"], environment.config)
     if "metadata" in changes:
-        data["metadata"] = metadata_patch_apply(environment.metadata, changes["metadata"])
+        data["metadata"] = metadata_patch_apply(environment.metadata, changes["metadata"], empty_deletes=True)
     return model_update(instance=environment, data=data)
 
 

@@ -102,6 +102,8 @@ def test_environment_lifecycle(sdk):
     assert env.id.startswith("env_") and env.config.networking.type == "unrestricted"
     updated = sdk.beta.environments.update(env.id, description="d", metadata={"k": None, "n": "1"})
     assert updated.description == "d" and updated.metadata == {"n": "1"}
+    # An environment's metadata loses a key set to an empty string (the SDK says so for environments).
+    assert sdk.beta.environments.update(env.id, metadata={"n": ""}).metadata == {}
     assert updated.config.networking.type == "unrestricted"
     with pytest.raises(anthropic.BadRequestError) as excinfo:
         sdk.beta.environments.update(env.id, config={"type": "self_hosted"})
@@ -146,6 +148,9 @@ def test_session_create_retrieve_update_archive(sdk):
     updated = sdk.beta.sessions.update(session.id, title="new", metadata={"k": None, "x": "y"})
     assert updated.title == "new" and updated.metadata == {"x": "y"}
     assert [e.type for e in sdk.beta.sessions.events.list(session.id)] == ["session.updated"]
+    # A session's metadata patch upserts any string, the empty one too; only null deletes.
+    assert sdk.beta.sessions.update(session.id, metadata={"x": ""}).metadata == {"x": ""}
+    assert sdk.beta.sessions.update(session.id, metadata={"x": "y"}).metadata == {"x": "y"}
     archived = sdk.beta.sessions.archive(session.id)
     assert archived.archived_at is not None
     with pytest.raises(anthropic.BadRequestError):
