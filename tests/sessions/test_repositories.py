@@ -375,9 +375,7 @@ def test_a_hostile_workspace_cannot_make_the_worker_hold_more(settings, git_host
     def one(name: str):
         slot = clone_slot(workspace_id=hostile, deadline=time.monotonic() + 60, should_stop=lambda: False)
         try:
-            work = git.clone(
-                url=git_host.url(name), token=GOOD, checkout=None, max_bytes=clone_max_bytes(), timeout=60
-            )
+            work = git.clone(url=git_host.url(name), token=GOOD, checkout=None, max_bytes=clone_max_bytes(), timeout=60)
             git.discard(work)
             results.append((name, "ok", ""))
         except git.CloneFailed as exc:
@@ -407,9 +405,8 @@ def test_a_hostile_workspace_cannot_make_the_worker_hold_more(settings, git_host
         sampler.join()
     # The small ones are cloned; the big ones pass the bound, and the message says so.
     outcomes = sorted(results)
-    assert [(name, kind) for name, kind, _ in outcomes] == [("app", "ok")] * 4 + [("big", "repository_clone_error")] * 4, (
-        outcomes
-    )
+    expected = [("app", "ok")] * 4 + [("big", "repository_clone_error")] * 4
+    assert [(name, kind) for name, kind, _ in outcomes] == expected, outcomes
     assert all("larger than the 1048576 bytes" in message for name, _, message in outcomes if name == "big"), outcomes
     assert git_host.peak_in_flight <= 2
     assert peak_disk[0] <= settings.MANGO_WORKSPACE_REPOSITORY_DISK_BYTES + 256 * 1024  # one poll's overshoot
