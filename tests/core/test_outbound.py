@@ -4,6 +4,8 @@ and a guarded request still names its host (Host header) while going to the chec
 
 import asyncio
 import http.server
+import importlib.util
+import pathlib
 import threading
 
 import httpx2
@@ -43,24 +45,64 @@ def server():
     httpd.server_close()
 
 
+PRIVATE = (
+    "127.0.0.1",
+    "10.1.2.3",
+    "172.16.0.1",
+    "192.168.1.1",
+    "169.254.169.254",
+    "100.64.0.1",
+    "::1",
+    "fe80::1",
+    "fc00::1",
+    "::ffff:127.0.0.1",
+    "0.0.0.0",
+    "224.0.0.1",
+    # IPv6 forms that carry a private IPv4 address, and the deprecated ranges
+    "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
+    "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+    "64:ff9b:1::808:808",  # local-use NAT64 (RFC 8215), whatever it embeds
+    "2002:a9fe:a9fe::",  # 6to4 of 169.254.169.254
+    "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+    "::127.0.0.1",  # IPv4-compatible
+    "::a00:1",
+    "::ffff:0:7f00:1",  # IPv4-translated
+    "::ffff:0:a9fe:a9fe",
+    "fec0::1",  # deprecated site-local
+    "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo with a private client (192.0.2.45)
+    "2001:0:a00:1::1",  # Teredo with a private server
+    "2001::1",
+)
+PUBLIC = (
+    "8.8.8.8",
+    "1.1.1.1",
+    "2606:4700:4700::1111",
+    "64:ff9b::808:808",  # NAT64 of 8.8.8.8
+    "2002:808:808::1",  # 6to4 of 8.8.8.8
+    "::ffff:8.8.8.8",
+)
+
+
+def _egress_proxy():
+    """sandbox/egress_proxy.py, a program of the proxy image (not a package of the app)."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "egress_proxy.py"
+    spec = importlib.util.spec_from_file_location("egress_proxy_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_public_and_private_addresses():
-    for address in (
-        "127.0.0.1",
-        "10.1.2.3",
-        "172.16.0.1",
-        "192.168.1.1",
-        "169.254.169.254",
-        "100.64.0.1",
-        "::1",
-        "fe80::1",
-        "fc00::1",
-        "::ffff:127.0.0.1",
-        "0.0.0.0",
-        "224.0.0.1",
-    ):
+    for address in PRIVATE:
         assert not outbound.is_public(address), address
-    for address in ("8.8.8.8", "1.1.1.1", "2606:4700:4700::1111"):
+    for address in PUBLIC:
         assert outbound.is_public(address), address
+
+
+def test_egress_proxy_judges_addresses_as_the_guard_does():
+    proxy_public = _egress_proxy()._public
+    for address in PRIVATE + PUBLIC:
+        assert proxy_public(address) == outbound.is_public(address), address
 
 
 def test_loopback_refused_by_name_and_literal_unless_listed(settings):
