@@ -12,15 +12,17 @@ connection then goes to the address that was checked, so a second lookup cannot 
 * ``GuardedTransport`` / ``AsyncGuardedTransport``: httpx2 transports whose every connection,
   redirects included (each new origin opens one), goes to the checked address of its host; the
   request is not rewritten, so its URL, Host header, SNI and certificate check keep the name.
-  They bound what a tenant's server can make us hold: a response body is read up to
-  MANGO_OUTBOUND_RESPONSE_MAX_BYTES (uncompressed: identity is asked for, anything else refused),
-  then the stream ends with ResponseRefused; with ``total_timeout`` every connect, read and write
-  ends by one deadline, so a server trickling a byte per read timeout cannot hold the caller.
+  They bound what a tenant's server can make us hold: a response body (one event of an event
+  stream) is read up to MANGO_OUTBOUND_RESPONSE_MAX_BYTES (uncompressed: identity is asked for,
+  anything else refused), then the stream ends with ResponseRefused; with ``total_timeout``
+  every connect, read and write ends by one deadline, so a server trickling a byte per read
+  timeout cannot hold the caller.
 """
 
 import asyncio
 import contextlib
 import ipaddress
+import re
 import socket
 import ssl
 import time
@@ -313,22 +315,54 @@ def _encoding_refused(headers) -> ResponseRefused | None:
     return None
 
 
-def _too_large(limit: int) -> ResponseRefused:
-    return ResponseRefused(f"the response body is over {limit} bytes (MANGO_OUTBOUND_RESPONSE_MAX_BYTES)")
+class _Held:
+    """What a response makes the reader hold, counted against the limit: the whole body, or for
+    a successful event stream (a 2xx text/event-stream, which MCP keeps open for a connection's
+    life and its readers parse event by event, each bounded) the bytes since the last event
+    ended, so a long-lived stream of small events stays open. A redirect's or an error's body is
+    counted whole whatever its type: the client reads those whole."""
+
+    _END = re.compile(rb"\r\n\r\n|\n\n|\r\r")  # a blank line ends an event
+
+    def __init__(self, status: int, headers, limit: int):
+        content_type = next((value for name, value in headers if name.lower() == b"content-type"), b"")
+        event_stream = content_type.split(b";", 1)[0].strip().lower() == b"text/event-stream"
+        self._events = 200 <= status < 300 and event_stream
+        self._limit = limit
+        self._held = 0
+        self._tail = b""  # the last bytes seen (counted already), for an end split across chunks
+
+    def add(self, chunk: bytes) -> None:
+        if not self._events:
+            self._held += len(chunk)
+            return self._check()
+        data = self._tail + chunk
+        start = len(self._tail)
+        for end in self._END.finditer(data):
+            if end.end() <= len(self._tail):
+                continue
+            self._held += end.end() - start
+            self._check()
+            self._held, start = 0, end.end()
+        self._held += len(data) - start
+        self._tail = data[-3:]
+        return self._check()
+
+    def _check(self) -> None:
+        if self._held > self._limit:
+            what = "event" if self._events else "response body"
+            raise ResponseRefused(f"the {what} is over {self._limit} bytes (MANGO_OUTBOUND_RESPONSE_MAX_BYTES)")
 
 
 class _Body(httpx2.SyncByteStream):
-    def __init__(self, inner, limit: int):
+    def __init__(self, inner, held: _Held):
         self._inner = inner
-        self._limit = limit
+        self._held = held
 
     def __iter__(self):
-        read = 0
         with _httpx_errors():
             for chunk in self._inner:
-                read += len(chunk)
-                if read > self._limit:
-                    raise _too_large(self._limit)
+                self._held.add(chunk)
                 yield chunk
 
     def close(self) -> None:
@@ -337,17 +371,14 @@ class _Body(httpx2.SyncByteStream):
 
 
 class _AsyncBody(httpx2.AsyncByteStream):
-    def __init__(self, inner, limit: int):
+    def __init__(self, inner, held: _Held):
         self._inner = inner
-        self._limit = limit
+        self._held = held
 
     async def __aiter__(self):
-        read = 0
         with _httpx_errors():
             async for chunk in self._inner:
-                read += len(chunk)
-                if read > self._limit:
-                    raise _too_large(self._limit)
+                self._held.add(chunk)
                 yield chunk
 
     async def aclose(self) -> None:
@@ -384,7 +415,7 @@ class GuardedTransport(httpx2.BaseTransport):
         return httpx2.Response(
             status_code=response.status,
             headers=response.headers,
-            stream=_Body(response.stream, self._limit),
+            stream=_Body(response.stream, _Held(response.status, response.headers, self._limit)),
             extensions=response.extensions,
         )
 
@@ -416,7 +447,7 @@ class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
         return httpx2.Response(
             status_code=response.status,
             headers=response.headers,
-            stream=_AsyncBody(response.stream, self._limit),
+            stream=_AsyncBody(response.stream, _Held(response.status, response.headers, self._limit)),
             extensions=response.extensions,
         )
 

@@ -29,6 +29,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._reply(307, b"", [("Location", "/landing")])
         if self.path.startswith("/big/"):
             return self._reply(200, b"x" * int(self.path.rsplit("/", 1)[1]))
+        if self.path.startswith("/events/"):  # /events/<status>/<event size>,<event size>,...
+            _, _, status, sizes = self.path.split("/")
+            body = b"".join(b"data: " + b"x" * int(size) + b"\n\n" for size in sizes.split(","))
+            return self._reply(int(status), body, [("Content-Type", "text/event-stream")])
         if self.path == "/gzip":
             return self._reply(200, gzip.compress(b"x" * 100_000), [("Content-Encoding", "gzip")])
         if self.path == "/trickle":  # a byte every 0.2 s: each read is well inside its timeout
@@ -265,7 +269,17 @@ def test_a_response_body_is_read_up_to_the_limit(settings, server):
         async with httpx2.AsyncClient(transport=outbound.AsyncGuardedTransport()) as client:
             return (await client.get(f"http://localhost:{port}{path}")).content
 
+    # An event stream is held one event at a time: its events count each, not all together; but a
+    # redirect's or an error's body is read whole, so it counts whole whatever its type.
+    with httpx2.Client(transport=outbound.GuardedTransport()) as client:
+        assert len(client.get(f"http://localhost:{port}/events/200/6000,6000,6000").content) > 18_000
+        with pytest.raises(outbound.ResponseRefused, match="event is over 10000 bytes"):
+            client.get(f"http://localhost:{port}/events/200/6000,10000")
+        with pytest.raises(outbound.ResponseRefused, match="body is over 10000 bytes"):
+            client.get(f"http://localhost:{port}/events/400/6000,6000")
+
     assert len(asyncio.run(fetch("/big/10000"))) == 10_000
+    assert len(asyncio.run(fetch("/events/200/6000,6000,6000"))) > 18_000
     with pytest.raises(outbound.ResponseRefused, match="over 10000 bytes"):
         asyncio.run(fetch("/big/10001"))
 
