@@ -300,6 +300,10 @@ MANGO_SANDBOX_FIREWALL = env.str("MANGO_SANDBOX_FIREWALL", default="iptables")  
 # The worker connects for tenants (MCP servers, OAuth token endpoints, git hosts) only to public
 # addresses, after DNS and on every redirect; these host or host:port entries may be private.
 MANGO_OUTBOUND_PRIVATE_HOSTS = env.list("MANGO_OUTBOUND_PRIVATE_HOSTS", default=[])
+# The most bytes of one response body (an MCP reply, a token endpoint's answer) the worker reads
+# from a tenant's server; past it the response fails. Keep it above MANGO_MCP_RESULT_MAX_BYTES
+# (a tool result's JSON-RPC reply carries the result, escaped, plus its framing).
+MANGO_OUTBOUND_RESPONSE_MAX_BYTES = env.int("MANGO_OUTBOUND_RESPONSE_MAX_BYTES", default=16 * 1024 * 1024)
 # Fernet keys for secrets at rest, comma-separated: the first encrypts, all decrypt (rotation).
 MANGO_VAULT_KEY = env.list("MANGO_VAULT_KEY", default=[])
 # `limited` networking (sessions/sandbox/policy.py): each such sandbox with an allow-list gets an

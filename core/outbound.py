@@ -9,16 +9,26 @@ connection then goes to the address that was checked, so a second lookup cannot 
 * ``resolve`` / ``aresolve``: the checked addresses of host:port (raises OutboundRefused);
 * ``check_url``: the same for a URL given at create time (a 400 there); a name that does not
   resolve yet passes (the connection fails later, with the transport's own error);
-* ``GuardedTransport`` / ``AsyncGuardedTransport``: httpx2 transports that check each request,
-  redirects included (the client sends each hop through the transport), and connect to the
-  checked address with the original name kept for the Host header, SNI and certificate checks.
+* ``GuardedTransport`` / ``AsyncGuardedTransport``: httpx2 transports whose every connection,
+  redirects included (each new origin opens one), goes to the checked address of its host; the
+  request is not rewritten, so its URL, Host header, SNI and certificate check keep the name.
+  They bound what a tenant's server can make us hold: a response body (one event of an event
+  stream) is read up to MANGO_OUTBOUND_RESPONSE_MAX_BYTES (uncompressed: identity is asked for,
+  anything else refused), then the stream ends with ResponseRefused; with ``total_timeout``
+  every connect, read and write ends by one deadline, so a server trickling a byte per read
+  timeout cannot hold the caller.
 """
 
 import asyncio
+import contextlib
 import ipaddress
+import re
 import socket
+import ssl
+import time
 from urllib.parse import urlsplit
 
+import httpcore2
 import httpx2
 from django.conf import settings
 
@@ -49,10 +59,38 @@ def _allowed_private(host: str, port: int) -> bool:
     return host in listed or f"{host}:{port}" in listed or f"[{host}]:{port}" in listed
 
 
+# IPv6 ranges refused whatever they hold: deprecated site-local (RFC 3879) and local-use NAT64
+# (RFC 8215: where the IPv4 sits depends on the operator's prefix, so it cannot be checked).
+_DENIED_V6 = (ipaddress.IPv6Network("fec0::/10"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+# IPv6 forms whose last 32 bits are an IPv4 address: IPv4-compatible, IPv4-translated, NAT64.
+_LOW_V4 = (
+    ipaddress.IPv6Network("::/96"),
+    ipaddress.IPv6Network("::ffff:0:0:0/96"),
+    ipaddress.IPv6Network("64:ff9b::/96"),
+)
+
+
+def _embedded_v4(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 address reaches (mapped, 6to4, Teredo server and client, ...)."""
+    if ip.ipv4_mapped is not None:
+        return (ip.ipv4_mapped,)
+    if ip.teredo is not None:
+        return ip.teredo
+    if ip.sixtofour is not None:
+        return (ip.sixtofour,)
+    if any(ip in network for network in _LOW_V4):
+        return (ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF),)
+    return ()
+
+
 def is_public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if any(ip in network for network in _DENIED_V6):
+            return False
+        embedded = _embedded_v4(ip)
+        if embedded:
+            return all(v4.is_global and not v4.is_multicast for v4 in embedded)
     return ip.is_global and not ip.is_multicast
 
 
@@ -122,46 +160,312 @@ def check_url(url: str, *, schemes: tuple[str, ...] = ("https", "http")) -> None
     _checked(host, port, [(None, None, None, None, (host, port))])
 
 
-def _pinned(request: httpx2.Request, address: str) -> httpx2.Request:
-    """The request sent to `address`, still naming its host (Host header, SNI, certificate)."""
-    host = request.url.host
-    request.url = request.url.copy_with(host=address)
-    request.headers.setdefault("Host", request.headers.get("Host") or _host_header(host, request.url))
-    if request.url.scheme == "https":
-        request.extensions = {**request.extensions, "sni_hostname": host}
-    return request
-
-
-def _host_header(host: str, url: httpx2.URL) -> str:
-    name = f"[{host}]" if ":" in host else host
-    return name if url.port in (None, DEFAULT_PORTS.get(url.scheme)) else f"{name}:{url.port}"
-
-
 def _target(request: httpx2.Request) -> tuple[str, int]:
     if request.url.scheme not in DEFAULT_PORTS:
         raise OutboundRefused(f"scheme {request.url.scheme} is not allowed")
     return request.url.host, request.url.port or DEFAULT_PORTS[request.url.scheme]
 
 
-class GuardedTransport(httpx2.BaseTransport):
-    def __init__(self, **kwargs):
-        self._inner = httpx2.HTTPTransport(**kwargs)
+# --- the guarded transports ----------------------------------------------------------------------
+#
+# Built on httpcore2's public pieces: a connection pool whose network backend resolves and checks
+# each connection's host (every new origin a redirect leads to opens one) and connects to the
+# checked address. The request itself is never rewritten: its URL, Host header, SNI and
+# certificate check all keep the name, and the client builds redirects against that URL.
 
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        host, port = _target(request)
-        return self._inner.handle_request(_pinned(request, resolve(host, port)[0]))
+
+class ResponseRefused(httpx2.ReadError):
+    """A response the guard stops reading: its body is over the transport's byte limit
+    (MANGO_OUTBOUND_RESPONSE_MAX_BYTES), or compressed although the request asked for none."""
+
+
+class _Deadline:
+    """The instant (time.monotonic()) after which a transport does no more I/O, if any: every
+    connect, TLS handshake, read and write waits at most until then, so a server that trickles a
+    byte just inside each read timeout still cannot hold the caller past it."""
+
+    def __init__(self, seconds: float | None):
+        self.at = None if seconds is None else time.monotonic() + seconds
+
+    def left(self, timeout: float | None, error: type[Exception]) -> float | None:
+        if self.at is None:
+            return timeout
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise error("the overall deadline of the outbound request passed")
+        return left if timeout is None else min(timeout, left)
+
+
+class _Stream(httpcore2.NetworkStream):
+    def __init__(self, inner: httpcore2.NetworkStream, deadline: _Deadline):
+        self._inner = inner
+        self._deadline = deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, self._deadline.left(timeout, httpcore2.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, self._deadline.left(timeout, httpcore2.WriteTimeout))
 
     def close(self) -> None:
         self._inner.close()
 
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> "_Stream":
+        timeout = self._deadline.left(timeout, httpcore2.ConnectTimeout)
+        return _Stream(self._inner.start_tls(ssl_context, server_hostname, timeout), self._deadline)
 
-class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
-    def __init__(self, **kwargs):
-        self._inner = httpx2.AsyncHTTPTransport(**kwargs)
+    def get_extra_info(self, info: str):
+        return self._inner.get_extra_info(info)
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        host, port = _target(request)
-        return await self._inner.handle_async_request(_pinned(request, (await aresolve(host, port))[0]))
+
+class _AsyncStream(httpcore2.AsyncNetworkStream):
+    def __init__(self, inner: httpcore2.AsyncNetworkStream, deadline: _Deadline):
+        self._inner = inner
+        self._deadline = deadline
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._inner.read(max_bytes, self._deadline.left(timeout, httpcore2.ReadTimeout))
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._inner.write(buffer, self._deadline.left(timeout, httpcore2.WriteTimeout))
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+    async def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> "_AsyncStream":
+        timeout = self._deadline.left(timeout, httpcore2.ConnectTimeout)
+        return _AsyncStream(await self._inner.start_tls(ssl_context, server_hostname, timeout), self._deadline)
+
+    def get_extra_info(self, info: str):
+        return self._inner.get_extra_info(info)
+
+
+class _Backend(httpcore2.NetworkBackend):
+    """TCP to the checked address of each connection's host:port (OutboundRefused otherwise)."""
+
+    def __init__(self, deadline: _Deadline):
+        self._inner = httpcore2.SyncBackend()
+        self._deadline = deadline
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None) -> _Stream:
+        address = resolve(host, port)[0]
+        timeout = self._deadline.left(timeout, httpcore2.ConnectTimeout)
+        return _Stream(self._inner.connect_tcp(address, port, timeout, local_address, socket_options), self._deadline)
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise OutboundRefused("a Unix socket is not an outbound destination")
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+class _AsyncBackend(httpcore2.AsyncNetworkBackend):
+    def __init__(self, deadline: _Deadline):
+        self._inner = httpcore2.AnyIOBackend()
+        self._deadline = deadline
+
+    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None) -> _AsyncStream:
+        address = (await aresolve(host, port))[0]
+        timeout = self._deadline.left(timeout, httpcore2.ConnectTimeout)
+        stream = await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+        return _AsyncStream(stream, self._deadline)
+
+    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise OutboundRefused("a Unix socket is not an outbound destination")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+# httpcore2's errors as httpx2's (what callers of an httpx2 client catch), most specific first.
+_ERRORS = (
+    (httpcore2.ConnectTimeout, httpx2.ConnectTimeout),
+    (httpcore2.ReadTimeout, httpx2.ReadTimeout),
+    (httpcore2.WriteTimeout, httpx2.WriteTimeout),
+    (httpcore2.PoolTimeout, httpx2.PoolTimeout),
+    (httpcore2.TimeoutException, httpx2.TimeoutException),
+    (httpcore2.ConnectError, httpx2.ConnectError),
+    (httpcore2.ReadError, httpx2.ReadError),
+    (httpcore2.WriteError, httpx2.WriteError),
+    (httpcore2.NetworkError, httpx2.NetworkError),
+    (httpcore2.UnsupportedProtocol, httpx2.UnsupportedProtocol),
+    (httpcore2.RemoteProtocolError, httpx2.RemoteProtocolError),
+    (httpcore2.LocalProtocolError, httpx2.LocalProtocolError),
+    (httpcore2.ProtocolError, httpx2.ProtocolError),
+    (httpcore2.ProxyError, httpx2.ProxyError),
+)
+
+
+@contextlib.contextmanager
+def _httpx_errors():
+    try:
+        yield
+    except Exception as exc:
+        for core, mapped in _ERRORS:
+            if isinstance(exc, core):
+                raise mapped(str(exc)) from exc
+        raise
+
+
+def _core_request(request: httpx2.Request) -> httpcore2.Request:
+    """The request for httpcore2, unchanged but for Accept-Encoding: identity (a compressed body
+    would grow past the byte limit only after the transport counted it)."""
+    _target(request)
+    headers = [(name, value) for name, value in request.headers.raw if name.lower() != b"accept-encoding"]
+    headers.append((b"Accept-Encoding", b"identity"))
+    url = httpcore2.URL(
+        scheme=request.url.raw_scheme, host=request.url.raw_host, port=request.url.port, target=request.url.raw_path
+    )
+    return httpcore2.Request(
+        method=request.method, url=url, headers=headers, content=request.stream, extensions=request.extensions
+    )
+
+
+def _encoding_refused(headers) -> ResponseRefused | None:
+    encodings = [
+        value.decode("latin-1").strip().lower() for name, value in headers if name.lower() == b"content-encoding"
+    ]
+    if any(encoding not in ("", "identity") for encoding in encodings):
+        return ResponseRefused(f"the response is compressed ({', '.join(encodings)}) although identity was asked")
+    return None
+
+
+class _Held:
+    """What a response makes the reader hold, counted against the limit: the whole body, or for
+    a successful event stream (a 2xx text/event-stream, which MCP keeps open for a connection's
+    life and its readers parse event by event, each bounded) the bytes since the last event
+    ended, so a long-lived stream of small events stays open. A redirect's or an error's body is
+    counted whole whatever its type: the client reads those whole."""
+
+    _END = re.compile(rb"\r\n\r\n|\n\n|\r\r")  # a blank line ends an event
+
+    def __init__(self, status: int, headers, limit: int):
+        content_type = next((value for name, value in headers if name.lower() == b"content-type"), b"")
+        event_stream = content_type.split(b";", 1)[0].strip().lower() == b"text/event-stream"
+        self._events = 200 <= status < 300 and event_stream
+        self._limit = limit
+        self._held = 0
+        self._tail = b""  # the last bytes seen (counted already), for an end split across chunks
+
+    def add(self, chunk: bytes) -> None:
+        if not self._events:
+            self._held += len(chunk)
+            return self._check()
+        data = self._tail + chunk
+        start = len(self._tail)
+        for end in self._END.finditer(data):
+            if end.end() <= len(self._tail):
+                continue
+            self._held += end.end() - start
+            self._check()
+            self._held, start = 0, end.end()
+        self._held += len(data) - start
+        self._tail = data[-3:]
+        return self._check()
+
+    def _check(self) -> None:
+        if self._held > self._limit:
+            what = "event" if self._events else "response body"
+            raise ResponseRefused(f"the {what} is over {self._limit} bytes (MANGO_OUTBOUND_RESPONSE_MAX_BYTES)")
+
+
+class _Body(httpx2.SyncByteStream):
+    def __init__(self, inner, held: _Held):
+        self._inner = inner
+        self._held = held
+
+    def __iter__(self):
+        with _httpx_errors():
+            for chunk in self._inner:
+                self._held.add(chunk)
+                yield chunk
+
+    def close(self) -> None:
+        with _httpx_errors():
+            self._inner.close()
+
+
+class _AsyncBody(httpx2.AsyncByteStream):
+    def __init__(self, inner, held: _Held):
+        self._inner = inner
+        self._held = held
+
+    async def __aiter__(self):
+        with _httpx_errors():
+            async for chunk in self._inner:
+                self._held.add(chunk)
+                yield chunk
+
+    async def aclose(self) -> None:
+        with _httpx_errors():
+            await self._inner.aclose()
+
+
+def _ssl_context(verify) -> ssl.SSLContext:
+    return verify if isinstance(verify, ssl.SSLContext) else httpx2.create_ssl_context(verify=verify)
+
+
+class GuardedTransport(httpx2.BaseTransport):
+    """`total_timeout`: every request through this transport ends within that many seconds of its
+    creation (for one exchange: a token refresh, a probe). `max_response_bytes`: the most of one
+    response body it reads (default MANGO_OUTBOUND_RESPONSE_MAX_BYTES)."""
+
+    def __init__(self, *, verify=True, total_timeout: float | None = None, max_response_bytes: int | None = None):
+        deadline = _Deadline(total_timeout)
+        self._limit = max_response_bytes or settings.MANGO_OUTBOUND_RESPONSE_MAX_BYTES
+        self._pool = httpcore2.ConnectionPool(
+            ssl_context=_ssl_context(verify),
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            network_backend=_Backend(deadline),
+        )
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        with _httpx_errors():
+            response = self._pool.handle_request(_core_request(request))
+        if (refused := _encoding_refused(response.headers)) is not None:
+            response.close()
+            raise refused
+        return httpx2.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_Body(response.stream, _Held(response.status, response.headers, self._limit)),
+            extensions=response.extensions,
+        )
+
+    def close(self) -> None:
+        with _httpx_errors():
+            self._pool.close()
+
+
+class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
+    """GuardedTransport for asyncio (the worker's MCP connections)."""
+
+    def __init__(self, *, verify=True, total_timeout: float | None = None, max_response_bytes: int | None = None):
+        deadline = _Deadline(total_timeout)
+        self._limit = max_response_bytes or settings.MANGO_OUTBOUND_RESPONSE_MAX_BYTES
+        self._pool = httpcore2.AsyncConnectionPool(
+            ssl_context=_ssl_context(verify),
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            network_backend=_AsyncBackend(deadline),
+        )
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        with _httpx_errors():
+            response = await self._pool.handle_async_request(_core_request(request))
+        if (refused := _encoding_refused(response.headers)) is not None:
+            await response.aclose()
+            raise refused
+        return httpx2.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_AsyncBody(response.stream, _Held(response.status, response.headers, self._limit)),
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        with _httpx_errors():
+            await self._pool.aclose()

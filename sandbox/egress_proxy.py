@@ -68,10 +68,41 @@ def host_allowed(host: str, allowed: list[str]) -> bool:
     return False
 
 
+# The address checks are core/outbound.py's (is_public), copied: this program runs with the
+# standard library only. tests/core/test_outbound.py holds the two to the same answers.
+
+# IPv6 ranges refused whatever they hold: deprecated site-local (RFC 3879) and local-use NAT64
+# (RFC 8215: where the IPv4 sits depends on the operator's prefix, so it cannot be checked).
+_DENIED_V6 = (ipaddress.IPv6Network("fec0::/10"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+# IPv6 forms whose last 32 bits are an IPv4 address: IPv4-compatible, IPv4-translated, NAT64.
+_LOW_V4 = (
+    ipaddress.IPv6Network("::/96"),
+    ipaddress.IPv6Network("::ffff:0:0:0/96"),
+    ipaddress.IPv6Network("64:ff9b::/96"),
+)
+
+
+def _embedded_v4(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 address reaches (mapped, 6to4, Teredo server and client, ...)."""
+    if ip.ipv4_mapped is not None:
+        return (ip.ipv4_mapped,)
+    if ip.teredo is not None:
+        return ip.teredo
+    if ip.sixtofour is not None:
+        return (ip.sixtofour,)
+    if any(ip in network for network in _LOW_V4):
+        return (ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF),)
+    return ()
+
+
 def _public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if any(ip in network for network in _DENIED_V6):
+            return False
+        embedded = _embedded_v4(ip)
+        if embedded:
+            return all(v4.is_global and not v4.is_multicast for v4 in embedded)
     return ip.is_global and not ip.is_multicast
 
 

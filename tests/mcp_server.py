@@ -3,7 +3,10 @@ in a thread on loopback) that requires a bearer token, and an OAuth token endpoi
 
 The server records the Authorization headers it saw (`seen_tokens`) and the token requests
 (`token_requests`: form fields and the Basic credentials); `accepted` is the set of bearer
-tokens it takes (any other is a 401), and `issue` what the token endpoint hands out next.
+tokens it takes (any other is a 401, with `refusal` as its body), and `issue` what the token
+endpoint hands out next (`token_body`, when set, is sent instead, as is). A misbehaving server on
+demand: with `trickle` set, every body holding TRICKLE_MARKER (the `trickle` tool's result, a
+`refusal` or `token_body` holding it) is sent one byte every `trickle` seconds.
 """
 
 import asyncio
@@ -18,6 +21,7 @@ import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 
 PORT_RANGE = range(8700, 8800)
+TRICKLE_MARKER = b"trickled"
 
 
 def free_port() -> int:
@@ -38,6 +42,9 @@ class McpTestServer:
         self.token_requests: list[dict] = []
         self.issue: dict = {}
         self.token_status = 200
+        self.token_body: bytes | None = None
+        self.refusal = b"unauthorized"
+        self.trickle = 0.0
         self.calls: list[tuple[str, dict]] = []
         self.delay = delay
         self.open_requests = 0
@@ -93,6 +100,11 @@ class McpTestServer:
             await ctx.notify_tools_changed()
             return "grown"
 
+        @self.mcp.tool(description="Answer, slowly when the server trickles.")
+        async def trickle() -> str:
+            server.calls.append(("trickle", {}))
+            return TRICKLE_MARKER.decode()
+
         @self.mcp.tool(description="Always fails.")
         async def explode() -> str:
             raise ValueError("the tool exploded")
@@ -117,12 +129,18 @@ class McpTestServer:
             if token not in server.accepted:
                 start = {"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]}
                 await send(start)
-                await send({"type": "http.response.body", "body": b"unauthorized"})
+                await server._send_body(send, {"type": "http.response.body", "body": server.refusal})
                 return None
             server.open_requests += 1
             server.peak_requests = max(server.peak_requests, server.open_requests)
+
+            async def trickling(message):
+                if message["type"] == "http.response.body":
+                    return await server._send_body(send, message)
+                return await send(message)
+
             try:
-                return await inner(scope, receive, send)
+                return await inner(scope, receive, trickling)
             finally:
                 server.open_requests -= 1
 
@@ -141,13 +159,24 @@ class McpTestServer:
         if basic.startswith("Basic "):
             form["_basic"] = base64.b64decode(basic[6:]).decode()
         self.token_requests.append(form)
-        payload = json.dumps(self.issue).encode()
+        payload = json.dumps(self.issue).encode() if self.token_body is None else self.token_body
         status = self.token_status
         if status == 200 and self.issue.get("access_token"):
             self.accepted.add(self.issue["access_token"])
         headers = [(b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        await self._send_body(send, {"type": "http.response.body", "body": payload})
+
+    async def _send_body(self, send, message: dict) -> None:
+        body = message.get("body", b"")
+        if not self.trickle or TRICKLE_MARKER not in body:
+            return await send(message)
+        for index in range(len(body)):
+            await send({"type": "http.response.body", "body": body[index : index + 1], "more_body": True})
+            await asyncio.sleep(self.trickle)
+        if not message.get("more_body"):
+            await send({"type": "http.response.body", "body": b""})
+        return None
 
     def start(self) -> "McpTestServer":
         self._thread.start()

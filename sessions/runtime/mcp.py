@@ -301,6 +301,7 @@ class _Connection:
         )
 
     async def _serve(self, ready: asyncio.Future, sse: bool) -> None:
+        job = None
         try:
             async with self._http() as http:
                 if sse:
@@ -337,10 +338,14 @@ class _Connection:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
         finally:
+            # The job in progress too: the SDK's transport failing (a reply over the outbound
+            # limit, a dropped connection) cancels this task mid-call.
+            pending = [job] if job is not None else []
             while self._jobs is not None and not self._jobs.empty():
-                job = self._jobs.get_nowait()
-                if job is not None and not job[1].done():
-                    job[1].set_exception(ConnectionError("the MCP connection closed"))
+                pending.append(self._jobs.get_nowait())
+            for each in pending:
+                if each is not None and not each[1].done():
+                    each[1].set_exception(ConnectionError("the MCP connection closed"))
 
     def _listen(self, client) -> asyncio.Task | None:
         """On a 2026-07-28 server that says its tool list changes, a `subscriptions/listen`
@@ -470,7 +475,9 @@ class SessionMcp:
             return _Auth()
         if credential.auth_type == "mcp_oauth" and (refresh or credential_needs_refresh(credential)):
             try:
-                credential = credential_refresh(credential_id=credential.id)
+                # Within the connect timeout: the turn's thread waits for it.
+                timeout = settings.MANGO_MCP_CONNECT_TIMEOUT_SECONDS
+                credential = credential_refresh(credential_id=credential.id, timeout=timeout)
                 self._credentials[url] = credential
             except (oauth.RefreshFailed, oauth.RefreshUnreachable, ValueError) as exc:
                 logger.info(

@@ -9,6 +9,7 @@ and result limit, self_hosted, the private-address guard, and the secret in no e
 request, worker log or pg_dump."""
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -399,3 +400,44 @@ def test_mcp_connections_and_calls_are_bounded_per_workspace(settings, mcp_serve
         for each in (first, second, other):
             each.close()
     assert runtime_mcp.CONNECTIONS.held(mine) == 0 and runtime_mcp.CONNECTIONS.held(theirs) == 0
+
+
+def test_a_trickling_or_oversized_reply_cannot_hold_the_worker(settings, mcp_server, api_key):
+    """In-process, against the real server: a reply trickled a byte at a time (each read well
+    inside its timeout) ends with the call's timeout; a reply over MANGO_OUTBOUND_RESPONSE_MAX_BYTES
+    is not read past it and the call is mcp_connection_failed_error."""
+    from sessions.runtime import mcp as runtime_mcp
+
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [mcp_server.host]
+    settings.MANGO_MCP_CALL_TIMEOUT_SECONDS = 2
+    settings.MANGO_MCP_CONNECT_TIMEOUT_SECONDS = 5
+    settings.MANGO_MCP_RESULT_MAX_BYTES = RESULT_MAX
+    settings.MANGO_OUTBOUND_RESPONSE_MAX_BYTES = 64 * 1024
+    mcp_server.accepted.add("")
+    snapshot = {
+        "mcp_servers": [{"type": "url", "name": "tools", "url": mcp_server.url}],
+        "tools": [{"type": "mcp_toolset", "mcp_server_name": "tools", **ALLOW}],
+    }
+    client = runtime_mcp.SessionMcp(
+        session_id="sesn_t", workspace_id=api_key.workspace.id, agent_snapshot=snapshot, vault_ids=[]
+    )
+    try:
+        assert client.open() == []
+        mcp_server.trickle = 0.3
+        started = time.monotonic()
+        result = client.call(server="tools", tool="trickle", arguments={})
+        assert result.is_error and "timed out after 2 s" in result.content[0]["text"]
+        assert time.monotonic() - started < 2 + 5 + 1  # the call's timeout, and _run's margin at most
+        mcp_server.trickle = 0
+
+        # Within the result limit: a plain result. Past the response limit: the connection fails.
+        assert client.call(server="tools", tool="big", arguments={"size": 100}).content[0]["text"] == "x" * 100
+        started = time.monotonic()
+        with pytest.raises(runtime_mcp.McpFailure) as failure:
+            client.call(server="tools", tool="big", arguments={"size": 200_000})
+        assert failure.value.error_type == "mcp_connection_failed_error"
+        assert time.monotonic() - started < 2  # at once, not at the call's timeout
+    finally:
+        mcp_server.trickle = 0
+        client.close()
+    assert runtime_mcp.CONNECTIONS.held(api_key.workspace.id) == 0

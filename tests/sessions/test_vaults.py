@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 
 import anthropic
@@ -17,7 +18,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from core import secrets
+from core import oauth, secrets
 from sessions.models import SessionResource, VaultCredential
 from tests.factories import make_session
 from tests.mcp_server import McpTestServer
@@ -46,7 +47,13 @@ def allowed(settings, mcp_server):
     mcp_server.token_requests.clear()
     mcp_server.issue = {}
     mcp_server.token_status = 200
-    return mcp_server
+    mcp_server.token_body = None
+    mcp_server.refusal = b"unauthorized"
+    mcp_server.trickle = 0.0
+    yield mcp_server
+    mcp_server.token_body = None
+    mcp_server.refusal = b"unauthorized"
+    mcp_server.trickle = 0.0
 
 
 def pg_dump() -> str:
@@ -243,6 +250,56 @@ def test_refresh_sends_the_token_endpoint_auth(sdk, allowed, auth_type):
     assert request.get("client_secret") == (CLIENT_SECRET if auth_type == "client_secret_post" else None)
     stored = json.loads(secrets.decrypt(VaultCredential.objects.get(id=credential.id).secret))
     assert stored["access_token"] == "fresh-access-2" and stored["refresh_token"] == REFRESH  # kept
+
+
+def test_validate_reads_at_most_a_bounded_part_of_what_the_servers_answer(sdk, allowed):
+    """A megabyte from the MCP server's 401 and from the token endpoint: the answers are reported
+    truncated, and a token endpoint's 200 that large is a failed refresh, not a token."""
+    vault = sdk.beta.vaults.create(display_name="v")
+    credentials = sdk.beta.vaults.credentials
+    credential = credentials.create(vault.id, auth=oauth_auth(allowed))
+    allowed.refusal = b"no " * 400_000
+    allowed.token_status = 400
+    allowed.token_body = b'{"error": "invalid_grant", "pad": "' + b"x" * 1_000_000 + b'"}'
+    result = credentials.mcp_oauth_validate(credential.id, vault_id=vault.id)
+    probe = result.mcp_probe.http_response
+    assert probe.status_code == 401 and probe.body_truncated and probe.body.startswith("no no")
+    assert result.refresh.status == "failed"
+    answer = result.refresh.http_response
+    assert answer.status_code == 400 and answer.body_truncated and "invalid_grant" in answer.body
+
+    allowed.token_status = 200
+    allowed.token_body = b'{"access_token": "fresh-access-3", "pad": "' + b"x" * 1_000_000 + b'"}'
+    result = credentials.mcp_oauth_validate(credential.id, vault_id=vault.id)
+    assert result.status == "invalid" and result.refresh.status == "failed"
+    assert result.refresh.http_response.status_code == 200 and result.refresh.http_response.body_truncated
+    stored = json.loads(secrets.decrypt(VaultCredential.objects.get(id=credential.id).secret))
+    assert stored["access_token"] == ACCESS  # nothing taken from an answer past the limit
+
+
+def test_a_trickling_server_cannot_hold_a_refresh_or_a_probe_past_its_timeout(allowed):
+    """Each byte arrives well inside the read timeout; the exchange still ends at its timeout."""
+    allowed.trickle = 0.2
+    allowed.token_body = b'{"access_token": "trickled-access"}'
+    started = time.monotonic()
+    with pytest.raises(oauth.RefreshUnreachable, match=r"within 1\.5 s"):
+        oauth.refresh(
+            token_endpoint=allowed.token_url,
+            client_id="mango-client",
+            refresh_token=REFRESH,
+            auth_type="none",
+            client_secret=None,
+            scope=None,
+            resource=None,
+            timeout=1.5,
+        )
+    assert time.monotonic() - started < 3
+
+    allowed.refusal = b"unauthorized, trickled"
+    started = time.monotonic()
+    with pytest.raises(oauth.RefreshUnreachable, match=r"within 1\.5 s"):
+        oauth.mcp_probe(url=allowed.url, access_token="refused-token", timeout=1.5)
+    assert time.monotonic() - started < 3
 
 
 SECRET_VALUE = "env-secret-PLAINTEXT-9d2e"
