@@ -39,6 +39,7 @@ from mcp_types import REQUEST_TIMEOUT
 
 from core import oauth
 from core.outbound import AsyncGuardedTransport, OutboundRefused
+from core.secrets import SecretsUnavailable
 from sessions.selectors.vaults import session_credentials
 from sessions.services.vaults import (
     credential_mark_used,
@@ -517,7 +518,14 @@ class SessionMcp:
         return connection
 
     def _try_connect(self, name: str, url: str, *, refresh: bool) -> _Connection:
-        auth = self._auth(url, refresh=refresh)
+        try:
+            auth = self._auth(url, refresh=refresh)
+        except SecretsUnavailable:
+            raise McpFailure(
+                server=name,
+                error_type=AUTHENTICATION_FAILED,
+                message=f"MCP server {name!r}: this server cannot read its credential (MANGO_VAULT_KEY changed).",
+            ) from None
         connection = _Connection(name=name, url=url, auth=auth)
         try:
             connection.open()

@@ -13,6 +13,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from cryptography.fernet import Fernet, MultiFernet
 
 from core import secrets
 from sessions.models import VaultCredential
@@ -264,6 +265,24 @@ def test_a_refused_token_is_an_authentication_error_and_the_session_stays_usable
     sdk.beta.sessions.events.send(session.id, events=[_user("again")])
     events = _wait_idle(sdk, session.id, count=2)
     assert [e for e in events if e.type == "agent.mcp_tool_result"][-1].content[0].text == "back"
+
+
+def test_a_credential_the_key_cannot_read_is_an_authentication_error_naming_the_setting(sdk, model, server, env):
+    server.accepted.add(TOKEN)
+    agent = _agent(sdk, server, toolset=ALLOW)
+    vault = _vault(sdk, server)
+    # The stored secret was sealed under a key this server no longer has (a botched rotation).
+    foreign = MultiFernet([Fernet(secrets.generate_key().encode())]).encrypt(b'{"token": "x"}').decode()
+    VaultCredential.objects.filter(vault_id=vault.id).update(secret=foreign)
+    model.script([text("No tools today.")])
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id, vault_ids=[vault.id])
+    seen = len(server.seen_tokens)
+    sdk.beta.sessions.events.send(session.id, events=[_user("hi")])
+    events = _wait_idle(sdk, session.id)
+    error = next(e for e in events if e.type == "session.error").error
+    assert error.type == "mcp_authentication_failed_error" and "MANGO_VAULT_KEY" in error.message, error
+    assert server.seen_tokens[seen:] == []  # no connection was attempted without its credential
+    assert events[-1].stop_reason.type == "end_turn"
 
 
 def test_an_unreachable_or_private_server_is_a_connection_error_naming_it(sdk, model, server, env):
