@@ -142,11 +142,12 @@ def proxy_config(hosts: list[str], *, credentials: bool = False) -> str:
             "credentials_on_stdin": credentials,
             "upstream_ca": _upstream_ca() if credentials else None,
             # The operator's registries may be private (a mirror inside the network); a tenant's
-            # hosts only where MANGO_OUTBOUND_PRIVATE_HOSTS says so.
+            # hosts only where MANGO_SANDBOX_PRIVATE_HOSTS says so (never the worker's own
+            # MANGO_OUTBOUND_PRIVATE_HOSTS: every tenant's code would reach those).
             "private_hosts": sorted(
                 {
                     entry.strip().lower()
-                    for entry in [*settings.MANGO_OUTBOUND_PRIVATE_HOSTS, *settings.MANGO_SANDBOX_PACKAGE_REGISTRIES]
+                    for entry in [*settings.MANGO_SANDBOX_PRIVATE_HOSTS, *settings.MANGO_SANDBOX_PACKAGE_REGISTRIES]
                     if entry.strip()
                 }
             ),

@@ -5,7 +5,7 @@ and the ways around it (direct IP addresses, other ports, DNS) fail.
 
 The allowed and the other host are containers on a network the test creates (the proxies'
 egress network here, MANGO_SANDBOX_EGRESS_NETWORK); their private addresses are let through by
-MANGO_OUTBOUND_PRIVATE_HOSTS, as an operator would for an internal registry."""
+MANGO_SANDBOX_PRIVATE_HOSTS, as an operator would for an internal registry."""
 
 import time
 import uuid
@@ -70,7 +70,7 @@ def egress(settings, docker_client):
         for name in names
     ]
     settings.MANGO_SANDBOX_EGRESS_NETWORK = network.name
-    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = list(names)
+    settings.MANGO_SANDBOX_PRIVATE_HOSTS = list(names)
     for target in targets:  # listening before the test starts
         deadline = time.monotonic() + 90
         while target.exec_run(
@@ -155,6 +155,20 @@ def test_limited_allows_only_the_listed_hosts_by_name(sandboxes, egress, docker_
     for address, port in (("1.1.1.1", 53), ("1.1.1.1", 443), (target_ip, 80)):
         status, out = sh(box, connect.format(address, port))
         assert "rc=1" in out and ("TimeoutError" in out or "unreachable" in out.lower()), (address, out)
+
+
+def test_the_workers_private_hosts_are_not_the_sandboxes(sandboxes, egress, settings):
+    """MANGO_OUTBOUND_PRIVATE_HOSTS is for the worker's own connections (an internal git server,
+    a local MCP server): a tenant's sandbox that lists such a host is still refused its private
+    address; only MANGO_SANDBOX_PRIVATE_HOSTS lets a sandbox's proxy reach one."""
+    allowed, _ = egress
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [allowed, f"{allowed}:80", f"{allowed}:443"]
+    settings.MANGO_SANDBOX_PRIVATE_HOSTS = []
+    box = sandboxes({"type": "limited", "allowed_hosts": [allowed]})
+    status, out = sh(box, f"curl -sS --max-time 10 -w ' %{{http_code}}' http://{allowed}/")
+    assert "resolves to a private address" in out and out.endswith(" 403"), out
+    status, out = sh(box, f"curl -sS --max-time 10 -p http://{allowed}:443/ 2>&1")
+    assert status != 0 and "403" in out, out
 
 
 def test_limited_package_managers_and_mcp_hosts_join_the_allow_list(settings):
@@ -293,7 +307,7 @@ def echo_hosts(settings, docker_client, tmp_path):
         for name in names
     ]
     settings.MANGO_SANDBOX_EGRESS_NETWORK = network.name
-    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = list(names)
+    settings.MANGO_SANDBOX_PRIVATE_HOSTS = list(names)
     for server in servers:
         deadline = time.monotonic() + 90
         while server.exec_run(
