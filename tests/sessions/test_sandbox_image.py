@@ -228,7 +228,8 @@ open("/tmp/cert.pem", "w").write(os.environ["CERT"])
 class H(http.server.BaseHTTPRequestHandler):
     def answer(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
-        out = json.dumps({"auth": self.headers.get("Authorization"), "body": body}).encode()
+        out = json.dumps({"auth": self.headers.get("Authorization"), "body": body, "host": self.headers.get("Host")})
+        out = out.encode()
         self.send_response(200); self.send_header("Content-Length", str(len(out))); self.end_headers()
         self.wfile.write(out)
     do_GET = do_POST = answer
@@ -360,9 +361,9 @@ def test_environment_variable_credentials_are_substituted_by_the_proxy_only(sand
     sandbox.write_file(session_id=box, path="/tmp/fetch.py", data=fetch.encode())
     status, out = sh(box, "python3 /tmp/fetch.py")
     assert f'"auth": "{SECRET}"' in out, out
-    # Plain HTTP to it: substituted as well.
-    status, out = sh(box, f'curl -sS --max-time 10 -H "Authorization: $API_TOKEN" http://{api}/')
-    assert f'"auth": "{SECRET}"' in out, out
+    # Plain HTTP to it: never substituted (cleartext); the placeholder passes as it is.
+    status, out = sh(box, f'curl -sS --max-time 10 -H "Authorization: $API_TOKEN" -d "t=$API_TOKEN" http://{api}/')
+    assert PLACEHOLDER in out and SECRET not in out and f'"host": "{api}"' in out, out
     # Another host: the placeholder passes untouched (TLS end to end: the proxy only tunnels).
     status, out = sh(
         box, f'curl -sS -k --max-time 10 -H "Authorization: $API_TOKEN" -d "t=$API_TOKEN" https://{elsewhere}/'
@@ -379,6 +380,44 @@ def test_environment_variable_credentials_are_substituted_by_the_proxy_only(sand
     assert SECRET not in out and "proxy-ca.pem" in out, out
     for name in (sandbox.container_name(box), docker_backend.proxy_name(box)):
         assert SECRET not in str(docker_client.api.inspect_container(name)), name
+
+
+def test_the_proxy_sends_a_secret_only_to_the_host_it_connected_to(sandboxes, echo_hosts):
+    """A Host header naming another host (a shared host or CDN would route by it, secret
+    included) is refused inside the intercepted TLS and in plain HTTP; inside the TLS only an
+    origin-form target goes; the Host that goes upstream is the CONNECT's."""
+    api, elsewhere = echo_hosts
+    credential = {"name": "API_TOKEN", "placeholder": PLACEHOLDER, "value": SECRET, "hosts": [api], "header": True}
+    credential["body"] = True
+    box = sandboxes({"type": "limited", "allowed_hosts": [api, elsewhere], "credentials": [credential]})
+    curl = 'curl -sS --max-time 10 -w " %{http_code}" -H "Authorization: Bearer $API_TOKEN"'
+    _, out = sh(box, f"{curl} https://{api}/")
+    assert f'"auth": "Bearer {SECRET}"' in out and f'"host": "{api}"' in out and out.endswith(" 200"), out
+    _, out = sh(box, f"{curl} -H 'Host: {api}:443' https://{api}/")  # the same host, port spelled out
+    assert f'"auth": "Bearer {SECRET}"' in out and out.endswith(" 200"), out
+    for host in (elsewhere, "evil.example", f"{api}.evil.example", f"{api}:8443"):
+        _, out = sh(box, f"{curl} -H 'Host: {host}' https://{api}/")
+        assert "the Host header names" in out and out.endswith(" 403") and SECRET not in out, (host, out)
+        _, out = sh(box, f"{curl} -H 'Host: {host}' http://{api}/")
+        assert "the Host header names" in out and out.endswith(" 403") and SECRET not in out, (host, out)
+    # Two Host headers: refused as well.
+    two = (
+        "import http.client, os\n"
+        "host, port = os.environ['HTTPS_PROXY'].rsplit('/', 1)[1].split(':')\n"
+        "c = http.client.HTTPSConnection(host, int(port), timeout=10)\n"
+        f"c.set_tunnel('{api}', 443)\n"
+        "c.putrequest('GET', '/', skip_host=True)\n"
+        f"c.putheader('Host', '{api}'); c.putheader('Host', '{elsewhere}')\n"
+        f"c.putheader('Authorization', '{PLACEHOLDER}'); c.endheaders()\n"
+        "r = c.getresponse(); print(r.status, r.read().decode())\n"
+    )
+    sandbox.write_file(session_id=box, path="/tmp/two.py", data=two.encode())
+    _, out = sh(box, "python3 /tmp/two.py")
+    assert out.startswith("403 ") and "more than one Host header" in out and SECRET not in out, out
+    # Absolute-form targets inside the intercepted TLS connection: refused.
+    for target in (f"https://{elsewhere}/", f"https://{api}/", "*"):
+        _, out = sh(box, f"{curl} --request-target '{target}' https://{api}/")
+        assert "only origin-form targets" in out and out.endswith(" 400") and SECRET not in out, (target, out)
 
 
 @pytest.mark.django_db(transaction=True)
