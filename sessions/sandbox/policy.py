@@ -25,6 +25,7 @@ its network, as plain data for ``docker.py`` (issue #10). No I/O here.
 """
 
 import hashlib
+import hmac
 import ipaddress
 import json
 from urllib.parse import urlsplit
@@ -126,6 +127,14 @@ def proxy_secrets(credentials: list[dict]) -> bytes:
     """The one line the proxy reads on stdin: what it substitutes, where."""
     keys = ("placeholder", "value", "hosts", "header", "body")
     return (json.dumps({"credentials": [{key: c[key] for key in keys} for c in credentials]}) + "\n").encode()
+
+
+def proxy_fingerprint(hosts: list[str], credentials: list[dict]) -> str:
+    """What a proxy holds (its allow-list and the credentials it substitutes), as a keyed digest
+    for its label: another value means the proxy is out of date. Reveals nothing of the secrets
+    without SECRET_KEY."""
+    data = json.dumps({"hosts": sorted(hosts), "credentials": json.loads(proxy_secrets(credentials))}, sort_keys=True)
+    return hmac.new(settings.SECRET_KEY.encode(), data.encode(), "sha256").hexdigest()
 
 
 def _upstream_ca() -> str | None:

@@ -464,3 +464,94 @@ def test_a_sessions_vault_credentials_go_to_its_proxy_and_only_placeholders_to_i
             assert SECRET not in str(docker_client.api.inspect_container(name)), name
     finally:
         sandbox.remove(session_id=row.id)
+
+
+class _Control:
+    """What the tool executor asks of its turn: nothing stops here."""
+
+    def check_stop(self) -> None:
+        pass
+
+    def check_deleted(self) -> None:
+        pass
+
+
+def _session_with_vault(sdk, *, allowed_hosts: list[str], credential_hosts: list[str]):
+    vault = sdk.beta.vaults.create(display_name="team")
+    credential = sdk.beta.vaults.credentials.create(
+        vault.id,
+        auth={
+            "type": "environment_variable",
+            "secret_name": "API_TOKEN",
+            "secret_value": SECRET,
+            "networking": {"type": "limited", "allowed_hosts": credential_hosts},
+        },
+    )
+    env = sdk.beta.environments.create(
+        name="e", config={"type": "cloud", "networking": {"type": "limited", "allowed_hosts": allowed_hosts}}
+    )
+    agent = sdk.beta.agents.create(name="a", model="claude-sonnet-4-5", tools=[{"type": "agent_toolset_20260401"}])
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id, vault_ids=[vault.id])
+    return vault, credential, session
+
+
+def _tool_call_sandbox(session_id: str) -> None:
+    """What a sandbox tool call does first (sessions/runtime/tools.py): the sandbox made, or
+    its proxy brought up to date."""
+    from sessions.models import Session
+    from sessions.runtime import tools
+
+    tools._ensure_sandbox(_Control(), Session.objects.get(id=session_id))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_revoked_or_changed_credential_leaves_the_running_sandboxs_proxy(
+    sdk, api_key, no_turns, real_image, echo_hosts, docker_client
+):
+    """A new secret, an archived credential or vault: after the commit the running sandbox's
+    egress proxy (which held the secret since it started) is gone, so no request carries the old
+    value; the next tool call makes it again with what the vault holds then."""
+    api, elsewhere = echo_hosts
+    vault, credential, session = _session_with_vault(sdk, allowed_hosts=[api, elsewhere], credential_hosts=[api])
+    new_secret = "vault-secret-rotated-3e8a"
+    fetch = f'curl -sS --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://{api}/'
+    try:
+        _tool_call_sandbox(session.id)
+        _, out = sh(session.id, fetch)
+        assert f'"auth": "Bearer {SECRET}"' in out, out
+
+        # A new secret: the proxy that holds the old one goes at the commit.
+        sdk.beta.vaults.credentials.update(
+            credential.id, vault_id=vault.id, auth={"type": "environment_variable", "secret_value": new_secret}
+        )
+        assert not docker_client.containers.list(all=True, filters={"name": docker_backend.proxy_name(session.id)})
+        _, out = sh(session.id, fetch)
+        assert SECRET not in out and new_secret not in out, out
+        _tool_call_sandbox(session.id)
+        _, out = sh(session.id, fetch)
+        assert f'"auth": "Bearer {new_secret}"' in out and SECRET not in out, out
+        # The same sandbox (its placeholder and files stay), a new proxy.
+        assert sh(session.id, "echo $API_TOKEN")[1].strip().startswith("mango-vault-")
+
+        # Archived: gone at the commit; the proxy made again substitutes nothing.
+        sdk.beta.vaults.credentials.archive(credential.id, vault_id=vault.id)
+        _, out = sh(session.id, fetch)
+        assert new_secret not in out and SECRET not in out, out
+        _tool_call_sandbox(session.id)
+        _, out = sh(session.id, fetch.replace("curl ", "curl -k "))  # tunnelled untouched: the host's own TLS
+        assert '"auth": "Bearer mango-vault-' in out and new_secret not in out, out
+    finally:
+        sandbox.remove(session_id=session.id)
+
+    # An archived vault: the same, for a session of another vault.
+    vault, credential, session = _session_with_vault(sdk, allowed_hosts=[api], credential_hosts=[api])
+    try:
+        _tool_call_sandbox(session.id)
+        assert f'"auth": "Bearer {SECRET}"' in sh(session.id, fetch)[1]
+        sdk.beta.vaults.archive(vault.id)
+        assert not docker_client.containers.list(all=True, filters={"name": docker_backend.proxy_name(session.id)})
+        _tool_call_sandbox(session.id)
+        _, out = sh(session.id, fetch.replace("curl ", "curl -k "))
+        assert '"auth": "Bearer mango-vault-' in out and SECRET not in out, out
+    finally:
+        sandbox.remove(session_id=session.id)
