@@ -555,3 +555,47 @@ def test_a_revoked_or_changed_credential_leaves_the_running_sandboxs_proxy(
         assert '"auth": "Bearer mango-vault-' in out and SECRET not in out, out
     finally:
         sandbox.remove(session_id=session.id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_credential_for_hosts_the_environment_does_not_allow_is_a_session_error(
+    sdk, api_key, no_turns, real_image, echo_hosts
+):
+    """When the sandbox is made (once), each environment_variable credential whose hosts the
+    `limited` environment does not let through is a credential_host_unreachable_error naming the
+    credential and its vault, as the SDK parses it; a reachable one is none."""
+    api, elsewhere = echo_hosts
+    vault, credential, session = _session_with_vault(sdk, allowed_hosts=[elsewhere], credential_hosts=[api])
+    try:
+        _tool_call_sandbox(session.id)
+        _tool_call_sandbox(session.id)  # the sandbox is not made again: no second error
+        errors = [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.error"]
+        assert len(errors) == 1, errors
+        error = errors[0].error
+        assert error.type == "credential_host_unreachable_error"
+        assert (error.credential_id, error.vault_id, error.retry_status.type) == (credential.id, vault.id, "exhausted")
+        assert api in error.message and SECRET not in error.model_dump_json()
+    finally:
+        sandbox.remove(session_id=session.id)
+    _, _, session = _session_with_vault(sdk, allowed_hosts=[f"*.{api}", api], credential_hosts=[api])
+    try:
+        _tool_call_sandbox(session.id)
+        assert not [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.error"]
+    finally:
+        sandbox.remove(session_id=session.id)
+
+
+def test_which_credential_hosts_a_limited_environment_reaches():
+    limited = {"type": "limited"}
+    check = policy.unreachable_credential_hosts
+    assert check(["api.example.com"], limited, ["api.example.com"]) == []
+    assert check(["api.example.com"], limited, ["*.example.com"]) == []
+    assert check(["api.example.com", "other.example"], limited, ["api.example.com"]) == ["other.example"]
+    assert check(["10.0.0.5"], limited, ["10.0.0.5"]) == ["10.0.0.5"]  # the proxy takes names only
+    assert check(["*.example.com"], limited, ["api.example.com"]) == []  # some name under it
+    assert check(["*.example.com"], limited, ["*.api.example.com"]) == []
+    assert check(["*.api.example.com"], limited, ["*.example.com"]) == []
+    assert check(["*.example.com"], limited, ["example.com", "api.other.com"]) == ["*.example.com"]
+    assert check(["api.example.com"], limited, []) == ["api.example.com"]  # no network at all
+    assert check(["api.example.com"], {"type": "unrestricted"}, []) == []
+    assert check(None, limited, []) == []  # every host: nothing to name
