@@ -312,6 +312,10 @@ MANGO_VAULT_KEY = env.list("MANGO_VAULT_KEY", default=[])
 MANGO_SANDBOX_PROXY_IMAGE = env.str("MANGO_SANDBOX_PROXY_IMAGE", default="mango-sandbox:bookworm")
 MANGO_SANDBOX_EGRESS_NETWORK = env.str("MANGO_SANDBOX_EGRESS_NETWORK", default="mango-egress")
 MANGO_SANDBOX_PROXY_MAX_CONNECTIONS = env.int("MANGO_SANDBOX_PROXY_MAX_CONNECTIONS", default=64)
+# Host or host:port entries a sandbox's egress proxy may reach on a private address (tenant code
+# reaches them: keep it to what every tenant may use). Separate from MANGO_OUTBOUND_PRIVATE_HOSTS,
+# which is the worker's own (an internal git server, a local MCP server).
+MANGO_SANDBOX_PRIVATE_HOSTS = env.list("MANGO_SANDBOX_PRIVATE_HOSTS", default=[])
 # PEM file of extra CAs the egress proxy trusts upstream when it substitutes credentials (an
 # internal CA); the public ones of the proxy image are always trusted.
 MANGO_OUTBOUND_CA_FILE = env.str("MANGO_OUTBOUND_CA_FILE", default="")

@@ -9,7 +9,11 @@ an egress network. Clients in the sandbox reach it through HTTP_PROXY / HTTPS_PR
   ``*.example.com`` for its subdomains;
 * refused with 403: every other host, IP literals (no way around the names), other ports;
 * the proxy resolves names itself and connects only to public addresses, unless the host (or
-  host:port) is in ``private_hosts`` (the deployment's MANGO_OUTBOUND_PRIVATE_HOSTS);
+  host:port) is in ``private_hosts`` (the deployment's MANGO_SANDBOX_PRIVATE_HOSTS and package
+  registries);
+* the request reaches the host it was checked for: its Host header must name that host (and
+  port) or be absent (the proxy sets it), else 403 — on a shared host or CDN another Host would
+  route it to another app;
 * bounded: at most ``max_connections`` tunnels at once (503 beyond), a request head of 16 KiB
   read within 30 s, a tunnel closed after ``idle_seconds`` without traffic.
 
@@ -19,7 +23,9 @@ secret, in header values and/or in bodies with a Content-Length, as the credenti
 HTTPS that means terminating the client's TLS: the proxy makes a CA of its own at start (its key
 never leaves this process), prints the CA certificate for the sandbox to trust, issues a
 certificate per host, and opens its own verified TLS connection upstream (one request per
-connection). Requests to any other host pass untouched, placeholder included: the secret goes
+connection, its target origin-form only: an absolute URI would name another host). Requests to
+any other host pass untouched, placeholder included, and so do plain-HTTP requests, to the
+credential's hosts too (cleartext: anyone on the path would read the secret): the secret goes
 nowhere else. The secrets arrive on stdin, never in the container's environment or arguments.
 
 Configuration: the JSON in $MANGO_EGRESS (allowed — ``*`` for every name —, private_hosts,
@@ -171,8 +177,6 @@ class Proxy:
             authority, _, path = target[len("http://") :].partition("/")
             host, _, port_text = authority.rpartition(":") if ":" in authority.strip("[]") else (authority, "", "80")
             ports = HTTP_PORTS
-            kept = [line for line in lines[1:] if line and not line.lower().startswith(("proxy-", "connection:"))]
-            rest = "\r\n".join([f"{method} /{path} {version}", *kept, "Connection: close", "", ""]).encode("latin-1")
         else:
             await _reply(writer, 400, "only CONNECT and absolute http:// requests go through this proxy")
             return
@@ -182,6 +186,14 @@ class Proxy:
         except ValueError:
             await _reply(writer, 400, "bad port")
             return
+        if method != "CONNECT":
+            try:
+                kept = _headers_for(lines[1:], host, port, default_port=80)
+            except HostMismatch as exc:
+                print(f"proxy refused {method} {host}:{port}: {exc}", file=sys.stderr, flush=True)
+                await _reply(writer, 403, str(exc))
+                return
+            rest = "\r\n".join([f"{method} /{path} {version}", *kept, "Connection: close", "", ""]).encode("latin-1")
         reason = self.refusal(host, port)
         if reason is None and port not in ports:
             reason = f"port {port} is not allowed ({'/'.join(map(str, ports))} only)"
@@ -200,8 +212,9 @@ class Proxy:
         except (OSError, TimeoutError) as exc:
             await _reply(writer, 502, f"cannot reach {host}:{port}: {exc}")
             return
-        credentials = self.credentials_for(host)
-        if method == "CONNECT" and credentials:
+        # Secrets go only into TLS the proxy opened itself: never into cleartext HTTP.
+        credentials = self.credentials_for(host) if method == "CONNECT" else []
+        if credentials:
             upstream_writer.close()
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
@@ -211,8 +224,6 @@ class Proxy:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
         else:
-            if credentials:
-                rest = await _substituted(rest, reader, credentials)
             upstream_writer.write(rest)
         try:
             await asyncio.gather(
@@ -230,7 +241,17 @@ class Proxy:
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             return
         lines = head.decode("latin-1").split("\r\n")
-        kept = [line for line in lines[1:] if line and not line.lower().startswith(("proxy-", "connection:"))]
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[1].startswith("/"):
+            # An absolute-form target would name a host of its own: only the one CONNECT named.
+            await _reply(writer, 400, "inside an intercepted TLS connection only origin-form targets (/path)")
+            return
+        try:
+            kept = _headers_for(lines[1:], host, port, default_port=443)
+        except HostMismatch as exc:
+            print(f"proxy refused a request inside CONNECT {host}:{port}: {exc}", file=sys.stderr, flush=True)
+            await _reply(writer, 403, str(exc))
+            return
         request = "\r\n".join([lines[0], *kept, "Connection: close", "", ""]).encode("latin-1")
         request = await _substituted(request, reader, credentials)
         context = ssl.create_default_context()
@@ -260,6 +281,35 @@ class Proxy:
                 writer.write_eof()
             except (OSError, RuntimeError):
                 writer.close()
+
+
+class HostMismatch(Exception):
+    """The request's Host header names another host than the one the proxy connects to."""
+
+
+def _headers_for(headers: list[str], host: str, port: int, *, default_port: int) -> list[str]:
+    """The request's headers to send upstream: without hop-by-hop proxy headers, and with one
+    Host that names the host (and port) the proxy connects to. A Host naming anything else is
+    refused, not rewritten: on a shared host or CDN it would route the request (and any secret
+    in it) to another tenant's app, and no honest client sends one, so a refusal that says why
+    is both the safe and the simplest answer."""
+    kept, named = [], []
+    for line in headers:
+        if not line or line.lower().startswith(("proxy-", "connection:")):
+            continue
+        if line.lower().startswith("host:"):
+            named.append(line.split(":", 1)[1].strip())
+            continue
+        kept.append(line)
+    if len(named) > 1:
+        raise HostMismatch("more than one Host header")
+    authority = host if port == default_port else f"{host}:{port}"
+    if named:
+        value = named[0].lower()
+        name, _, port_text = value.rpartition(":") if ":" in value else (value, "", str(default_port))
+        if name.rstrip(".") != host.lower().rstrip(".") or port_text != str(port):
+            raise HostMismatch(f"the Host header names {named[0][:100]!r}, not {authority}, which this request goes to")
+    return [f"Host: {authority}", *kept]
 
 
 async def _substituted(head: bytes, reader: asyncio.StreamReader, credentials: list[dict]) -> bytes:

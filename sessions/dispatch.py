@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 
 SESSION_RUN = "sessions.run"
 SANDBOX_REMOVE = "sessions.sandbox_remove"
+SANDBOX_PROXY_REMOVE = "sessions.sandbox_proxy_remove"
 
 OUTBOX_RETRY_SECONDS = 0.5
 # Distinct (task, args) kept at most; beyond it the sweep is the only way back (logged).
@@ -110,3 +111,9 @@ def session_run_enqueue_on_commit(*, session_id: str) -> None:
 
 def sandbox_remove_enqueue(*, session_id: str) -> None:
     _send(SANDBOX_REMOVE, session_id)
+
+
+def sandbox_proxy_remove_enqueue(*, session_id: str) -> None:
+    """Remove the session's egress proxy from a task (this process could not reach dockerd);
+    kept in the outbox when the queue does not answer."""
+    _send_or_keep(SANDBOX_PROXY_REMOVE, session_id)

@@ -133,6 +133,7 @@ class ErrorType(enum.StrEnum):
     REPOSITORY_CLONE = "repository_clone_error"
     MCP_CONNECTION_FAILED = "mcp_connection_failed_error"
     MCP_AUTHENTICATION_FAILED = "mcp_authentication_failed_error"
+    CREDENTIAL_HOST_UNREACHABLE = "credential_host_unreachable_error"
 
 
 # --- payload builders -----------------------------------------------------------------------
@@ -159,6 +160,22 @@ def repository_error(*, error_type: str, message: str, repository_url: str | Non
     credentials (they are refused in URLs)."""
     payload = session_error(message=message, error_type=ErrorType(error_type), retrying=True)
     payload["error"]["repository_url"] = repository_url
+    return payload
+
+
+def credential_host_unreachable_error(*, credential_id: str, vault_id: str, hosts: list[str]) -> dict:
+    """A vault environment_variable credential names hosts the environment's networking does not
+    let the sandbox reach: the proxy will never put the secret into a request to them. `exhausted`
+    as the other errors the session goes on after (MCP, packages): nothing retries it, since the
+    environment's networking is fixed for the session; the client changes the credential's hosts
+    or the environment. The message names the hosts and the credential, never its value."""
+    shown = ", ".join(hosts[:10]) + (f" and {len(hosts) - 10} more" if len(hosts) > 10 else "")
+    message = (
+        f"Credential {credential_id} of vault {vault_id} is for {shown}, which the environment's "
+        "networking does not allow: its secret is never sent there."
+    )
+    payload = session_error(message=message, error_type=ErrorType.CREDENTIAL_HOST_UNREACHABLE)
+    payload["error"] |= {"credential_id": credential_id, "vault_id": vault_id}
     return payload
 
 

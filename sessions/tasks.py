@@ -10,7 +10,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from sessions import sandbox
-from sessions.dispatch import QUEUE_ERRORS, SANDBOX_REMOVE, SESSION_RUN
+from sessions.dispatch import QUEUE_ERRORS, SANDBOX_PROXY_REMOVE, SANDBOX_REMOVE, SESSION_RUN
 from sessions.events import RUNNER_INPUT_TYPES
 from sessions.models import Session, SessionEvent
 from sessions.runtime import turn  # imported before the pool forks: children start warm (anthropic is slow to import)
@@ -79,6 +79,12 @@ def session_recover_stuck(stale_seconds: float | None = None) -> list[str]:
 def session_sandbox_remove(session_id: str) -> None:
     sandbox.remove(session_id=session_id)
     Session.objects.filter(id=session_id).update(sandbox_state=Session.SandboxState.REMOVED)
+
+
+@shared_task(name=SANDBOX_PROXY_REMOVE, acks_late=True, autoretry_for=(Exception,), retry_backoff=True, max_retries=10)
+def session_sandbox_proxy_remove(session_id: str) -> None:
+    """A revoked credential's secret leaves the session's egress proxy (the API could not)."""
+    sandbox.proxy_remove(session_id=session_id)
 
 
 @shared_task(name="sessions.orphan_files_sweep", acks_late=True)

@@ -337,6 +337,7 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
         raise
     fresh = ref != session.sandbox_ref
     if fresh:  # a new container: its skills and memory first, before it is recorded
+        _credential_hosts_check(session, networking)
         try:
             session_skills_place(session=session)
         except Exception as exc:
@@ -373,11 +374,32 @@ def sandbox_networking(session: Session) -> dict | None:
     return resolved
 
 
+def _credential_hosts_check(session: Session, networking: dict | None) -> None:
+    """When a sandbox is made: a credential_host_unreachable_error per vault credential whose
+    hosts the environment's networking does not let the sandbox reach (the proxy would refuse
+    each request there without a word to the client)."""
+    items = []
+    for credential in (networking or {}).get("credentials") or []:
+        hosts = sandbox_policy.unreachable_credential_hosts(
+            credential["hosts"], networking, networking.get("egress_hosts") or []
+        )
+        if hosts:
+            payload = ev.credential_host_unreachable_error(
+                credential_id=credential["credential_id"], vault_id=credential["vault_id"], hosts=hosts
+            )
+            items.append(ev.item(EventType.SESSION_ERROR, payload))
+    if items:
+        events_append(session_id=session.id, items=items)
+        db_release()
+
+
 def _proxy_credential(session: Session, credential) -> dict:
     auth = credential.auth
     networking = auth["networking"]
     digest = hmac.new(settings.SECRET_KEY.encode(), f"{session.id}:{credential.id}".encode(), "sha256").hexdigest()
     return {
+        "credential_id": credential.id,
+        "vault_id": credential.vault_id,
         "name": auth["secret_name"],
         "placeholder": f"mango-vault-{digest[:32]}",  # not a secret: it only marks where the value goes
         "value": credential_secrets(credential)["secret_value"],

@@ -47,6 +47,7 @@ __all__ = [
     "get_backend",
     "has_outputs_mount",
     "prepare_image",
+    "proxy_remove",
     "put_archive",
     "read_file",
     "remove",
@@ -123,6 +124,12 @@ def read_file(*, session_id: str, path: str, max_bytes: int = 10 * 1024 * 1024) 
 def remove(*, session_id: str) -> None:
     """Stop and remove the session's sandbox and everything created with it. Idempotent."""
     get_backend().remove(session_id=session_id)
+
+
+def proxy_remove(*, session_id: str) -> None:
+    """Remove the session's egress proxy with the secrets it holds (a credential was revoked or
+    changed); the next ``ensure`` makes it again with the current ones. Idempotent."""
+    get_backend().proxy_remove(session_id=session_id)
 
 
 def containers(*, session_id: str) -> list[dict]:

@@ -134,6 +134,11 @@ class SandboxBackend:
         """Stop and remove the session's sandbox and everything created with it. Idempotent."""
         raise NotImplementedError
 
+    def proxy_remove(self, *, session_id: str) -> None:
+        """Remove the session's egress proxy (and the secrets it holds), if it has one; the next
+        ``ensure`` makes it again with the credentials it is given then. Idempotent."""
+        raise NotImplementedError
+
     def containers(self, *, session_id: str) -> list[dict]:
         raise NotImplementedError
 

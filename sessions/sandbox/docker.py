@@ -49,6 +49,7 @@ OUTPUTS_MOUNT_VERSION = "1"
 LABEL_SESSION = "mango.session"
 LABEL_WORKSPACE = "mango.workspace"
 LABEL_OUTPUTS_MOUNT = "mango.outputs_mount_version"
+LABEL_PROXY_HOLDS = "mango.proxy_holds"  # the egress proxy's policy.proxy_fingerprint
 ROOT = "0:0"
 # Kills every process of the sandbox user except pid 1 (kill(-1) spares init and the caller),
 # repeated so that a process forked during one sweep dies in the next.
@@ -152,7 +153,53 @@ class DockerBackend(SandboxBackend):
             container = self._require_container(session_id)  # created concurrently
         if container.status != "running":
             container.start()
+        self._proxy_current(session_id, container, networking)
         return container.id
+
+    def _proxy_current(self, session_id: str, container, networking: dict | None) -> None:
+        """A running sandbox made with an egress proxy (its environment points at one) gets one
+        holding the credentials it is given now: a proxy removed on a revocation
+        (sessions/services/sandboxes.py) or holding other values is made again, and the sandbox
+        trusts the new one's CA. Only credentials whose placeholder the sandbox already has are
+        kept: a credential added since is not in its environment (nor its CA in its trust)."""
+        environment = container.attrs.get("Config", {}).get("Env") or []
+        if not any(item.startswith("HTTP_PROXY=") for item in environment):
+            return
+        known = set(environment)
+        credentials = [
+            credential
+            for credential in (networking or {}).get("credentials") or []
+            if f"{credential['name']}={credential['placeholder']}" in known
+        ]
+        hosts = ["*"] if policy.is_unrestricted(networking) else self._limited_hosts(networking)
+        try:
+            proxy = self._docker().containers.get(proxy_name(session_id))
+        except NotFound:
+            proxy = None
+        if (
+            proxy is not None
+            and proxy.status == "running"
+            and proxy.labels.get(LABEL_PROXY_HOLDS) == policy.proxy_fingerprint(hosts, credentials)
+        ):
+            return
+        labels = _labels(session_id, container.labels.get(LABEL_WORKSPACE, ""))
+        name = policy.network_name(session_id)
+        subnet = self._docker().networks.get(name).attrs["IPAM"]["Config"][0]["Subnet"]
+        _address, authority = self._proxy(session_id, labels, name, policy.proxy_address(subnet), hosts, credentials)
+        if authority:
+            self._place_authority(session_id, authority)
+
+    @staticmethod
+    def _limited_hosts(networking: dict | None) -> list[str]:
+        hosts = (networking or {}).get("egress_hosts")
+        return policy.egress_hosts(networking) if hosts is None else hosts
+
+    @_translated
+    def proxy_remove(self, *, session_id: str) -> None:
+        try:
+            self._docker().containers.get(proxy_name(session_id)).remove(force=True)
+        except NotFound:
+            pass
 
     @_translated
     def prepare_image(
@@ -373,9 +420,7 @@ class DockerBackend(SandboxBackend):
                 return name, {}, None
             hosts = ["*"]
         else:
-            hosts = networking.get("egress_hosts")
-            if hosts is None:
-                hosts = policy.egress_hosts(networking)
+            hosts = self._limited_hosts(networking)
             if not hosts:
                 return "none", {}, None
             firewall.ensure_rules()
@@ -390,11 +435,13 @@ class DockerBackend(SandboxBackend):
         """The sandbox's egress proxy, running and listening at `address` on the session's
         network (internal for limited, the NAT bridge for unrestricted), reaching out from
         MANGO_SANDBOX_EGRESS_NETWORK: its address, and its CA certificate when it substitutes
-        credentials. Credentials go to it on stdin once: a proxy not running is made again."""
+        credentials. Credentials go to it on stdin once: a proxy not running, or holding another
+        allow-list or other credentials (its label says which), is made again."""
         client = self._docker()
+        holds = policy.proxy_fingerprint(hosts, credentials)
         try:
             proxy = client.containers.get(proxy_name(session_id))
-            if proxy.status != "running":
+            if proxy.status != "running" or proxy.labels.get(LABEL_PROXY_HOLDS) != holds:
                 proxy.remove(force=True)
                 proxy = None
         except NotFound:
@@ -420,7 +467,7 @@ class DockerBackend(SandboxBackend):
                 settings.MANGO_SANDBOX_PROXY_IMAGE,
                 command=["python3", "-c", PROXY_SOURCE.read_text()],
                 name=proxy_name(session_id),
-                labels=labels,
+                labels={**labels, LABEL_PROXY_HOLDS: policy.proxy_fingerprint(hosts, credentials)},
                 environment={"MANGO_EGRESS": policy.proxy_config(hosts, credentials=bool(credentials))},
                 network=self._egress_network(),
                 stdin_open=bool(credentials),

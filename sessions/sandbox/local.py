@@ -98,6 +98,9 @@ class LocalProcessBackend(SandboxBackend):
     def remove(self, *, session_id: str) -> None:
         shutil.rmtree(local_root(session_id), ignore_errors=True)
 
+    def proxy_remove(self, *, session_id: str) -> None:
+        pass  # no egress proxy: credentials never reach a local_process sandbox
+
     def containers(self, *, session_id: str) -> list[dict]:
         return []
 

@@ -25,6 +25,7 @@ its network, as plain data for ``docker.py`` (issue #10). No I/O here.
 """
 
 import hashlib
+import hmac
 import ipaddress
 import json
 from urllib.parse import urlsplit
@@ -91,6 +92,50 @@ def egress_hosts(networking: dict | None, mcp_server_urls: list[str] = ()) -> li
     return sorted({host for host in hosts if host})
 
 
+def _covers(entry: str, host: str) -> bool:
+    """The allow-list entry lets the proxy reach `host` (an exact name or a `*.` wildcard, as
+    sandbox/egress_proxy.py matches them)."""
+    entry, host = entry.lower().rstrip("."), host.lower().rstrip(".")
+    if entry == "*":
+        return True
+    if entry.startswith("*."):
+        return host.endswith(entry[1:]) and host != entry[2:]
+    return host == entry
+
+
+def unreachable_credential_hosts(
+    credential_hosts: list[str] | None, networking: dict | None, egress: list[str]
+) -> list[str]:
+    """The hosts of a credential (None: every host) that a sandbox of this networking can never
+    send a request to: under `limited`, an IP address (the proxy takes names only), a name no
+    entry of the allow-list `egress` covers, a `*.` wildcard none of whose names any entry
+    covers. None under `unrestricted` or when the credential names no hosts."""
+    if credential_hosts is None or not networking or networking.get("type") != "limited":
+        return []
+    unreachable = []
+    for host in credential_hosts:
+        try:
+            ipaddress.ip_address(host)
+            unreachable.append(host)
+            continue
+        except ValueError:
+            pass
+        if host.startswith("*."):
+            # Some name under the wildcard is allowed: the entry takes a name of the wildcard's,
+            # or the wildcard takes the entry's name (one of them, for an entry's own wildcard).
+            ours = "x." + host[2:]
+            reached = any(
+                _covers(entry, ours) or (_covers(host, theirs) and _covers(entry, theirs))
+                for entry in egress
+                for theirs in ["x." + entry[2:] if entry.startswith("*.") else entry]
+            )
+        else:
+            reached = any(_covers(entry, host) for entry in egress)
+        if not reached:
+            unreachable.append(host)
+    return unreachable
+
+
 def proxy_address(subnet: str) -> str:
     return str(ipaddress.ip_network(subnet)[PROXY_HOST_INDEX])
 
@@ -128,6 +173,14 @@ def proxy_secrets(credentials: list[dict]) -> bytes:
     return (json.dumps({"credentials": [{key: c[key] for key in keys} for c in credentials]}) + "\n").encode()
 
 
+def proxy_fingerprint(hosts: list[str], credentials: list[dict]) -> str:
+    """What a proxy holds (its allow-list and the credentials it substitutes), as a keyed digest
+    for its label: another value means the proxy is out of date. Reveals nothing of the secrets
+    without SECRET_KEY."""
+    data = json.dumps({"hosts": sorted(hosts), "credentials": json.loads(proxy_secrets(credentials))}, sort_keys=True)
+    return hmac.new(settings.SECRET_KEY.encode(), data.encode(), "sha256").hexdigest()
+
+
 def _upstream_ca() -> str | None:
     if not settings.MANGO_OUTBOUND_CA_FILE:
         return None
@@ -142,11 +195,12 @@ def proxy_config(hosts: list[str], *, credentials: bool = False) -> str:
             "credentials_on_stdin": credentials,
             "upstream_ca": _upstream_ca() if credentials else None,
             # The operator's registries may be private (a mirror inside the network); a tenant's
-            # hosts only where MANGO_OUTBOUND_PRIVATE_HOSTS says so.
+            # hosts only where MANGO_SANDBOX_PRIVATE_HOSTS says so (never the worker's own
+            # MANGO_OUTBOUND_PRIVATE_HOSTS: every tenant's code would reach those).
             "private_hosts": sorted(
                 {
                     entry.strip().lower()
-                    for entry in [*settings.MANGO_OUTBOUND_PRIVATE_HOSTS, *settings.MANGO_SANDBOX_PACKAGE_REGISTRIES]
+                    for entry in [*settings.MANGO_SANDBOX_PRIVATE_HOSTS, *settings.MANGO_SANDBOX_PACKAGE_REGISTRIES]
                     if entry.strip()
                 }
             ),

@@ -8,12 +8,17 @@ takes), so concurrent first tool calls of one workspace cannot overshoot; the co
 created after the commit, holding no lock and no connection.
 """
 
+import logging
+
 from django.conf import settings
 from django.db import transaction
 
 from core.models import Workspace
 from sessions import sandbox
+from sessions.dispatch import sandbox_proxy_remove_enqueue
 from sessions.models import Session
+
+logger = logging.getLogger(__name__)
 
 LIVE = (Session.SandboxState.STARTING, Session.SandboxState.RUNNING)
 
@@ -43,3 +48,29 @@ def sandbox_admit(*, session: Session) -> None:
             )
         Session.objects.filter(id=session.id).update(sandbox_state=Session.SandboxState.STARTING)
     session.sandbox_state = Session.SandboxState.STARTING
+
+
+def sandbox_proxies_revoke_on_commit(*, workspace_id: str, vault_id: str) -> None:
+    """Once the current transaction commits (a credential of the vault, or the vault, was
+    archived, deleted, revoked or given a new secret), the egress proxy of every live sandbox
+    whose session lists the vault is removed, with the secrets it holds.
+
+    Removed, not replaced: removing needs neither the secrets nor the session's networking, so
+    it cannot hand a proxy stale values, and it is one call per session. The next tool call's
+    ``sandbox.ensure`` makes the proxy again from the credentials it reads then (and also
+    replaces any proxy whose label says it holds other values than those, which covers a tool
+    call that read the credentials just before this commit); until then the sandbox's HTTP(S)
+    goes nowhere. When dockerd does not answer here, a task retries the removal."""
+    transaction.on_commit(lambda: _proxies_remove(workspace_id=workspace_id, vault_id=vault_id))
+
+
+def _proxies_remove(*, workspace_id: str, vault_id: str) -> None:
+    session_ids = Session.objects.filter(
+        workspace_id=workspace_id, vault_ids__contains=[vault_id], sandbox_state__in=LIVE
+    ).values_list("id", flat=True)
+    for session_id in list(session_ids):
+        try:
+            sandbox.proxy_remove(session_id=session_id)
+        except sandbox.SandboxError:
+            logger.exception("egress proxy removal failed; retrying in a task", extra={"session_id": session_id})
+            sandbox_proxy_remove_enqueue(session_id=session_id)

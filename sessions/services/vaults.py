@@ -27,6 +27,7 @@ from core.updates import model_update
 from sessions.configs import metadata_patch_apply
 from sessions.models import SessionResource, Vault, VaultCredential
 from sessions.selectors.vaults import credential_by_id, credential_get, vault_get
+from sessions.services.sandboxes import sandbox_proxies_revoke_on_commit
 
 PROBE_TIMEOUT_SECONDS = 15.0
 
@@ -98,16 +99,21 @@ def vault_update(*, workspace, vault_id: str, changes: dict) -> Vault:
 
 @transaction.atomic
 def vault_archive(*, workspace, vault_id: str) -> Vault:
-    """An archived vault's credentials are used by no session any more (nor by running ones)."""
+    """An archived vault's credentials are used by no session any more (nor by running ones:
+    their sandboxes' egress proxies lose the secrets after the commit)."""
     vault = vault_get(workspace=workspace, vault_id=vault_id, for_update=True)
     vault.archive()
+    sandbox_proxies_revoke_on_commit(workspace_id=vault.workspace_id, vault_id=vault.id)
     return vault
 
 
 @transaction.atomic
 def vault_delete(*, workspace, vault_id: str) -> None:
-    """The vault and every credential (their ciphertexts with them) go."""
-    vault_get(workspace=workspace, vault_id=vault_id, for_update=True).delete()
+    """The vault and every credential (their ciphertexts with them) go, from running sandboxes'
+    egress proxies too."""
+    vault = vault_get(workspace=workspace, vault_id=vault_id, for_update=True)
+    sandbox_proxies_revoke_on_commit(workspace_id=vault.workspace_id, vault_id=vault.id)
+    vault.delete()
 
 
 # --- credentials -----------------------------------------------------------------------------
@@ -260,6 +266,9 @@ def credential_update(*, workspace, vault_id: str, credential_id: str, changes: 
             public, secret = _auth_changes(credential, auth)
             data["auth"] = public
             data["secret"] = _secret_store(secret)
+            if credential.auth_type == VaultCredential.AuthType.ENVIRONMENT_VARIABLE:
+                # Running sandboxes' proxies hold the old value (or hosts): they are made again.
+                sandbox_proxies_revoke_on_commit(workspace_id=vault.workspace_id, vault_id=vault.id)
         return model_update(instance=credential, data=data)
 
 
@@ -316,18 +325,27 @@ def credential_archive(*, workspace, vault_id: str, credential_id: str) -> Vault
 
 
 def credential_revoke(*, credential: VaultCredential) -> None:
-    """Archive and erase the stored secret (the admin's revoke and the API's archive)."""
+    """Archive and erase the stored secret (the admin's revoke and the API's archive); after the
+    commit, running sandboxes' egress proxies lose it too."""
     if credential.archived_at is None:
         credential.archive()
     if credential.secret:
         credential.secret = ""
         credential.save(update_fields=["secret"])
+    _proxies_revoke(credential)
+
+
+def _proxies_revoke(credential: VaultCredential) -> None:
+    if credential.auth_type == VaultCredential.AuthType.ENVIRONMENT_VARIABLE:  # the only kind proxies hold
+        sandbox_proxies_revoke_on_commit(workspace_id=credential.workspace_id, vault_id=credential.vault_id)
 
 
 @transaction.atomic
 def credential_delete(*, workspace, vault_id: str, credential_id: str) -> None:
     vault = vault_get(workspace=workspace, vault_id=vault_id, for_update=True)
-    credential_get(vault=vault, credential_id=credential_id, for_update=True).delete()
+    credential = credential_get(vault=vault, credential_id=credential_id, for_update=True)
+    _proxies_revoke(credential)
+    credential.delete()
 
 
 # --- use (worker) ----------------------------------------------------------------------------

@@ -5,7 +5,7 @@ and the ways around it (direct IP addresses, other ports, DNS) fail.
 
 The allowed and the other host are containers on a network the test creates (the proxies'
 egress network here, MANGO_SANDBOX_EGRESS_NETWORK); their private addresses are let through by
-MANGO_OUTBOUND_PRIVATE_HOSTS, as an operator would for an internal registry."""
+MANGO_SANDBOX_PRIVATE_HOSTS, as an operator would for an internal registry."""
 
 import time
 import uuid
@@ -70,7 +70,7 @@ def egress(settings, docker_client):
         for name in names
     ]
     settings.MANGO_SANDBOX_EGRESS_NETWORK = network.name
-    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = list(names)
+    settings.MANGO_SANDBOX_PRIVATE_HOSTS = list(names)
     for target in targets:  # listening before the test starts
         deadline = time.monotonic() + 90
         while target.exec_run(
@@ -157,6 +157,20 @@ def test_limited_allows_only_the_listed_hosts_by_name(sandboxes, egress, docker_
         assert "rc=1" in out and ("TimeoutError" in out or "unreachable" in out.lower()), (address, out)
 
 
+def test_the_workers_private_hosts_are_not_the_sandboxes(sandboxes, egress, settings):
+    """MANGO_OUTBOUND_PRIVATE_HOSTS is for the worker's own connections (an internal git server,
+    a local MCP server): a tenant's sandbox that lists such a host is still refused its private
+    address; only MANGO_SANDBOX_PRIVATE_HOSTS lets a sandbox's proxy reach one."""
+    allowed, _ = egress
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [allowed, f"{allowed}:80", f"{allowed}:443"]
+    settings.MANGO_SANDBOX_PRIVATE_HOSTS = []
+    box = sandboxes({"type": "limited", "allowed_hosts": [allowed]})
+    status, out = sh(box, f"curl -sS --max-time 10 -w ' %{{http_code}}' http://{allowed}/")
+    assert "resolves to a private address" in out and out.endswith(" 403"), out
+    status, out = sh(box, f"curl -sS --max-time 10 -p http://{allowed}:443/ 2>&1")
+    assert status != 0 and "403" in out, out
+
+
 def test_limited_package_managers_and_mcp_hosts_join_the_allow_list(settings):
     settings.MANGO_SANDBOX_PACKAGE_REGISTRIES = ["pypi.org", "files.pythonhosted.org"]
     networking = {"type": "limited", "allowed_hosts": ["git.example.com"], "allow_package_managers": True}
@@ -214,7 +228,8 @@ open("/tmp/cert.pem", "w").write(os.environ["CERT"])
 class H(http.server.BaseHTTPRequestHandler):
     def answer(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
-        out = json.dumps({"auth": self.headers.get("Authorization"), "body": body}).encode()
+        out = json.dumps({"auth": self.headers.get("Authorization"), "body": body, "host": self.headers.get("Host")})
+        out = out.encode()
         self.send_response(200); self.send_header("Content-Length", str(len(out))); self.end_headers()
         self.wfile.write(out)
     do_GET = do_POST = answer
@@ -293,7 +308,7 @@ def echo_hosts(settings, docker_client, tmp_path):
         for name in names
     ]
     settings.MANGO_SANDBOX_EGRESS_NETWORK = network.name
-    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = list(names)
+    settings.MANGO_SANDBOX_PRIVATE_HOSTS = list(names)
     for server in servers:
         deadline = time.monotonic() + 90
         while server.exec_run(
@@ -346,9 +361,9 @@ def test_environment_variable_credentials_are_substituted_by_the_proxy_only(sand
     sandbox.write_file(session_id=box, path="/tmp/fetch.py", data=fetch.encode())
     status, out = sh(box, "python3 /tmp/fetch.py")
     assert f'"auth": "{SECRET}"' in out, out
-    # Plain HTTP to it: substituted as well.
-    status, out = sh(box, f'curl -sS --max-time 10 -H "Authorization: $API_TOKEN" http://{api}/')
-    assert f'"auth": "{SECRET}"' in out, out
+    # Plain HTTP to it: never substituted (cleartext); the placeholder passes as it is.
+    status, out = sh(box, f'curl -sS --max-time 10 -H "Authorization: $API_TOKEN" -d "t=$API_TOKEN" http://{api}/')
+    assert PLACEHOLDER in out and SECRET not in out and f'"host": "{api}"' in out, out
     # Another host: the placeholder passes untouched (TLS end to end: the proxy only tunnels).
     status, out = sh(
         box, f'curl -sS -k --max-time 10 -H "Authorization: $API_TOKEN" -d "t=$API_TOKEN" https://{elsewhere}/'
@@ -365,6 +380,44 @@ def test_environment_variable_credentials_are_substituted_by_the_proxy_only(sand
     assert SECRET not in out and "proxy-ca.pem" in out, out
     for name in (sandbox.container_name(box), docker_backend.proxy_name(box)):
         assert SECRET not in str(docker_client.api.inspect_container(name)), name
+
+
+def test_the_proxy_sends_a_secret_only_to_the_host_it_connected_to(sandboxes, echo_hosts):
+    """A Host header naming another host (a shared host or CDN would route by it, secret
+    included) is refused inside the intercepted TLS and in plain HTTP; inside the TLS only an
+    origin-form target goes; the Host that goes upstream is the CONNECT's."""
+    api, elsewhere = echo_hosts
+    credential = {"name": "API_TOKEN", "placeholder": PLACEHOLDER, "value": SECRET, "hosts": [api], "header": True}
+    credential["body"] = True
+    box = sandboxes({"type": "limited", "allowed_hosts": [api, elsewhere], "credentials": [credential]})
+    curl = 'curl -sS --max-time 10 -w " %{http_code}" -H "Authorization: Bearer $API_TOKEN"'
+    _, out = sh(box, f"{curl} https://{api}/")
+    assert f'"auth": "Bearer {SECRET}"' in out and f'"host": "{api}"' in out and out.endswith(" 200"), out
+    _, out = sh(box, f"{curl} -H 'Host: {api}:443' https://{api}/")  # the same host, port spelled out
+    assert f'"auth": "Bearer {SECRET}"' in out and out.endswith(" 200"), out
+    for host in (elsewhere, "evil.example", f"{api}.evil.example", f"{api}:8443"):
+        _, out = sh(box, f"{curl} -H 'Host: {host}' https://{api}/")
+        assert "the Host header names" in out and out.endswith(" 403") and SECRET not in out, (host, out)
+        _, out = sh(box, f"{curl} -H 'Host: {host}' http://{api}/")
+        assert "the Host header names" in out and out.endswith(" 403") and SECRET not in out, (host, out)
+    # Two Host headers: refused as well.
+    two = (
+        "import http.client, os\n"
+        "host, port = os.environ['HTTPS_PROXY'].rsplit('/', 1)[1].split(':')\n"
+        "c = http.client.HTTPSConnection(host, int(port), timeout=10)\n"
+        f"c.set_tunnel('{api}', 443)\n"
+        "c.putrequest('GET', '/', skip_host=True)\n"
+        f"c.putheader('Host', '{api}'); c.putheader('Host', '{elsewhere}')\n"
+        f"c.putheader('Authorization', '{PLACEHOLDER}'); c.endheaders()\n"
+        "r = c.getresponse(); print(r.status, r.read().decode())\n"
+    )
+    sandbox.write_file(session_id=box, path="/tmp/two.py", data=two.encode())
+    _, out = sh(box, "python3 /tmp/two.py")
+    assert out.startswith("403 ") and "more than one Host header" in out and SECRET not in out, out
+    # Absolute-form targets inside the intercepted TLS connection: refused.
+    for target in (f"https://{elsewhere}/", f"https://{api}/", "*"):
+        _, out = sh(box, f"{curl} --request-target '{target}' https://{api}/")
+        assert "only origin-form targets" in out and out.endswith(" 400") and SECRET not in out, (target, out)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -411,3 +464,138 @@ def test_a_sessions_vault_credentials_go_to_its_proxy_and_only_placeholders_to_i
             assert SECRET not in str(docker_client.api.inspect_container(name)), name
     finally:
         sandbox.remove(session_id=row.id)
+
+
+class _Control:
+    """What the tool executor asks of its turn: nothing stops here."""
+
+    def check_stop(self) -> None:
+        pass
+
+    def check_deleted(self) -> None:
+        pass
+
+
+def _session_with_vault(sdk, *, allowed_hosts: list[str], credential_hosts: list[str]):
+    vault = sdk.beta.vaults.create(display_name="team")
+    credential = sdk.beta.vaults.credentials.create(
+        vault.id,
+        auth={
+            "type": "environment_variable",
+            "secret_name": "API_TOKEN",
+            "secret_value": SECRET,
+            "networking": {"type": "limited", "allowed_hosts": credential_hosts},
+        },
+    )
+    env = sdk.beta.environments.create(
+        name="e", config={"type": "cloud", "networking": {"type": "limited", "allowed_hosts": allowed_hosts}}
+    )
+    agent = sdk.beta.agents.create(name="a", model="claude-sonnet-4-5", tools=[{"type": "agent_toolset_20260401"}])
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id, vault_ids=[vault.id])
+    return vault, credential, session
+
+
+def _tool_call_sandbox(session_id: str) -> None:
+    """What a sandbox tool call does first (sessions/runtime/tools.py): the sandbox made, or
+    its proxy brought up to date."""
+    from sessions.models import Session
+    from sessions.runtime import tools
+
+    tools._ensure_sandbox(_Control(), Session.objects.get(id=session_id))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_revoked_or_changed_credential_leaves_the_running_sandboxs_proxy(
+    sdk, api_key, no_turns, real_image, echo_hosts, docker_client
+):
+    """A new secret, an archived credential or vault: after the commit the running sandbox's
+    egress proxy (which held the secret since it started) is gone, so no request carries the old
+    value; the next tool call makes it again with what the vault holds then."""
+    api, elsewhere = echo_hosts
+    vault, credential, session = _session_with_vault(sdk, allowed_hosts=[api, elsewhere], credential_hosts=[api])
+    new_secret = "vault-secret-rotated-3e8a"
+    fetch = f'curl -sS --max-time 10 -H "Authorization: Bearer $API_TOKEN" https://{api}/'
+    try:
+        _tool_call_sandbox(session.id)
+        _, out = sh(session.id, fetch)
+        assert f'"auth": "Bearer {SECRET}"' in out, out
+
+        # A new secret: the proxy that holds the old one goes at the commit.
+        sdk.beta.vaults.credentials.update(
+            credential.id, vault_id=vault.id, auth={"type": "environment_variable", "secret_value": new_secret}
+        )
+        assert not docker_client.containers.list(all=True, filters={"name": docker_backend.proxy_name(session.id)})
+        _, out = sh(session.id, fetch)
+        assert SECRET not in out and new_secret not in out, out
+        _tool_call_sandbox(session.id)
+        _, out = sh(session.id, fetch)
+        assert f'"auth": "Bearer {new_secret}"' in out and SECRET not in out, out
+        # The same sandbox (its placeholder and files stay), a new proxy.
+        assert sh(session.id, "echo $API_TOKEN")[1].strip().startswith("mango-vault-")
+
+        # Archived: gone at the commit; the proxy made again substitutes nothing.
+        sdk.beta.vaults.credentials.archive(credential.id, vault_id=vault.id)
+        _, out = sh(session.id, fetch)
+        assert new_secret not in out and SECRET not in out, out
+        _tool_call_sandbox(session.id)
+        _, out = sh(session.id, fetch.replace("curl ", "curl -k "))  # tunnelled untouched: the host's own TLS
+        assert '"auth": "Bearer mango-vault-' in out and new_secret not in out, out
+    finally:
+        sandbox.remove(session_id=session.id)
+
+    # An archived vault: the same, for a session of another vault.
+    vault, credential, session = _session_with_vault(sdk, allowed_hosts=[api], credential_hosts=[api])
+    try:
+        _tool_call_sandbox(session.id)
+        assert f'"auth": "Bearer {SECRET}"' in sh(session.id, fetch)[1]
+        sdk.beta.vaults.archive(vault.id)
+        assert not docker_client.containers.list(all=True, filters={"name": docker_backend.proxy_name(session.id)})
+        _tool_call_sandbox(session.id)
+        _, out = sh(session.id, fetch.replace("curl ", "curl -k "))
+        assert '"auth": "Bearer mango-vault-' in out and SECRET not in out, out
+    finally:
+        sandbox.remove(session_id=session.id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_credential_for_hosts_the_environment_does_not_allow_is_a_session_error(
+    sdk, api_key, no_turns, real_image, echo_hosts
+):
+    """When the sandbox is made (once), each environment_variable credential whose hosts the
+    `limited` environment does not let through is a credential_host_unreachable_error naming the
+    credential and its vault, as the SDK parses it; a reachable one is none."""
+    api, elsewhere = echo_hosts
+    vault, credential, session = _session_with_vault(sdk, allowed_hosts=[elsewhere], credential_hosts=[api])
+    try:
+        _tool_call_sandbox(session.id)
+        _tool_call_sandbox(session.id)  # the sandbox is not made again: no second error
+        errors = [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.error"]
+        assert len(errors) == 1, errors
+        error = errors[0].error
+        assert error.type == "credential_host_unreachable_error"
+        assert (error.credential_id, error.vault_id, error.retry_status.type) == (credential.id, vault.id, "exhausted")
+        assert api in error.message and SECRET not in error.model_dump_json()
+    finally:
+        sandbox.remove(session_id=session.id)
+    _, _, session = _session_with_vault(sdk, allowed_hosts=[f"*.{api}", api], credential_hosts=[api])
+    try:
+        _tool_call_sandbox(session.id)
+        assert not [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.error"]
+    finally:
+        sandbox.remove(session_id=session.id)
+
+
+def test_which_credential_hosts_a_limited_environment_reaches():
+    limited = {"type": "limited"}
+    check = policy.unreachable_credential_hosts
+    assert check(["api.example.com"], limited, ["api.example.com"]) == []
+    assert check(["api.example.com"], limited, ["*.example.com"]) == []
+    assert check(["api.example.com", "other.example"], limited, ["api.example.com"]) == ["other.example"]
+    assert check(["10.0.0.5"], limited, ["10.0.0.5"]) == ["10.0.0.5"]  # the proxy takes names only
+    assert check(["*.example.com"], limited, ["api.example.com"]) == []  # some name under it
+    assert check(["*.example.com"], limited, ["*.api.example.com"]) == []
+    assert check(["*.api.example.com"], limited, ["*.example.com"]) == []
+    assert check(["*.example.com"], limited, ["example.com", "api.other.com"]) == ["*.example.com"]
+    assert check(["api.example.com"], limited, []) == ["api.example.com"]  # no network at all
+    assert check(["api.example.com"], {"type": "unrestricted"}, []) == []
+    assert check(None, limited, []) == []  # every host: nothing to name
