@@ -28,11 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _setup() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    """The bench database and settings every bench uses (bench/_common.py: a secret key, a vault
+    key, the bench bucket), so that it runs outside `make run`'s .env too."""
     os.environ.setdefault("MANGO_SANDBOX", "docker")
-    import django
+    import _common
 
-    django.setup()
+    _common.setup()
 
 
 PACKAGES = {"apt": ["tree"], "pip": ["iniconfig==2.0.0"], "npm": ["is-number@7.0.0"]}
