@@ -165,10 +165,10 @@ def repository_error(*, error_type: str, message: str, repository_url: str | Non
 
 def credential_host_unreachable_error(*, credential_id: str, vault_id: str, hosts: list[str]) -> dict:
     """A vault environment_variable credential names hosts the environment's networking does not
-    let the sandbox reach: the proxy will never put the secret into a request to them. `exhausted`
-    as the other errors the session goes on after (MCP, packages): nothing retries it, since the
-    environment's networking is fixed for the session; the client changes the credential's hosts
-    or the environment. The message names the hosts and the credential, never its value."""
+    let the sandbox reach: the proxy will never put the secret into a request to them. `exhausted`,
+    as a failed package install: nothing retries it (unlike an MCP server, connected again each
+    turn), since the environment's networking is fixed for the session; the client changes the
+    credential's hosts or the environment. The message names the hosts and the credential, never its value."""
     shown = ", ".join(hosts[:10]) + (f" and {len(hosts) - 10} more" if len(hosts) > 10 else "")
     message = (
         f"Credential {credential_id} of vault {vault_id} is for {shown}, which the environment's "
