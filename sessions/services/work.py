@@ -219,8 +219,14 @@ def _locked(*, environment_id: str, work_id: str) -> WorkItem:
 
 @transaction.atomic
 def work_ack(*, environment_id: str, work_id: str) -> WorkItem:
-    """queued (handed out by a poll) → starting; the lease runs from now."""
+    """queued (handed out by a poll) → starting; the lease runs from now. Acknowledging an item
+    that is starting and not yet heartbeated answers it as it is: the retry of an ack whose answer
+    was lost (the SDK's client retries, and its poller force-stops an item whose ack meets a 4xx).
+    A poll hands out only queued items, so that is the poller that holds it; were it a superseded
+    one, the first heartbeat decides (NO_HEARTBEAT matches once) and the other gets the 412."""
     item = _locked(environment_id=environment_id, work_id=work_id)
+    if item.state == State.STARTING and item.latest_heartbeat_at is None:
+        return item
     if item.state != State.QUEUED or item.polled_at is None:
         raise Conflict(f"Work item {work_id!r} is {item.state}, not a polled queued item: it cannot be acknowledged.")
     now = timezone.now()

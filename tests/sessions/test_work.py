@@ -71,9 +71,15 @@ def test_the_eight_work_methods_conform(sdk, live_server, hosted):
 
     acked = hosted.worker.beta.environments.work.ack(work.id, environment_id=env_id)
     assert acked.state == "starting" and acked.acknowledged_at is not None and acked.secret is None
+    # The retry of an ack whose answer was lost gets the same answer (a 4xx makes the SDK's
+    # poller force-stop the item).
+    repeated = hosted.worker.beta.environments.work.ack(work.id, environment_id=env_id)
+    assert (repeated.state, repeated.acknowledged_at) == ("starting", acked.acknowledged_at)
     item = _bearer(live_server, token)
     beat = item.beta.environments.work.heartbeat(work.id, environment_id=env_id, expected_last_heartbeat="NO_HEARTBEAT")
     assert (beat.type, beat.state, beat.lease_extended, beat.ttl_seconds) == ("work_heartbeat", "active", True, 60)
+    with pytest.raises(anthropic.ConflictError):  # once it runs, an ack is no retry: a 409
+        hosted.worker.beta.environments.work.ack(work.id, environment_id=env_id)
     with pytest.raises(BetaHeartbeatPreconditionFailedError) as refused:
         item.beta.environments.work.heartbeat(work.id, environment_id=env_id, expected_last_heartbeat="NO_HEARTBEAT")
     assert refused.value.status_code == 412 and refused.value.error_code == "heartbeat_precondition_failed"
