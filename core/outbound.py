@@ -401,8 +401,16 @@ class _AsyncBody(httpx2.AsyncByteStream):
             await self._inner.aclose()
 
 
-def _ssl_context(verify) -> ssl.SSLContext:
-    return verify if isinstance(verify, ssl.SSLContext) else httpx2.create_ssl_context(verify=verify)
+def _pool_options(verify, backend) -> dict:
+    """One set of pool settings for the sync and the async transport; `backend` pins and bounds."""
+    context = verify if isinstance(verify, ssl.SSLContext) else httpx2.create_ssl_context(verify=verify)
+    return {
+        "ssl_context": context,
+        "max_connections": 100,
+        "max_keepalive_connections": 20,
+        "keepalive_expiry": 5.0,
+        "network_backend": backend,
+    }
 
 
 class GuardedTransport(httpx2.BaseTransport):
@@ -411,15 +419,8 @@ class GuardedTransport(httpx2.BaseTransport):
     response body it reads (default MANGO_OUTBOUND_RESPONSE_MAX_BYTES)."""
 
     def __init__(self, *, verify=True, total_timeout: float | None = None, max_response_bytes: int | None = None):
-        deadline = _Deadline(total_timeout)
         self._limit = max_response_bytes or settings.MANGO_OUTBOUND_RESPONSE_MAX_BYTES
-        self._pool = httpcore2.ConnectionPool(
-            ssl_context=_ssl_context(verify),
-            max_connections=100,
-            max_keepalive_connections=20,
-            keepalive_expiry=5.0,
-            network_backend=_Backend(deadline),
-        )
+        self._pool = httpcore2.ConnectionPool(**_pool_options(verify, _Backend(_Deadline(total_timeout))))
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         with _httpx_errors():
@@ -443,15 +444,8 @@ class AsyncGuardedTransport(httpx2.AsyncBaseTransport):
     """GuardedTransport for asyncio (the worker's MCP connections)."""
 
     def __init__(self, *, verify=True, total_timeout: float | None = None, max_response_bytes: int | None = None):
-        deadline = _Deadline(total_timeout)
         self._limit = max_response_bytes or settings.MANGO_OUTBOUND_RESPONSE_MAX_BYTES
-        self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=_ssl_context(verify),
-            max_connections=100,
-            max_keepalive_connections=20,
-            keepalive_expiry=5.0,
-            network_backend=_AsyncBackend(deadline),
-        )
+        self._pool = httpcore2.AsyncConnectionPool(**_pool_options(verify, _AsyncBackend(_Deadline(total_timeout))))
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         with _httpx_errors():
