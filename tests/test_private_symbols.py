@@ -181,7 +181,8 @@ def test_celery_consumer_reconnect_and_kombu_redis_channel():
     assert list(inspect.signature(Consumer.ensure_connected).parameters) == ["self", "conn"], user
     internal = inspect.signature(kombu.Connection._ensure_connection)
     assert {"interval_start", "interval_step", "interval_max"} <= set(internal.parameters), user
-    _check(kombu_redis.Channel, ["basic_ack", "basic_reject", "closed"], user=user)
+    _check(kombu_redis.Channel, ["basic_ack", "basic_reject", "closed", "_create_client", "pool"], user=user)
+    assert list(inspect.signature(kombu_redis.Channel._create_client).parameters) == ["self", "asynchronous"], user
     assert kombu_redis.Transport.Channel is kombu_redis.Channel, user
 
 
