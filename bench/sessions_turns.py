@@ -290,14 +290,17 @@ class Api:
     def __init__(self, env: dict):
         self.port = _common.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # Its log (access lines included) as make run writes it, in var/log/bench-turns-api.log.
+        self.log = open(ROOT / "var" / "log" / "bench-turns-api.log", "wb")  # noqa: SIM115 — lives as long as it
         self.process = subprocess.Popen(
             api_command(self.port), cwd=ROOT, env=env, start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         wait_port(self.port)
 
     def stop(self):
         stop_group(self.process)
+        self.log.close()
 
 
 def api_command(port: int) -> list[str]:
