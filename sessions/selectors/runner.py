@@ -79,7 +79,7 @@ def session_last_idle_seq(*, session_id: str) -> int:
 
 def session_tool_confirmations(*, session_id: str) -> dict[str, dict]:
     """The user.tool_confirmation payloads of the session, by the tool use they answer."""
-    rows = SessionEvent.objects.filter(session_id=session_id, type=EventType.USER_TOOL_CONFIRMATION)
+    rows = SessionEvent.objects.filter(session_id=session_id, type=EventType.USER_TOOL_CONFIRMATION).only("payload")
     return {event.payload["tool_use_id"]: event.payload for event in rows}
 
 

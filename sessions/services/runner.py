@@ -124,11 +124,12 @@ def _starts_turn(session_id: str, pending: list[SessionEvent], *, self_hosted: b
     if any(e.type not in CLIENT_ANSWER_TYPES for e in pending):
         return True
     needed = set(session_required_action_ids(session_id=session_id))
-    answered = session_answered_tool_use_ids(session_id=session_id, types=CLIENT_ANSWER_TYPES)
     if self_hosted:
         answered = session_answered_tool_use_ids(
             session_id=session_id, types=(EventType.USER_TOOL_RESULT, EventType.USER_CUSTOM_TOOL_RESULT)
         ) | set(session_denied_tool_use_ids(session_id=session_id))
+    else:
+        answered = session_answered_tool_use_ids(session_id=session_id, types=CLIENT_ANSWER_TYPES)
     if needed - answered:
         session_events_mark_processed(event_ids=[e.id for e in pending])
         return False
