@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import redis
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -109,25 +109,40 @@ def _publish_work(environment_id: str) -> None:
         logger.warning("could not publish a work wake-up", extra={"environment_id": environment_id})
 
 
-def session_work_ensure(*, session: Session) -> None:
+def session_work_ensure(*, session: Session) -> bool:
     """Queue a work item for a self_hosted `session` unless one of its is open (the partial unique
     constraint decides, in one statement: concurrent sends queue one item). Called in the
-    transaction that creates the session or appends its input; long polls wake after commit."""
+    transaction that creates the session or appends its input; the long polls are woken after
+    commit only when an item was queued (a tool result sent while the worker holds the item wakes
+    nobody). Returns whether it queued one."""
     if (session.environment_config or {}).get("type") != "self_hosted":
-        return
-    WorkItem.objects.bulk_create(
-        [
-            WorkItem(
-                workspace_id=session.workspace_id,
-                environment_id=session.environment_id,
-                session_id=session.id,
-                created_at=timezone.now(),
-            )
-        ],
-        ignore_conflicts=True,
+        return False
+    item = WorkItem(
+        workspace_id=session.workspace_id,
+        environment_id=session.environment_id,
+        session_id=session.id,
+        created_at=timezone.now(),
     )
+    if not _insert_unless_open(item):
+        return False
     environment_id = session.environment_id
     transaction.on_commit(lambda: _publish_work(environment_id))
+    return True
+
+
+def _insert_unless_open(item: WorkItem) -> bool:
+    """INSERT … ON CONFLICT DO NOTHING RETURNING: whether the row went in (Django's
+    bulk_create(ignore_conflicts=True) cannot tell). Every concrete field, as save() prepares it."""
+    fields = WorkItem._meta.concrete_fields
+    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
+    values = [field.get_db_prep_save(field.pre_save(item, True), connection) for field in fields]
+    statement = (
+        f"INSERT INTO {connection.ops.quote_name(WorkItem._meta.db_table)} ({columns}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT DO NOTHING RETURNING 1"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, values)
+        return cursor.fetchone() is not None
 
 
 def session_work_stop(*, session_id: str) -> int:
