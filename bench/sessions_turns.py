@@ -259,6 +259,29 @@ def machine_busy_seconds() -> tuple[float, float]:
     return (sum(values) - idle) / ticks, sum(values) / ticks
 
 
+def server_cpu_seconds(name: str) -> float:
+    """CPU seconds of a local server's processes (by name: "postgres", "redis-server"): every live
+    one's, and those its root process reaped (a PostgreSQL backend that exited counts there).
+    The servers are this machine's, shared with nothing else while a bench runs."""
+    ticks, total = os.sysconf("SC_CLK_TCK"), 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as handle:
+                if not handle.read().startswith(name):
+                    continue
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{fields[1]}/comm") as handle:
+                root = not handle.read().startswith(name)
+        except OSError:
+            continue
+        total += sum(int(value) for value in fields[11 : 15 if root else 13])
+    return total / ticks
+
+
+SERVERS = {"postgresql": "postgres", "redis": "redis-server"}
+
+
 def _own_and_reaped_cpu() -> float:
     """CPU seconds of this process and of its children it waited for (the stream readers)."""
     times = os.times()
@@ -273,12 +296,14 @@ class CpuMeter:
 
     def start(self):
         self.before = {name: tree_cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.servers_before = {name: server_cpu_seconds(comm) for name, comm in SERVERS.items()}
         self.self_before = _own_and_reaped_cpu()
         self.machine_before = machine_busy_seconds()
 
     def stop(self) -> dict:
         used = {name: tree_cpu_seconds(pid) - self.before[name] for name, pid in self.pids.items()}
         used["bench clients"] = _own_and_reaped_cpu() - self.self_before
+        used |= {name: server_cpu_seconds(comm) - self.servers_before[name] for name, comm in SERVERS.items()}
         busy, total = machine_busy_seconds()
         used["machine busy %"] = 100 * (busy - self.machine_before[0]) / max(1e-9, total - self.machine_before[1])
         return used
@@ -911,6 +936,14 @@ def report_self_hosted(row: dict, args) -> None:
           f"{s['tool_results']}/{s['count'] * TOOL_CALLS} tool results")  # fmt: skip
     cpu = ", ".join(f"{name} {value:.1f}" for name, value in s["cpu"].items() if name != "machine busy %")
     print(f"    CPU s during the run: {cpu}; machine busy {s['cpu']['machine busy %']:.0f}% of {os.cpu_count()} cores")
+    # The SDK workers would run elsewhere in a real fleet; the rest is the deployment's own.
+    mango = sum(
+        v for k, v in s["cpu"].items() if k not in ("machine busy %", "sdk workers", "bench clients", "upstream")
+    )
+    print(
+        f"    per session: {mango / s['count'] * 1000:.0f} ms CPU of the deployment (API, Celery, "
+        f"PostgreSQL, Redis), {s['cpu']['sdk workers'] / s['count'] * 1000:.0f} ms of the SDK workers"
+    )
     print(json.dumps(row))
 
 
