@@ -179,6 +179,17 @@ def credential_host_unreachable_error(*, credential_id: str, vault_id: str, host
     return payload
 
 
+def credential_unreadable_error(*, credential_id: str, vault_id: str) -> dict:
+    """A vault environment_variable credential this server cannot decrypt (MANGO_VAULT_KEY no
+    longer holds its key): the sandbox starts without it, so the variable is unset. `exhausted`:
+    nothing retries it until the operator restores the key or the client replaces the secret."""
+    message = (
+        f"Credential {credential_id} of vault {vault_id} cannot be read by this server (its encryption key is"
+        " no longer configured): the sandbox runs without it. Update the credential's secret to use it again."
+    )
+    return session_error(message=message)
+
+
 def tool_result(*, tool_use_id: str, text: str, is_error: bool = False) -> dict:
     """An agent.tool_result payload with one text block."""
     return {"tool_use_id": tool_use_id, "content": [{"type": "text", "text": text}], "is_error": is_error}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from core.secrets import SecretsUnavailable
 from sessions import events as ev
 from sessions import sandbox
 from sessions.events import SERVER_TOOL_TYPES, TOOLSET_TYPE, EventType
@@ -325,6 +326,7 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
     sandbox_admit(session=session)  # the workspace's cap of live sandboxes
     db_release()  # no connection held while dockerd creates and starts the container
     networking = sandbox_networking(session)
+    unreadable = networking.pop(UNREADABLE_CREDENTIALS, []) if networking else []
     image = None
     if session.sandbox_state != Session.SandboxState.RUNNING:
         image = _packages_image(session, networking)
@@ -337,7 +339,7 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
         raise
     fresh = ref != session.sandbox_ref
     if fresh:  # a new container: its skills and memory first, before it is recorded
-        _credential_hosts_check(session, networking)
+        _credential_hosts_check(session, networking, unreadable)
         try:
             session_skills_place(session=session)
         except Exception as exc:
@@ -358,6 +360,11 @@ def _ensure_sandbox(control: TurnControl, session: Session) -> None:
         repositories_place(control=control, session=session, fresh=fresh)
 
 
+# Where sandbox_networking lists the credentials it could not decrypt (taken out before the
+# networking goes to the sandbox; a new sandbox reports each as a session.error).
+UNREADABLE_CREDENTIALS = "mango_unreadable_credentials"
+
+
 def sandbox_networking(session: Session) -> dict | None:
     """The environment's networking, with the hosts a `limited` sandbox's proxy lets through
     (allowed_hosts, package registries, the agent's MCP servers) resolved, and the session's
@@ -370,15 +377,26 @@ def sandbox_networking(session: Session) -> dict | None:
     resolved = {**networking, "egress_hosts": sandbox_policy.egress_hosts(networking, servers)}
     found = session_environment_credentials(workspace_id=session.workspace_id, vault_ids=session.vault_ids or [])
     if found:
-        resolved["credentials"] = [_proxy_credential(session, credential) for credential in found]
+        resolved["credentials"], unreadable = [], []
+        for credential in found:
+            try:
+                resolved["credentials"].append(_proxy_credential(session, credential))
+            except SecretsUnavailable:  # MANGO_VAULT_KEY changed: the sandbox runs without this one
+                unreadable.append((credential.id, credential.vault_id))
+        if unreadable:
+            resolved[UNREADABLE_CREDENTIALS] = unreadable
     return resolved
 
 
-def _credential_hosts_check(session: Session, networking: dict | None) -> None:
-    """When a sandbox is made: a credential_host_unreachable_error per vault credential whose
+def _credential_hosts_check(session: Session, networking: dict | None, unreadable: list) -> None:
+    """When a sandbox is made: a session.error per vault credential this server cannot decrypt
+    (the sandbox has no placeholder for it), and a credential_host_unreachable_error per one whose
     hosts the environment's networking does not let the sandbox reach (the proxy would refuse
     each request there without a word to the client)."""
-    items = []
+    items = [
+        ev.item(EventType.SESSION_ERROR, ev.credential_unreadable_error(credential_id=credential_id, vault_id=vault_id))
+        for credential_id, vault_id in unreadable
+    ]
     for credential in (networking or {}).get("credentials") or []:
         hosts = sandbox_policy.unreachable_credential_hosts(
             credential["hosts"], networking, networking.get("egress_hosts") or []

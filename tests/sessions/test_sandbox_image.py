@@ -585,6 +585,32 @@ def test_a_credential_for_hosts_the_environment_does_not_allow_is_a_session_erro
         sandbox.remove(session_id=session.id)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_credential_the_server_can_no_longer_decrypt_is_a_session_error_and_the_sandbox_starts(
+    sdk, api_key, no_turns, real_image, echo_hosts, settings
+):
+    """MANGO_VAULT_KEY lost the key a credential was stored under: the tool call still gets its
+    sandbox (it was a failed tool call with an unknown error), without that credential's
+    variable, and the session says once, in words the SDK parses, which credential of which
+    vault it could not read."""
+    from cryptography.fernet import Fernet
+
+    api, _ = echo_hosts
+    vault, credential, session = _session_with_vault(sdk, allowed_hosts=[api], credential_hosts=[api])
+    settings.MANGO_VAULT_KEY = [Fernet.generate_key().decode()]  # another key: the stored secret is unreadable
+    try:
+        _tool_call_sandbox(session.id)
+        _tool_call_sandbox(session.id)  # the sandbox is not made again: no second error
+        assert sh(session.id, 'echo "[${API_TOKEN-unset}]"')[1].strip() == "[unset]"
+        errors = [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.error"]
+        assert len(errors) == 1, errors
+        error = errors[0].error
+        assert (error.type, error.retry_status.type) == ("unknown_error", "exhausted")
+        assert credential.id in error.message and vault.id in error.message and SECRET not in error.model_dump_json()
+    finally:
+        sandbox.remove(session_id=session.id)
+
+
 def test_which_credential_hosts_a_limited_environment_reaches():
     limited = {"type": "limited"}
     check = policy.unreachable_credential_hosts
