@@ -364,6 +364,11 @@ MANGO_MODEL_RETRY_BACKOFF_SECONDS = env.float("MANGO_MODEL_RETRY_BACKOFF_SECONDS
 # A runner renews its lease on a session every few seconds; one silent this long is presumed dead
 # and sessions.recover_stuck hands the session to another worker.
 MANGO_SESSION_LEASE_SECONDS = env.int("MANGO_SESSION_LEASE_SECONDS", default=60)
+# A turn that ends waiting on the client (requires_action: a self_hosted worker's tool results,
+# custom tools, confirmations) keeps its runner, lease and thread this long for the answer, so
+# the answer continues the turn without a new task (0: the runner lets the session go at once).
+# At most half of a threads-pool worker's threads wait so at a time (prefork and solo: none).
+MANGO_RUNNER_LINGER_SECONDS = env.float("MANGO_RUNNER_LINGER_SECONDS", default=5.0)
 # Self-hosted work queue (sessions/services/work.py): a work item's lease when a heartbeat asks
 # for no TTL, and the most a heartbeat's desired_ttl_seconds may ask for.
 MANGO_WORK_LEASE_SECONDS = env.int("MANGO_WORK_LEASE_SECONDS", default=60)

@@ -35,6 +35,10 @@ def interrupt_key(session_id: str) -> str:
     return f"mango:session-interrupt:{session_id}"
 
 
+def input_key(session_id: str) -> str:
+    return f"mango:session-input:{session_id}"
+
+
 def _last_seq_only(events, *, payload_bytes: int = 0) -> bytes:
     return str(events[-1].seq).encode()
 
@@ -96,3 +100,29 @@ def interrupt_flagged(session_id: str) -> bool:
 def interrupts_flagged(session_ids: list[str]) -> list[bool]:
     """The interrupt flags of many sessions in one round trip (a worker's interrupt watcher)."""
     return [value is not None for value in client().mget([interrupt_key(s) for s in session_ids])]
+
+
+# How long an input flag outlives its runner's wait (it is only a wake-up: the runner reads the
+# pending input from the log under the session's lock).
+INPUT_FLAG_SECONDS = 300
+
+
+def set_input(session_id: str) -> None:
+    """Input for a session whose runner holds its lease: wakes the runner if it waits for the
+    client (a hint; never raises: the runner reads the log before it lets the session go)."""
+    try:
+        client().set(input_key(session_id), "1", ex=INPUT_FLAG_SECONDS)
+    except redis.RedisError:
+        logger.warning("could not flag input", extra={"session_id": session_id})
+
+
+def clear_input(session_id: str) -> None:
+    try:
+        client().delete(input_key(session_id))
+    except redis.RedisError:
+        pass
+
+
+def flags(keys: list[str]) -> list[bool]:
+    """Which of these flag keys are set, in one round trip (a worker's watcher)."""
+    return [value is not None for value in client().mget(keys)]

@@ -55,6 +55,8 @@ class InterruptWatch:
         self._counts: dict[str, int] = {}
         # Waits to wake as soon as a session's flag is seen raised (TurnControl.interruptible).
         self._wakers: dict[str, set[threading.Event]] = {}
+        # Runners waiting for their client's input (Runner.linger), woken by its input flag.
+        self._inputs: dict[str, threading.Event] = {}
         self._thread: threading.Thread | None = None
 
     def watch(self, session_id: str) -> threading.Event:
@@ -77,6 +79,14 @@ class InterruptWatch:
             if not wakers:
                 self._wakers.pop(session_id, None)
 
+    def wake_on_input(self, session_id: str, waker: threading.Event) -> None:
+        with self._lock:
+            self._inputs[session_id] = waker
+
+    def unwake_input(self, session_id: str) -> None:
+        with self._lock:
+            self._inputs.pop(session_id, None)
+
     def unwatch(self, session_id: str) -> None:
         with self._lock:
             self._counts[session_id] -= 1
@@ -89,13 +99,19 @@ class InterruptWatch:
             time.sleep(POLL_SECONDS)
             with self._lock:
                 watched = list(self._flags.items())
+                inputs = list(self._inputs.items())
             if not watched:
                 continue
+            keys = [notify.interrupt_key(session_id) for session_id, _ in watched]
             try:
-                flagged = notify.interrupts_flagged([session_id for session_id, _ in watched])
+                flagged = notify.flags(keys + [notify.input_key(session_id) for session_id, _ in inputs])
             except Exception:
                 logger.exception("reading interrupt flags failed")
                 continue
+            for (_, waker), is_set in zip(inputs, flagged[len(watched) :], strict=True):
+                if is_set:
+                    waker.set()
+            flagged = flagged[: len(watched)]
             for (session_id, flag), is_set in zip(watched, flagged, strict=True):
                 if is_set:
                     flag.set()

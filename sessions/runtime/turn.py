@@ -12,6 +12,7 @@ killed) and the session goes idle.
 """
 
 import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -24,11 +25,11 @@ from core.database import database_answers
 from core.errors import DATABASE_DOWN_ERRORS
 from core.ids import new_id
 from sessions import events as ev
-from sessions import pricing, sandbox
+from sessions import notify, pricing, sandbox
 from sessions.dispatch import session_run_enqueue, session_run_enqueue_soon
 from sessions.events import SERVER_TOOL_RESULTS, SERVER_TOOL_USE, ErrorType, EventType, ToolMode
 from sessions.models import Session
-from sessions.runtime.control import Handback, Stop, TurnControl, db_release, draining
+from sessions.runtime.control import WAKE_SECONDS, Handback, Stop, TurnControl, db_release, draining, watch
 from sessions.runtime.fairness import turn_slot
 from sessions.runtime.grader import outcome_evaluate
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
@@ -69,6 +70,29 @@ logger = logging.getLogger(__name__)
 MAX_MODEL_CALLS_PER_TURN = 200
 
 
+class _Lingering:
+    """How many of the process's threads wait for their client (Runner.linger): half of them at
+    most, so turns that can run always find threads."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def acquire(self) -> bool:
+        with self._lock:
+            if self.count >= max(1, settings.CELERY_WORKER_CONCURRENCY // 2):
+                return False
+            self.count += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+_lingering = _Lingering()
+
+
 @dataclass
 class _Work:
     resume: bool
@@ -98,6 +122,7 @@ def _run_leased(*, session_id: str) -> None:
             while (work := runner.next_work()) is not None:
                 runner.run_turn(work)
                 runner.control.check_handback()
+                runner.linger()
     except LeaseLost:
         # Presumed dead (silent longer than the lease) and taken over: the successor resumes.
         logger.warning("lease taken over by another runner; leaving the turn", extra={"session_id": session_id})
@@ -155,6 +180,38 @@ class Runner:
         self.token = token
         self.control = TurnControl(session_id=session_id, lease=lease)
         self.released = False
+        self.awaiting_client = False  # the last turn ended with requires_action
+
+    # --- waiting for the client ----------------------------------------------------------------
+
+    def linger(self) -> None:
+        """After a turn that handed tool uses to the client: keep the lease (no database
+        connection, no polling of our own: the process's watcher reads the input flag with the
+        interrupt flags) until the client's input is flagged, an interrupt, a drain or
+        MANGO_RUNNER_LINGER_SECONDS; next_work then takes the input, or lets the session go. The
+        API sends no task for input while the lease is held (services.events)."""
+        if not self.awaiting_client:
+            return
+        self.awaiting_client = False
+        seconds = settings.MANGO_RUNNER_LINGER_SECONDS
+        if seconds <= 0 or threading.current_thread() is threading.main_thread() or not _lingering.acquire():
+            return  # a runner in a process's main thread (prefork, solo) would hold the whole process
+        db_release()
+        woken = threading.Event()
+        watch.wake_on_flag(self.session_id, woken)
+        watch.wake_on_input(self.session_id, woken)
+        try:
+            deadline = time.monotonic() + seconds
+            while not woken.is_set() and not draining.is_set() and not self.control.lease_lost:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                woken.wait(min(left, WAKE_SECONDS))
+        finally:
+            watch.unwake(self.session_id, woken)
+            watch.unwake_input(self.session_id)
+            _lingering.release()
+        notify.clear_input(self.session_id)
 
     # --- work selection ----------------------------------------------------------------------
 
@@ -307,6 +364,7 @@ class Runner:
         memory_writeback_at_idle(session=session)
         idle = ev.item(EventType.SESSION_STATUS_IDLE, ev.status_idle(stop_reason))
         events_append(session_id=self.session_id, items=[idle], end_turn=True)
+        self.awaiting_client = stop_reason.get("type") == "requires_action" and not interrupted
 
     def fail(self, exc: Exception) -> None:
         """An unexpected error: report it and never leave the session running."""

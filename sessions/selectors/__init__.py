@@ -101,6 +101,7 @@ APPEND_FIELDS = (
     "archived_at",
     "last_seq",
     "runner_token",
+    "runner_heartbeat_at",
     "updated_at",
     "environment_id",
     "environment_config",

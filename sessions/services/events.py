@@ -10,6 +10,7 @@ import json
 import threading
 import time
 from contextlib import contextmanager
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -326,10 +327,24 @@ def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[S
     if any(item["type"] == EventType.USER_INTERRUPT for item in parsed):
         transaction.on_commit(lambda: notify.set_interrupt(session_id))
     if any(item["type"] in RUNNER_INPUT_TYPES for item in parsed):
-        session_run_enqueue_on_commit(session_id=session_id)
+        if _runner_holds(session):
+            # Its runner reads the log under this lock before it lets the session go: it takes
+            # this input (a task would find the lease held and end); the flag wakes it if it
+            # waits for the client (sessions.runtime.turn, Runner.linger).
+            transaction.on_commit(lambda: notify.set_input(session_id))
+        else:
+            session_run_enqueue_on_commit(session_id=session_id)
         # A self_hosted session given input needs a worker for its tools: a work item, unless open.
         session_work_ensure(session=session)
     return rows
+
+
+def _runner_holds(session: Session) -> bool:
+    """Whether a live runner holds the session's lease (the caller holds the row lock)."""
+    if session.runner_token is None or session.runner_heartbeat_at is None:
+        return False
+    stale = timezone.now() - timedelta(seconds=settings.MANGO_SESSION_LEASE_SECONDS)
+    return session.runner_heartbeat_at >= stale
 
 
 def session_events_send(*, workspace, session_id: str, parsed: list[dict]) -> list[SessionEvent]:

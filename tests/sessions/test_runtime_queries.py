@@ -8,6 +8,8 @@ one statement, the resources check, the tool result); a regression that adds a l
 transaction per append shows up here as more statements per step."""
 
 import json
+import threading
+import time
 
 import pytest
 import redis
@@ -103,3 +105,125 @@ def test_statements_per_tool_step_stay_bounded(api_key, local_runner):
     print(f"statements: text-only turn {text_only}, per tool step {per_step:.1f}")
     assert per_step <= MAX_PER_TOOL_STEP, (three_steps, one_step)
     assert text_only <= MAX_PER_TEXT_TURN, text_only
+
+
+def _wait_for(predicate, seconds: float = 10.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+def _idle_count(session) -> int:
+    return SessionEvent.objects.filter(session=session, type="session.status_idle").count()
+
+
+def _answer_last_tool_use(workspace, session) -> None:
+    last = SessionEvent.objects.filter(session=session, type="agent.tool_use").order_by("-seq").first()
+    result = {
+        "type": "user.tool_result",
+        "payload": {"tool_use_id": last.id, "content": [{"type": "text", "text": "ok"}]},
+    }
+    session_events_send(workspace=workspace, session_id=session.id, parsed=[result])
+
+
+def _run_and_close(session_id: str) -> None:
+    try:
+        turn.session_run(session_id=session_id)
+    finally:
+        connection.close()  # this thread's own
+
+
+def _queued(settings) -> int:
+    return redis.Redis.from_url(settings.REDIS_URL).llen(settings.MANGO_SESSIONS_QUEUE)
+
+
+def test_a_self_hosted_turn_takes_its_clients_results_in_the_same_runner(api_key, local_runner, settings):
+    """A turn that hands its tool uses to the client (requires_action) keeps its runner for
+    MANGO_RUNNER_LINGER_SECONDS: the client's result, sent meanwhile, wakes it and continues the
+    turn; the send queues no task (the runner holds the lease) and no second runner starts."""
+    settings.MANGO_RUNNER_LINGER_SECONDS = 30
+    workspace = api_key.workspace
+    session = make_session(workspace, tools=_toolset())
+    local_runner.script(
+        [tool_use("bash", {"command": "echo 1"}), tool_use("bash", {"command": "echo 2"}), text("done")]
+    )
+    message = {"type": "user.message", "payload": {"content": [{"type": "text", "text": "go"}]}}
+    session_events_send(workspace=workspace, session_id=session.id, parsed=[message])
+    queued = _queued(settings)  # the message's wake-up
+
+    runner = threading.Thread(target=_run_and_close, args=(session.id,))
+    runner.start()
+    try:
+        for answered in range(2):
+            _wait_for(lambda n=answered: _idle_count(session) == n + 1)
+            session.refresh_from_db()
+            assert session.runner_token is not None  # still held while it waits for the client
+            started = time.monotonic()
+            _answer_last_tool_use(workspace, session)
+            assert _queued(settings) == queued  # no task for the answer
+            _wait_for(lambda n=answered: SessionEvent.objects.filter(
+                session=session, type="session.status_running").count() == n + 2)  # fmt: skip
+            assert time.monotonic() - started < 5, "the waiting runner was not woken by the answer"
+        runner.join(30)
+        assert not runner.is_alive()  # the turn ended (end_turn): nothing to wait for, the lease goes
+    finally:
+        runner.join(30)
+    session.refresh_from_db()
+    assert session.runner_token is None and session.status == Session.Status.IDLE
+    types = list(SessionEvent.objects.filter(session=session).order_by("seq").values_list("type", flat=True))
+    assert types.count("span.model_request_start") == 3 and types[-2:] == ["agent.message", "session.status_idle"]
+    assert len(local_runner.requests) == 3
+
+
+def test_a_runner_lets_the_session_go_when_the_client_is_slower_than_the_linger(api_key, local_runner, settings):
+    """Past MANGO_RUNNER_LINGER_SECONDS the runner releases the lease; the client's later answer
+    queues a task as before, and that runner continues the turn."""
+    settings.MANGO_RUNNER_LINGER_SECONDS = 0.3
+    workspace = api_key.workspace
+    session = make_session(workspace, tools=_toolset())
+    local_runner.script([tool_use("bash", {"command": "echo 1"}), text("done")])
+    message = {"type": "user.message", "payload": {"content": [{"type": "text", "text": "go"}]}}
+    session_events_send(workspace=workspace, session_id=session.id, parsed=[message])
+    started = time.monotonic()
+    runner = threading.Thread(target=_run_and_close, args=(session.id,))  # a worker thread, as in the threads pool
+    runner.start()
+    runner.join(10)
+    assert not runner.is_alive() and 0.3 <= time.monotonic() - started < 10  # it waited, then let go
+    session.refresh_from_db()
+    assert session.runner_token is None and _idle_count(session) == 1
+    queued = _queued(settings)
+    _answer_last_tool_use(workspace, session)
+    assert _queued(settings) == queued + 1  # no runner holds it: a task
+    turn.session_run(session_id=session.id)  # in this (main) thread: a turn that ends for good never waits
+    types = list(SessionEvent.objects.filter(session=session).order_by("seq").values_list("type", flat=True))
+    assert types[-2:] == ["agent.message", "session.status_idle"] and len(local_runner.requests) == 2
+
+
+def test_an_interrupt_ends_a_runners_wait_for_its_client(api_key, local_runner, settings):
+    """A user.interrupt while the runner waits for the client's tool result: the wait ends at
+    once (the watcher's flag), the interrupt is processed and the lease released."""
+    settings.MANGO_RUNNER_LINGER_SECONDS = 30
+    workspace = api_key.workspace
+    session = make_session(workspace, tools=_toolset())
+    local_runner.script([tool_use("bash", {"command": "echo 1"})])
+    message = {"type": "user.message", "payload": {"content": [{"type": "text", "text": "go"}]}}
+    session_events_send(workspace=workspace, session_id=session.id, parsed=[message])
+
+    runner = threading.Thread(target=_run_and_close, args=(session.id,))
+    runner.start()
+    try:
+        _wait_for(lambda: _idle_count(session) == 1)
+        started = time.monotonic()
+        interrupt = {"type": "user.interrupt", "payload": {}}
+        session_events_send(workspace=workspace, session_id=session.id, parsed=[interrupt])
+        runner.join(10)
+        assert not runner.is_alive() and time.monotonic() - started < 5
+    finally:
+        runner.join(30)
+    session.refresh_from_db()
+    assert session.runner_token is None
+    assert not SessionEvent.objects.filter(session=session, processed_at__isnull=True).exists()
