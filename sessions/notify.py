@@ -76,18 +76,26 @@ def publish_delta(session_id: str, payload: dict) -> None:
         logger.debug("could not publish a delta", extra={"session_id": session_id})
 
 
-def set_interrupt(session_id: str) -> None:
+def _flag_set(key: str, seconds: int, *, what: str, session_id: str) -> None:
     try:
-        client().set(interrupt_key(session_id), "1", ex=3600)
+        client().set(key, "1", ex=seconds)
     except redis.RedisError:
-        logger.warning("could not flag interrupt", extra={"session_id": session_id})
+        logger.warning(f"could not flag {what}", extra={"session_id": session_id})
+
+
+def _flag_clear(key: str) -> None:
+    try:
+        client().delete(key)
+    except redis.RedisError:
+        pass
+
+
+def set_interrupt(session_id: str) -> None:
+    _flag_set(interrupt_key(session_id), 3600, what="interrupt", session_id=session_id)
 
 
 def clear_interrupt(session_id: str) -> None:
-    try:
-        client().delete(interrupt_key(session_id))
-    except redis.RedisError:
-        pass
+    _flag_clear(interrupt_key(session_id))
 
 
 def interrupt_flagged(session_id: str) -> bool:
@@ -95,11 +103,6 @@ def interrupt_flagged(session_id: str) -> bool:
         return bool(client().exists(interrupt_key(session_id)))
     except redis.RedisError:
         return False
-
-
-def interrupts_flagged(session_ids: list[str]) -> list[bool]:
-    """The interrupt flags of many sessions in one round trip (a worker's interrupt watcher)."""
-    return [value is not None for value in client().mget([interrupt_key(s) for s in session_ids])]
 
 
 # How long an input flag outlives its runner's wait (it is only a wake-up: the runner reads the
@@ -110,19 +113,14 @@ INPUT_FLAG_SECONDS = 300
 def set_input(session_id: str) -> None:
     """Input for a session whose runner holds its lease: wakes the runner if it waits for the
     client (a hint; never raises: the runner reads the log before it lets the session go)."""
-    try:
-        client().set(input_key(session_id), "1", ex=INPUT_FLAG_SECONDS)
-    except redis.RedisError:
-        logger.warning("could not flag input", extra={"session_id": session_id})
+    _flag_set(input_key(session_id), INPUT_FLAG_SECONDS, what="input", session_id=session_id)
 
 
 def clear_input(session_id: str) -> None:
-    try:
-        client().delete(input_key(session_id))
-    except redis.RedisError:
-        pass
+    _flag_clear(input_key(session_id))
 
 
 def flags(keys: list[str]) -> list[bool]:
-    """Which of these flag keys are set, in one round trip (a worker's watcher)."""
+    """Which of these flag keys are set, in one round trip (a worker's watcher reads the
+    interrupt and input flags of all its turns together)."""
     return [value is not None for value in client().mget(keys)]

@@ -22,6 +22,7 @@ from sessions.serializers.tools import AgentToolsetSerializer
 from sessions.services.events import session_events_send
 from tests.factories import TOOLSET, make_session
 from tests.scripted_model import text, tool_use
+from tests.sessions.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -107,16 +108,6 @@ def test_statements_per_tool_step_stay_bounded(api_key, local_runner):
     assert text_only <= MAX_PER_TEXT_TURN, text_only
 
 
-def _wait_for(predicate, seconds: float = 10.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.02)
-    raise AssertionError("timed out")
-
-
 def _idle_count(session) -> int:
     return SessionEvent.objects.filter(session=session, type="session.status_idle").count()
 
@@ -159,13 +150,13 @@ def test_a_self_hosted_turn_takes_its_clients_results_in_the_same_runner(api_key
     runner.start()
     try:
         for answered in range(2):
-            _wait_for(lambda n=answered: _idle_count(session) == n + 1)
+            wait_for(lambda n=answered: _idle_count(session) == n + 1)
             session.refresh_from_db()
             assert session.runner_token is not None  # still held while it waits for the client
             started = time.monotonic()
             _answer_last_tool_use(workspace, session)
             assert _queued(settings) == queued  # no task for the answer
-            _wait_for(lambda n=answered: SessionEvent.objects.filter(
+            wait_for(lambda n=answered: SessionEvent.objects.filter(
                 session=session, type="session.status_running").count() == n + 2)  # fmt: skip
             assert time.monotonic() - started < 5, "the waiting runner was not woken by the answer"
         runner.join(30)
@@ -216,7 +207,7 @@ def test_an_interrupt_ends_a_runners_wait_for_its_client(api_key, local_runner, 
     runner = threading.Thread(target=_run_and_close, args=(session.id,))
     runner.start()
     try:
-        _wait_for(lambda: _idle_count(session) == 1)
+        wait_for(lambda: _idle_count(session) == 1)
         started = time.monotonic()
         interrupt = {"type": "user.interrupt", "payload": {}}
         session_events_send(workspace=workspace, session_id=session.id, parsed=[interrupt])
