@@ -218,3 +218,31 @@ def test_an_interrupt_ends_a_runners_wait_for_its_client(api_key, local_runner, 
     session.refresh_from_db()
     assert session.runner_token is None
     assert not SessionEvent.objects.filter(session=session, processed_at__isnull=True).exists()
+
+
+def test_a_runner_waiting_for_its_client_keeps_its_workspaces_turn_slot(api_key, local_runner, settings):
+    """What one tenant can hold with waiting runners is bounded by its running-turns cap: the
+    wait keeps a worker thread, so it keeps the workspace's slot; another session of the
+    workspace waits (no thread) and is woken when the wait ends, then runs."""
+    settings.MANGO_WORKSPACE_MAX_RUNNING_TURNS = 1
+    settings.MANGO_RUNNER_LINGER_SECONDS = 1.5
+    workspace = api_key.workspace
+    waiting, other = make_session(workspace, tools=_toolset()), make_session(workspace, name="b")
+    local_runner.script([tool_use("bash", {"command": "echo 1"}), text("done")])
+    message = {"type": "user.message", "payload": {"content": [{"type": "text", "text": "go"}]}}
+    for session in (waiting, other):
+        session_events_send(workspace=workspace, session_id=session.id, parsed=[message])
+    queued = _queued(settings)
+    runner = threading.Thread(target=_run_and_close, args=(waiting.id,))
+    runner.start()
+    try:
+        wait_for(lambda: _idle_count(waiting) == 1)
+        turn.session_run(session_id=other.id)  # the slot is the waiting runner's: not admitted
+        assert not SessionEvent.objects.filter(session=other, type="session.status_running").exists()
+        runner.join(10)
+        assert not runner.is_alive()
+    finally:
+        runner.join(30)
+    assert _queued(settings) == queued + 1  # the slot's release woke the other session
+    turn.session_run(session_id=other.id)
+    assert _idle_count(other) == 1
