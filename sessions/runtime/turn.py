@@ -55,10 +55,11 @@ from sessions.runtime.tools import (
 )
 from sessions.runtime.upstream import ModelError
 from sessions.selectors.runner import session_by_id, session_is_deleted
-from sessions.services.events import LeaseLost, events_append, runner_fence, session_event_append
+from sessions.services.events import LeaseLost, SessionGone, events_append, runner_fence, session_event_append
 from sessions.services.memory_mounts import memory_writeback_at_idle
 from sessions.services.outputs import outputs_publish_at_idle
 from sessions.services.runner import (
+    ClientWait,
     session_interrupts_flush,
     session_last_error_set,
     session_turn_begin,
@@ -97,6 +98,7 @@ _lingering = _Lingering()
 class _Work:
     resume: bool
     session: Session  # as next_work locked and updated it (the turn reads its snapshots)
+    confirmations: bool = True  # confirmed or denied tool uses may await the turn
 
 
 def session_run(*, session_id: str) -> None:
@@ -181,6 +183,9 @@ class Runner:
         self.control = TurnControl(session_id=session_id, lease=lease)
         self.released = False
         self.awaiting_client = False  # the last turn ended with requires_action
+        # What that idle handed the client, answered since (next_work need not read it back).
+        self.wait: ClientWait | None = None
+        self.turn_session: Session | None = None  # the running turn's, as next_work read it
 
     # --- waiting for the client ----------------------------------------------------------------
 
@@ -218,19 +223,20 @@ class Runner:
     def next_work(self) -> _Work | None:
         """Start the next turn under the session's lock (services.runner.session_turn_begin), or
         release the lease when there is nothing to do (a later append re-enqueues a runner)."""
-        begun = session_turn_begin(session_id=self.session_id, token=self.token)
+        begun = session_turn_begin(session_id=self.session_id, token=self.token, wait=self.wait)
         if begun is None or begun.released:
             self.released = begun is not None
             return None
+        self.wait = None  # a turn starts (or an interrupt ends the wait): nothing handed out any more
         if begun.interrupted:
             self.go_idle(ev.stop_end_turn(), interrupted=True)
             return self.next_work()
-        return _Work(resume=begun.resume, session=begun.session)
+        return _Work(resume=begun.resume, session=begun.session, confirmations=begun.confirmations)
 
     # --- the turn ------------------------------------------------------------------------------
 
     def run_turn(self, work: _Work) -> None:
-        session = work.session
+        session = self.turn_session = work.session
         # The turn's MCP connections (none unless a toolset references one of the agent's
         # servers), closed when the turn ends whatever way it ends.
         mcp = SessionMcp(
@@ -242,7 +248,8 @@ class Runner:
         try:
             if work.resume and session.environment_config.get("type") != "self_hosted":
                 tools_answer_dangling(session_id=self.session_id)
-            tools_run_confirmed(control=self.control, session=session, mcp=mcp)
+            if work.confirmations:
+                tools_run_confirmed(control=self.control, session=session, mcp=mcp)
             self._loop(session, mcp)
         except Stop:
             if self.control.lease_lost or session_is_deleted(session_id=self.session_id):
@@ -356,15 +363,21 @@ class Runner:
 
     def go_idle(self, stop_reason: dict, *, interrupted: bool = False) -> None:
         """Publish outputs (unless interrupted), write memory back, then commit session.status_idle (with the
-        session's status and active time, in one statement)."""
-        session = session_by_id(session_id=self.session_id)
-        if session.deleted_at is not None:
-            return
-        outputs_publish_at_idle(session=session, interrupted=interrupted)
-        memory_writeback_at_idle(session=session)
+        session's status and active time, in one statement). Nothing is appended to a deleted session."""
+        if self.turn_session is None or _idle_hooks_apply(self.turn_session):
+            session = session_by_id(session_id=self.session_id)  # the hooks read its sandbox as it is now
+            if session.deleted_at is not None:
+                return
+            outputs_publish_at_idle(session=session, interrupted=interrupted)
+            memory_writeback_at_idle(session=session)
         idle = ev.item(EventType.SESSION_STATUS_IDLE, ev.status_idle(stop_reason))
-        events_append(session_id=self.session_id, items=[idle], end_turn=True)
+        try:
+            events_append(session_id=self.session_id, items=[idle], end_turn=True, unless_deleted=True)
+        except SessionGone:
+            return
         self.awaiting_client = stop_reason.get("type") == "requires_action" and not interrupted
+        if self.awaiting_client:
+            self.wait = ClientWait(needed=frozenset(ev.required_action_ids({"stop_reason": stop_reason})))
 
     def fail(self, exc: Exception) -> None:
         """An unexpected error: report it and never leave the session running."""
@@ -379,6 +392,12 @@ class Runner:
                 self.go_idle(ev.stop_retries_exhausted())
         except Exception:
             logger.exception("could not record a failed turn", extra={"session_id": self.session_id})
+
+
+def _idle_hooks_apply(session: Session) -> bool:
+    """Whether outputs publication or memory write-back may have work at idle: both need a Docker
+    sandbox of ours, which a self_hosted session never has."""
+    return settings.MANGO_SANDBOX == "docker" and (session.environment_config or {}).get("type") != "self_hosted"
 
 
 class Spend:

@@ -2,7 +2,7 @@
 and last error, the sandbox's state. The runtime (sessions.runtime) says what happened through
 these; it makes no query of its own (tests/sessions/test_runtime_roles.py)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from sessions import events as ev
 from sessions import notify
-from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, EventType
+from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, EventType, tool_use_id_of
 from sessions.models import Session, SessionEvent, SessionResource
 from sessions.selectors.runner import (
     session_answered_tool_use_ids,
@@ -73,6 +73,17 @@ def session_events_refused(*, event_ids: list[str], reason: str) -> None:
 
 
 @dataclass
+class ClientWait:
+    """The tool uses a runner handed to its client at its last idle (requires_action), and those
+    answered since: what _starts_turn otherwise reads back from the log. Valid only while the
+    same runner has held the lease since that idle (only it marks input processed meanwhile)."""
+
+    needed: frozenset[str]
+    answered: set[str] = field(default_factory=set)
+    confirmed: bool = False  # a user.tool_confirmation came since
+
+
+@dataclass
 class TurnStart:
     """What the runner found under the session's lock (session_turn_begin)."""
 
@@ -80,13 +91,17 @@ class TurnStart:
     resume: bool = False  # the session was running: a worker died mid-turn, resume it
     interrupted: bool = False  # a running turn was interrupted: it must go idle
     released: bool = False  # nothing to do: the lease was released (no turn started)
+    # The turn may find confirmed or denied tool uses to act on (false only when the runner's
+    # ClientWait saw no user.tool_confirmation since it handed tools out: none can be pending).
+    confirmations: bool = True
 
 
-def session_turn_begin(*, session_id: str, token: str) -> TurnStart | None:
+def session_turn_begin(*, session_id: str, token: str, wait: ClientWait | None = None) -> TurnStart | None:
     """Under the session's row lock: flush what was sent before the last interrupt, then either
     start a turn (session.status_running, the pending input marked processed) or release the
     lease (so a later append enqueues a runner; `released`). None when the lease is gone or
-    the session deleted."""
+    the session deleted. `wait`: what the calling runner handed its client (read from the log
+    when None)."""
     with transaction.atomic():
         session = Session.objects.select_for_update().get(id=session_id)
         if session.runner_token != token:
@@ -96,6 +111,10 @@ def session_turn_begin(*, session_id: str, token: str) -> TurnStart | None:
             session.save(update_fields=["runner_token"])
             return None
         pending = session_pending_input(session_id=session_id)
+        self_hosted = (session.environment_config or {}).get("type") == "self_hosted"
+        if wait is not None:  # every answer counts, those flushed by an interrupt too (as in the log)
+            wait.answered.update(filter(None, (_answer_id(e, self_hosted=self_hosted) for e in pending)))
+            wait.confirmed |= any(e.type == EventType.USER_TOOL_CONFIRMATION for e in pending)
         last = max((i for i, e in enumerate(pending) if e.type == EventType.USER_INTERRUPT), default=None)
         interrupted = False
         if last is not None:  # everything up to the last interrupt was sent before the stop
@@ -105,23 +124,30 @@ def session_turn_begin(*, session_id: str, token: str) -> TurnStart | None:
         if interrupted:
             return TurnStart(session=session, interrupted=True)
         resume = session.status in ACTIVE
-        self_hosted = (session.environment_config or {}).get("type") == "self_hosted"
-        if not resume and not _starts_turn(session_id, pending, self_hosted=self_hosted):
+        if not resume and not _starts_turn(session_id, pending, self_hosted=self_hosted, wait=wait):
             session.runner_token = None
             session.runner_heartbeat_at = None
             session.save(update_fields=["runner_token", "runner_heartbeat_at"])
             return TurnStart(session=session, released=True)
         _turn_start(session, pending, resume=resume)
-    return TurnStart(session=session, resume=resume)
+    confirmations = resume or wait is None or wait.confirmed
+    return TurnStart(session=session, resume=resume, confirmations=confirmations)
 
 
-def _starts_turn(session_id: str, pending: list[SessionEvent], *, self_hosted: bool = False) -> bool:
+def _starts_turn(
+    session_id: str, pending: list[SessionEvent], *, self_hosted: bool = False, wait: ClientWait | None = None
+) -> bool:
     """Whether idle-session input starts a turn. Partial answers to requires_action are marked
     processed and the session keeps waiting for the rest. On self_hosted, allowing a confirmed
     tool is no answer: the client runs it, and its user.tool_result is (a denial answers)."""
     if not pending:
         return False
     if any(e.type not in CLIENT_ANSWER_TYPES for e in pending):
+        return True
+    if wait is not None:  # the runner knows what it handed out and what was answered since
+        if wait.needed - wait.answered:
+            session_events_mark_processed(event_ids=[e.id for e in pending])
+            return False
         return True
     needed = set(session_required_action_ids(session_id=session_id))
     if self_hosted:
@@ -134,6 +160,13 @@ def _starts_turn(session_id: str, pending: list[SessionEvent], *, self_hosted: b
         session_events_mark_processed(event_ids=[e.id for e in pending])
         return False
     return True
+
+
+def _answer_id(event: SessionEvent, *, self_hosted: bool) -> str | None:
+    """The tool use a client event answers, as _starts_turn counts answers (None: none)."""
+    if event.type == EventType.USER_TOOL_CONFIRMATION and self_hosted and event.payload.get("result") == "allow":
+        return None
+    return tool_use_id_of(event.payload) if event.type in CLIENT_ANSWER_TYPES else None
 
 
 def _turn_start(session: Session, pending: list[SessionEvent], *, resume: bool) -> None:

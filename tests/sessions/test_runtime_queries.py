@@ -21,7 +21,7 @@ from sessions.runtime import turn
 from sessions.serializers.tools import AgentToolsetSerializer
 from sessions.services.events import session_events_send
 from tests.factories import TOOLSET, make_session
-from tests.scripted_model import text, tool_use
+from tests.scripted_model import text, tool_use, tool_uses
 from tests.sessions.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
@@ -246,3 +246,49 @@ def test_a_runner_waiting_for_its_client_keeps_its_workspaces_turn_slot(api_key,
     assert _queued(settings) == queued + 1  # the slot's release woke the other session
     turn.session_run(session_id=other.id)
     assert _idle_count(other) == 1
+
+
+def test_a_waiting_runner_knows_what_it_handed_its_client(api_key, local_runner, settings):
+    """The runner that handed two tool uses to its client (requires_action) and waits for them
+    counts the answers itself: both results, sent together, start the next model call without
+    reading the idle event or the session's answers back from the log, nor looking for confirmed
+    tool uses (none came)."""
+    settings.MANGO_RUNNER_LINGER_SECONDS = 30
+    workspace = api_key.workspace
+    session = make_session(workspace, tools=_toolset())
+    local_runner.script([tool_uses([("bash", {"command": "echo 1"}), ("bash", {"command": "echo 2"})]), text("done")])
+    message = {"type": "user.message", "payload": {"content": [{"type": "text", "text": "go"}]}}
+    session_events_send(workspace=workspace, session_id=session.id, parsed=[message])
+    statements = []
+
+    def run():
+        try:
+            with CaptureQueriesContext(connection) as queries:
+                turn.session_run(session_id=session.id)
+            statements.extend(query["sql"] for query in queries.captured_queries)
+        finally:
+            connection.close()
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        wait_for(lambda: _idle_count(session) == 1)
+        uses = SessionEvent.objects.filter(session=session, type="agent.tool_use").order_by("seq")
+        ok = [{"type": "text", "text": "ok"}]
+        results = [{"type": "user.tool_result", "payload": {"tool_use_id": use.id, "content": ok}} for use in uses]
+        assert len(results) == 2
+        session_events_send(workspace=workspace, session_id=session.id, parsed=results)
+        runner.join(20)
+        assert not runner.is_alive()
+    finally:
+        runner.join(30)
+    types = list(SessionEvent.objects.filter(session=session).order_by("seq").values_list("type", flat=True))
+    assert types[-2:] == ["agent.message", "session.status_idle"] and len(local_runner.requests) == 2
+    idle = SessionEvent.objects.filter(session=session, type="session.status_idle").order_by("seq").first()
+    assert idle.payload["stop_reason"]["type"] == "requires_action"
+    assert not SessionEvent.objects.filter(session=session, processed_at__isnull=True).exists()
+    selects = [sql for sql in statements if sql.startswith("SELECT")]
+    # The turn the message started (a runner that has handed nothing out) looks for confirmed tool
+    # uses once; the one the answers started reads neither them nor the idle back.
+    assert sum("= 'user.tool_confirmation'" in sql for sql in selects) == 1
+    assert not [sql for sql in selects if "= 'session.status_idle'" in sql]
