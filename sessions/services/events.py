@@ -186,9 +186,18 @@ WITH s AS (
            %(now)s, %(now)s
       FROM s, unnest(%(ids)s::varchar[], %(types)s::varchar[], %(payloads)s::text[], %(privates)s::text[])
            WITH ORDINALITY AS e(id, type, payload, private, n)
-)
+){{processed}}
 SELECT last_seq FROM s
 """
+
+# The client events a turn start acts on, marked processed in the same statement (only when the
+# session's UPDATE matched: a refused append marks nothing).
+_PROCESSED_SQL = f""", processed AS (
+    UPDATE {SessionEvent._meta.db_table} AS p SET processed_at = %(now)s
+      FROM s WHERE p.session_id = %(session_id)s AND p.id = ANY(%(processed_ids)s::varchar[])
+)"""
+
+_START_TURN = "status = %(running)s, turn_started_at = COALESCE(s.turn_started_at, %(now)s)"
 
 
 def events_append(
@@ -198,11 +207,15 @@ def events_append(
     usage: dict | None = None,
     unless_deleted: bool = False,
     end_turn: bool = False,
+    start_turn: bool = False,
+    processed_ids: list[str] | tuple = (),
 ) -> list[SessionEvent]:
     """Append server `items` ({type, payload, id?, private?}, processed now) in one statement,
     without the ORM's locked read of the session; `usage` ({key: tokens}) is added to the
     session's totals in the same UPDATE, and with end_turn the session goes idle there too (the
-    turn's time added to active_seconds). Fenced like events_append_locked (LeaseLost);
+    turn's time added to active_seconds); with start_turn it is running (its turn started now
+    unless one had started), and the client events `processed_ids` are marked processed in the
+    same statement. Fenced like events_append_locked (LeaseLost);
     with unless_deleted, raises SessionGone instead of appending to a deleted session. Streams
     are woken after commit. Returns the appended events (not read back)."""
     fence = getattr(_fence, "value", None)
@@ -234,7 +247,13 @@ def events_append(
     payload_bytes = sum(map(len, params["payloads"]))
     params["bytes"] = payload_bytes + sum(map(len, params["privates"]))
     statement = _append_statement(
-        params, fenced=token is not None, unless_deleted=unless_deleted, usage=usage, end_turn=end_turn
+        params,
+        fenced=token is not None,
+        unless_deleted=unless_deleted,
+        usage=usage,
+        end_turn=end_turn,
+        start_turn=start_turn,
+        processed_ids=list(processed_ids),
     )
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
@@ -248,9 +267,18 @@ def events_append(
     return rows
 
 
-def _append_statement(params: dict, *, fenced: bool, unless_deleted: bool, usage: dict | None, end_turn: bool) -> str:
-    """_APPEND_SQL with the fence and deleted conditions, the usage totals and the end of the
-    turn it needs (their values added to `params`)."""
+def _append_statement(
+    params: dict,
+    *,
+    fenced: bool,
+    unless_deleted: bool,
+    usage: dict | None,
+    end_turn: bool,
+    start_turn: bool = False,
+    processed_ids: list[str] | None = None,
+) -> str:
+    """_APPEND_SQL with the fence and deleted conditions, the usage totals, the start or end of
+    the turn and the events marked processed it needs (their values added to `params`)."""
     conditions = ("AND s.runner_token = %(token)s " if fenced else "") + (
         "AND s.deleted_at IS NULL" if unless_deleted else ""
     )
@@ -261,7 +289,14 @@ def _append_statement(params: dict, *, fenced: bool, unless_deleted: bool, usage
     if end_turn:
         assignments.append(_END_TURN)
         params["idle"] = Session.Status.IDLE.value
-    return _APPEND_SQL.format(usage=", ".join(assignments), conditions=conditions)
+    if start_turn:
+        assignments.append(_START_TURN)
+        params["running"] = Session.Status.RUNNING.value
+    processed = ""
+    if processed_ids:
+        processed = _PROCESSED_SQL
+        params["processed_ids"] = processed_ids
+    return _APPEND_SQL.format(usage=", ".join(assignments), conditions=conditions, processed=processed)
 
 
 def _append_refused(*, session_id: str, token: str | None, unless_deleted: bool) -> None:

@@ -20,7 +20,7 @@ from sessions.selectors.runner import (
     session_pending_input,
     session_required_action_ids,
 )
-from sessions.services.events import events_append_locked
+from sessions.services.events import events_append, events_append_locked
 
 ACTIVE = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
 
@@ -170,17 +170,20 @@ def _answer_id(event: SessionEvent, *, self_hosted: bool) -> str | None:
 
 
 def _turn_start(session: Session, pending: list[SessionEvent], *, resume: bool) -> None:
-    now = timezone.now()
-    session_events_mark_processed(event_ids=[e.id for e in pending])
+    """session.status_running (after a session.error when resuming), the session running and the
+    pending input marked processed, in one statement (the caller holds the session's row lock);
+    `session` is updated to match."""
     items = []
     if resume:
         message = "The worker running this session stopped; resuming the turn."
         items.append(ev.item(EventType.SESSION_ERROR, ev.session_error(message=message, retrying=True)))
     items.append(ev.item(EventType.SESSION_STATUS_RUNNING))
+    rows = events_append(session_id=session.id, items=items, start_turn=True, processed_ids=[e.id for e in pending])
     session.status = Session.Status.RUNNING
-    if session.turn_started_at is None:
-        session.turn_started_at = now
-    events_append_locked(session=session, items=items, also_save=("status", "turn_started_at"))
+    session.turn_started_at = session.turn_started_at or rows[-1].created_at
+    session.last_seq = rows[-1].seq
+    session.updated_at = rows[-1].created_at
+    session.__dict__.pop("event_bytes", None)  # deferred again: a later read loads the new total
 
 
 def session_interrupts_flush(*, session_id: str) -> None:

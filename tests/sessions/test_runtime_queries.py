@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from sessions.models import Session, SessionEvent
 from sessions.runtime import turn
 from sessions.serializers.tools import AgentToolsetSerializer
-from sessions.services.events import session_events_send
+from sessions.services.events import LeaseLost, events_append, runner_fence, session_events_send
 from tests.factories import TOOLSET, make_session
 from tests.scripted_model import text, tool_use, tool_uses
 from tests.sessions.conftest import wait_for
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 # Statements per model call that ends in one bash tool use and its result (BEGIN/COMMIT included).
 MAX_PER_TOOL_STEP = 5
 # Statements of a whole turn without tool use: lease, start, one model call, idle, release.
-MAX_PER_TEXT_TURN = 20
+MAX_PER_TEXT_TURN = 17
 
 
 @pytest.fixture
@@ -292,3 +292,25 @@ def test_a_waiting_runner_knows_what_it_handed_its_client(api_key, local_runner,
     # uses once; the one the answers started reads neither them nor the idle back.
     assert sum("= 'user.tool_confirmation'" in sql for sql in selects) == 1
     assert not [sql for sql in selects if "= 'session.status_idle'" in sql]
+
+
+def test_a_turn_start_is_one_statement_that_a_lost_lease_refuses_whole(api_key):
+    """session.status_running, the session running and its input marked processed are one
+    statement: under another runner's fence it writes nothing (the input stays pending)."""
+    workspace = api_key.workspace
+    session = make_session(workspace, tools=_toolset())
+    message = {"type": "user.message", "payload": {"content": [{"type": "text", "text": "go"}]}}
+    (sent,) = session_events_send(workspace=workspace, session_id=session.id, parsed=[message])
+    running = {"type": "session.status_running", "payload": {}}
+    with runner_fence(session_id=session.id, token="not-the-holder"), pytest.raises(LeaseLost):
+        events_append(session_id=session.id, items=[running], start_turn=True, processed_ids=[sent.id])
+    sent.refresh_from_db()
+    session.refresh_from_db()
+    assert sent.processed_at is None and session.status == Session.Status.IDLE and session.turn_started_at is None
+    with CaptureQueriesContext(connection) as queries:
+        events_append(session_id=session.id, items=[running], start_turn=True, processed_ids=[sent.id])
+    assert len(queries.captured_queries) == 1
+    sent.refresh_from_db()
+    session.refresh_from_db()
+    assert sent.processed_at is not None and session.status == Session.Status.RUNNING
+    assert session.turn_started_at is not None and session.last_seq == 2
