@@ -1,5 +1,10 @@
 """The one shape of a gated lookup by id (STYLE.md 6): the row the scoped queryset holds,
-locked when the caller will write it, or the not-found error the caller names."""
+locked when the caller will write it, or the not-found error the caller names. And the hot
+credential lookups' one hand-written statement (`joined_row`)."""
+
+import functools
+
+from django.db import connections, router
 
 from core.errors import NotFound
 
@@ -12,3 +17,43 @@ def one_or_not_found(queryset, *, for_update: bool = False, missing: NotFound):
     if row is None:
         raise missing
     return row
+
+
+@functools.cache
+def _joined_sql(alias: str, model, joins: tuple[str, ...], where: str) -> str:
+    quote = connections[alias].ops.quote_name
+    meta = model._meta
+    columns = [f"t.{quote(f.column)}" for f in meta.concrete_fields]
+    tables = [f"{quote(meta.db_table)} t"]
+    for name in joins:
+        field = meta.get_field(name)
+        related = field.related_model._meta
+        columns += [f"{name}.{quote(f.column)}" for f in related.concrete_fields]
+        tables.append(
+            f"JOIN {quote(related.db_table)} {name} ON {name}.{quote(related.pk.column)} = t.{quote(field.column)}"
+        )
+    return f"SELECT {', '.join(columns)} FROM {' '.join(tables)} WHERE {where}"
+
+
+def joined_row(model, *, joins: tuple[str, ...] = (), where: str, params: list):
+    """The one row of `model` matching `where` (SQL over the alias `t`, and each join by its field
+    name), with the rows its non-null foreign keys `joins` name loaded on it as select_related
+    would; None when there is none. One hand-written statement whose columns come from the
+    models' metadata: for lookups every request makes (credentials), where compiling the
+    equivalent queryset costs more CPU than the database spends answering it (~0.4-1 ms)."""
+    alias = router.db_for_read(model)
+    with connections[alias].cursor() as cursor:
+        cursor.execute(_joined_sql(alias, model, joins, where), params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    fields = model._meta.concrete_fields
+    found = model.from_db(alias, [f.attname for f in fields], row[: len(fields)])
+    offset = len(fields)
+    for name in joins:
+        related = model._meta.get_field(name).related_model
+        related_fields = related._meta.concrete_fields
+        values = row[offset : offset + len(related_fields)]
+        setattr(found, name, related.from_db(alias, [f.attname for f in related_fields], values))
+        offset += len(related_fields)
+    return found

@@ -4,7 +4,7 @@ environment key, a work item's token) to what they may reach."""
 from django.db.models import Count, Min, Q
 
 from core.errors import NotFound
-from core.lookups import one_or_not_found
+from core.lookups import joined_row, one_or_not_found
 from core.pagination import keyset_page
 from sessions import credentials
 from sessions.models import EnvironmentKey, Session, SessionMemoryStore, WorkItem
@@ -14,10 +14,11 @@ State = WorkItem.State
 
 def environment_key_resolve(*, raw_key: str) -> EnvironmentKey | None:
     """The live (unrevoked) key with this raw value, its environment and workspace loaded."""
-    return (
-        EnvironmentKey.objects.select_related("environment", "workspace")
-        .filter(key_hash=credentials.credential_hash(raw_key), revoked_at__isnull=True)
-        .first()
+    return joined_row(
+        EnvironmentKey,
+        joins=("environment", "workspace"),
+        where="t.key_hash = %s AND t.revoked_at IS NULL",
+        params=[credentials.credential_hash(raw_key)],
     )
 
 
@@ -27,7 +28,9 @@ def work_token_resolve(*, raw_token: str) -> WorkItem | None:
     work_id = credentials.work_token_work_id(raw_token)
     if work_id is None:
         return None
-    item = WorkItem.objects.select_related("workspace").filter(id=work_id).exclude(state=State.STOPPED).first()
+    item = joined_row(
+        WorkItem, joins=("workspace",), where="t.id = %s AND t.state <> %s", params=[work_id, State.STOPPED]
+    )
     if item is None or not credentials.work_token_valid(raw_token, work_id=item.id, session_id=item.session_id):
         return None
     return item

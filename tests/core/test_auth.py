@@ -67,3 +67,28 @@ def test_keys_are_stored_hashed(api_key):
     row = ApiKey.objects.get(pk=api_key.row.pk)
     assert str(api_key) not in (row.key_hash, row.key_hint)
     assert len(row.key_hash) == 64
+
+
+def test_a_credential_lookup_is_one_statement_with_its_workspace(api_key):
+    """core.lookups.joined_row, as the credential lookups use it: the row and its workspace in one
+    statement (nothing more when the workspace is read), every field as the ORM loads it; None
+    when nothing matches."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from core.lookups import joined_row
+
+    expected = ApiKey.objects.select_related("workspace").get(pk=api_key.row.pk)
+    with CaptureQueriesContext(connection) as queries:
+        found = joined_row(ApiKey, joins=("workspace",), where="t.id = %s", params=[api_key.row.pk])
+        workspace = found.workspace
+    assert len(queries.captured_queries) == 1
+    fields = [f.attname for f in ApiKey._meta.concrete_fields]
+    assert [getattr(found, f) for f in fields] == [getattr(expected, f) for f in fields]
+    assert (workspace.pk, workspace.name, workspace.created_at) == (
+        expected.workspace.pk,
+        expected.workspace.name,
+        expected.workspace.created_at,
+    )
+    assert not found._state.adding and found._state.db == "default"
+    assert joined_row(ApiKey, joins=("workspace",), where="t.id = %s", params=["no-such-key"]) is None
