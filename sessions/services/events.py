@@ -183,7 +183,7 @@ WITH s AS (
 ), inserted AS (
     INSERT INTO {SessionEvent._meta.db_table} (id, session_id, seq, type, payload, private, processed_at, created_at)
     SELECT e.id, %(session_id)s, s.last_seq - %(count)s + e.n, e.type, e.payload::jsonb, e.private::jsonb,
-           %(now)s, %(now)s
+           %(processed_at)s, %(now)s
       FROM s, unnest(%(ids)s::varchar[], %(types)s::varchar[], %(payloads)s::text[], %(privates)s::text[])
            WITH ORDINALITY AS e(id, type, payload, private, n)
 ){{processed}}
@@ -209,13 +209,15 @@ def events_append(
     end_turn: bool = False,
     start_turn: bool = False,
     processed_ids: list[str] | tuple = (),
+    pending: bool = False,
 ) -> list[SessionEvent]:
     """Append server `items` ({type, payload, id?, private?}, processed now) in one statement,
     without the ORM's locked read of the session; `usage` ({key: tokens}) is added to the
     session's totals in the same UPDATE, and with end_turn the session goes idle there too (the
     turn's time added to active_seconds); with start_turn it is running (its turn started now
     unless one had started), and the client events `processed_ids` are marked processed in the
-    same statement. Fenced like events_append_locked (LeaseLost);
+    same statement; with pending the events are the client's, for the runner to process (not
+    processed). Fenced like events_append_locked (LeaseLost);
     with unless_deleted, raises SessionGone instead of appending to a deleted session. Streams
     are woken after commit. Returns the appended events (not read back)."""
     fence = getattr(_fence, "value", None)
@@ -228,7 +230,7 @@ def events_append(
             type=item["type"],
             payload=item.get("payload") or {},
             private=item.get("private") or {},
-            processed_at=now,
+            processed_at=None if pending else now,
             created_at=now,
         )
         for item in items
@@ -237,6 +239,7 @@ def events_append(
         "session_id": session_id,
         "count": len(rows),
         "now": now,
+        "processed_at": None if pending else now,
         "token": token,
         "ids": [row.id for row in rows],
         "types": [row.type for row in rows],
@@ -352,12 +355,11 @@ def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[S
         payload = dict(item["payload"])
         if item["type"] == EventType.USER_DEFINE_OUTCOME:
             payload["outcome_id"] = new_id("outc")
-        items.append(
-            {"type": item["type"], "payload": payload, "private": item.get("private") or {}, "processed_at": None}
-        )
-    sizes = _json_sizes(items)
-    _events_quota_check(session=session, incoming=sum(sizes))
-    rows = events_append_locked(session=session, items=items, sizes=sizes)
+        items.append({"type": item["type"], "payload": payload, "private": item.get("private") or {}})
+    _events_quota_check(session=session, incoming=sum(_json_sizes(items)))
+    # One statement (the row lock is held): the events and the session's sequence and bytes.
+    rows = events_append(session_id=session.id, items=items, pending=True)
+    session.last_seq, session.updated_at = rows[-1].seq, rows[-1].created_at
     session_id = session.id
     if any(item["type"] == EventType.USER_INTERRUPT for item in parsed):
         transaction.on_commit(lambda: notify.set_interrupt(session_id))

@@ -314,3 +314,23 @@ def test_a_turn_start_is_one_statement_that_a_lost_lease_refuses_whole(api_key):
     session.refresh_from_db()
     assert sent.processed_at is not None and session.status == Session.Status.RUNNING
     assert session.turn_started_at is not None and session.last_seq == 2
+
+
+def test_a_client_event_is_one_locked_read_and_one_append(api_key):
+    """POST /v1/sessions/{id}/events' database work for a message to a session no runner holds:
+    the session's locked read, the append (events, sequence and bytes in one statement) and the
+    self_hosted session's work item; the event waits for the runner (not processed)."""
+    workspace = api_key.workspace
+    session = make_session(workspace, tools=_toolset())
+    message = {"type": "user.message", "payload": {"content": [{"type": "text", "text": "go"}]}}
+    session_events_send(workspace=workspace, session_id=session.id, parsed=[message])  # warm: quota figure
+    with CaptureQueriesContext(connection) as queries:
+        (sent,) = session_events_send(workspace=workspace, session_id=session.id, parsed=[message])
+    statements = [q["sql"] for q in queries.captured_queries if q["sql"] not in ("BEGIN", "COMMIT")]
+    assert len(statements) == 3, statements
+    sent.refresh_from_db()
+    session.refresh_from_db()
+    assert sent.processed_at is None and sent.seq == session.last_seq == 2
+    assert session.event_bytes == sum(
+        _json_bytes(e.payload) + _json_bytes(e.private) for e in SessionEvent.objects.filter(session=session)
+    )
