@@ -19,11 +19,21 @@ def one_or_not_found(queryset, *, for_update: bool = False, missing: NotFound):
     return row
 
 
+def _own_fields(model, names: tuple[str, ...] | None) -> list:
+    """The concrete fields of `model` to load: those named (by name or attname), else all."""
+    fields = model._meta.concrete_fields
+    if names is None:
+        return list(fields)
+    return [f for f in fields if f.name in names or f.attname in names]
+
+
 @functools.cache
-def _joined_sql(alias: str, model, joins: tuple[str, ...], where: str) -> str:
+def _joined_sql(
+    alias: str, model, joins: tuple[str, ...], where: str, fields: tuple[str, ...] | None, for_update: bool
+) -> str:
     quote = connections[alias].ops.quote_name
     meta = model._meta
-    columns = [f"t.{quote(f.column)}" for f in meta.concrete_fields]
+    columns = [f"t.{quote(f.column)}" for f in _own_fields(model, fields)]
     tables = [f"{quote(meta.db_table)} t"]
     for name in joins:
         field = meta.get_field(name)
@@ -32,28 +42,49 @@ def _joined_sql(alias: str, model, joins: tuple[str, ...], where: str) -> str:
         tables.append(
             f"JOIN {quote(related.db_table)} {name} ON {name}.{quote(related.pk.column)} = t.{quote(field.column)}"
         )
-    return f"SELECT {', '.join(columns)} FROM {' '.join(tables)} WHERE {where}"
+    lock = " FOR UPDATE OF t" if for_update else ""
+    return f"SELECT {', '.join(columns)} FROM {' '.join(tables)} WHERE {where}{lock}"
 
 
-def joined_row(model, *, joins: tuple[str, ...] = (), where: str, params: list):
+def joined_row(
+    model,
+    *,
+    joins: tuple[str, ...] = (),
+    where: str,
+    params: list,
+    fields: tuple[str, ...] | None = None,
+    for_update: bool = False,
+):
     """The one row of `model` matching `where` (SQL over the alias `t`, and each join by its field
     name), with the rows its non-null foreign keys `joins` name loaded on it as select_related
-    would; None when there is none. One hand-written statement whose columns come from the
-    models' metadata: for lookups every request makes (credentials), where compiling the
-    equivalent queryset costs more CPU than the database spends answering it (~0.4-1 ms)."""
-    alias = router.db_for_read(model)
+    would; None when there is none. `fields`: load only these (the others deferred, as only()
+    would); `for_update`: lock the row (select_for_update). One hand-written statement whose
+    columns come from the models' metadata: for lookups every request makes (credentials, the
+    session an event is appended to), where compiling the equivalent queryset costs more CPU
+    than the database spends answering it (~0.4-1 ms)."""
+    alias = router.db_for_write(model) if for_update else router.db_for_read(model)
     with connections[alias].cursor() as cursor:
-        cursor.execute(_joined_sql(alias, model, joins, where), params)
+        cursor.execute(_joined_sql(alias, model, joins, where, fields, for_update), params)
         row = cursor.fetchone()
     if row is None:
         return None
-    fields = model._meta.concrete_fields
-    found = model.from_db(alias, [f.attname for f in fields], row[: len(fields)])
+    connection = connections[alias]
+    fields = _own_fields(model, fields)
+    found = model.from_db(alias, [f.attname for f in fields], _converted(fields, row[: len(fields)], connection))
     offset = len(fields)
     for name in joins:
         related = model._meta.get_field(name).related_model
         related_fields = related._meta.concrete_fields
-        values = row[offset : offset + len(related_fields)]
+        values = _converted(related_fields, row[offset : offset + len(related_fields)], connection)
         setattr(found, name, related.from_db(alias, [f.attname for f in related_fields], values))
         offset += len(related_fields)
     return found
+
+
+def _converted(fields, values, connection) -> list:
+    """The values as the ORM would load them: through each field's from_db_value (JSON fields
+    come back from the driver as text)."""
+    return [
+        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
+        for field, value in zip(fields, values, strict=True)
+    ]

@@ -9,7 +9,7 @@ from django.db import connection
 from django.db.models import F, OuterRef, Subquery
 
 from core.errors import InvalidRequest, NotFound
-from core.lookups import one_or_not_found
+from core.lookups import joined_row, one_or_not_found
 from core.pagination import keyset_page, rendered_bytes
 from sessions.events import TERMINAL_RESULTS, EventType
 from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent, SessionResource
@@ -111,6 +111,17 @@ APPEND_FIELDS = (
 def session_get(*, workspace, session_id: str, for_update: bool = False, fields: tuple[str, ...] = ()) -> Session:
     """The only way API code obtains a Session. Deleted sessions are gone for every route.
     `fields`: load only these columns (the others are deferred)."""
+    if fields:  # the event appends' read (APPEND_FIELDS): one hand-written statement
+        session = joined_row(
+            Session,
+            where="t.workspace_id = %s AND t.id = %s AND t.deleted_at IS NULL",
+            params=[getattr(workspace, "pk", workspace), session_id],
+            fields=fields,
+            for_update=for_update,
+        )
+        if session is None:
+            raise NotFound(f"Session {session_id!r} not found.")
+        return session
     queryset = Session.objects.filter(workspace=workspace, id=session_id, deleted_at__isnull=True)
     if for_update:
         queryset = queryset.select_for_update()

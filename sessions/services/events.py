@@ -322,6 +322,11 @@ def session_event_append(
     )[0]
 
 
+_REFERENCED_SQL = (
+    f"SELECT id, type FROM {SessionEvent._meta.db_table} WHERE session_id = %s AND id = ANY(%s::varchar[])"
+)
+
+
 def _validate_references(*, session: Session, parsed: list[dict]) -> None:
     """Tool results and confirmations must answer a tool use of this session; an interrupt may
     name only this session's thread (its primary one: there are no others to interrupt alone)."""
@@ -339,7 +344,9 @@ def _validate_references(*, session: Session, parsed: list[dict]) -> None:
             wanted[payload["tool_use_id"]] = CONFIRMABLE_TOOL_USE_TYPES
     if not wanted:
         return
-    found = dict(SessionEvent.objects.filter(session=session, id__in=list(wanted)).values_list("id", "type"))
+    with connection.cursor() as cursor:  # by primary key, hand-written: every tool result sends this
+        cursor.execute(_REFERENCED_SQL, [session.id, list(wanted)])
+        found = dict(cursor.fetchall())
     for event_id, types in wanted.items():
         if found.get(event_id) not in types:
             raise InvalidRequest(f"No {' or '.join(types)} event {event_id!r} in this session.")

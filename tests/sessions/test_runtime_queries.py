@@ -334,3 +334,24 @@ def test_a_client_event_is_one_locked_read_and_one_append(api_key):
     assert session.event_bytes == sum(
         _json_bytes(e.payload) + _json_bytes(e.private) for e in SessionEvent.objects.filter(session=session)
     )
+
+
+def test_the_hand_written_lookups_load_rows_as_the_orm_does(api_key):
+    """core.lookups.joined_row (credentials, the session an event is appended to): JSON columns
+    decoded, the named fields loaded and the rest deferred (read on access), the row lockable."""
+    from django.db import transaction
+
+    from core.lookups import joined_row
+    from sessions.selectors import APPEND_FIELDS, session_get
+
+    session = make_session(api_key.workspace, tools=_toolset())
+    Session.objects.filter(pk=session.pk).update(metadata={"team": "a"})
+    with transaction.atomic():
+        found = session_get(workspace=api_key.workspace, session_id=session.id, for_update=True, fields=APPEND_FIELDS)
+    assert found.environment_config == session.environment_config and isinstance(found.environment_config, dict)
+    assert "metadata" in found.get_deferred_fields() and found.metadata == {"team": "a"}
+    whole = joined_row(Session, joins=("workspace",), where="t.id = %s", params=[session.id])
+    assert whole.metadata == {"team": "a"} and whole.agent_snapshot == session.agent_snapshot
+    assert whole.workspace.pk == api_key.workspace.pk and not whole.get_deferred_fields()
+    with pytest.raises(Exception, match="not found"):
+        session_get(workspace=api_key.workspace, session_id="sesn_missing", fields=APPEND_FIELDS)
