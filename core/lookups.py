@@ -63,12 +63,12 @@ def joined_row(
     session an event is appended to), where compiling the equivalent queryset costs more CPU
     than the database spends answering it (~0.4-1 ms)."""
     alias = router.db_for_write(model) if for_update else router.db_for_read(model)
-    with connections[alias].cursor() as cursor:
+    connection = connections[alias]
+    with connection.cursor() as cursor:
         cursor.execute(_joined_sql(alias, model, joins, where, fields, for_update), params)
         row = cursor.fetchone()
     if row is None:
         return None
-    connection = connections[alias]
     fields = _own_fields(model, fields)
     found = model.from_db(alias, [f.attname for f in fields], _converted(fields, row[: len(fields)], connection))
     offset = len(fields)

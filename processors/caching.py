@@ -33,7 +33,7 @@ def with_breakpoints(
     shared with them (a deep copy of the conversation and tools on every call cost ~1 ms)."""
     budget = MAX_BREAKPOINTS - _client_breakpoints(messages)
     messages = list(messages)
-    tail = []  # (message index, its content) for the last two messages, newest first
+    tail = []  # the (copied) content lists of the last two messages, newest first
     for index in range(len(messages) - 1, -1, -1):
         if len(tail) == 2:
             break

@@ -59,16 +59,14 @@ def _fence_check(session: Session) -> None:
         raise LeaseLost(session.id)
 
 
-def events_append_locked(
-    *, session: Session, items: list[dict], also_save: tuple[str, ...] = (), sizes: tuple[int, int] | None = None
-) -> list[SessionEvent]:
+def events_append_locked(*, session: Session, items: list[dict], also_save: tuple[str, ...] = ()) -> list[SessionEvent]:
     """Append `items` ({type, payload, processed_at?, private?}) to a session whose row the caller
     holds locked (select_for_update) inside a transaction, saving the session's `also_save`
     fields in the same UPDATE. Streams are woken after commit. Raises LeaseLost inside a
     runner_fence whose token the session no longer names."""
     _fence_check(session)
     now = timezone.now()
-    payload_bytes, private_bytes = sizes or _json_sizes(items)
+    payload_bytes, private_bytes = _json_sizes(items)
     rows = []
     for item in items:
         session.last_seq += 1

@@ -145,17 +145,15 @@ def _starts_turn(
     if any(e.type not in CLIENT_ANSWER_TYPES for e in pending):
         return True
     if wait is not None:  # the runner knows what it handed out and what was answered since
-        if wait.needed - wait.answered:
-            session_events_mark_processed(event_ids=[e.id for e in pending])
-            return False
-        return True
-    needed = set(session_required_action_ids(session_id=session_id))
-    if self_hosted:
-        answered = session_answered_tool_use_ids(
-            session_id=session_id, types=(EventType.USER_TOOL_RESULT, EventType.USER_CUSTOM_TOOL_RESULT)
-        ) | set(session_denied_tool_use_ids(session_id=session_id))
+        needed, answered = wait.needed, wait.answered
     else:
-        answered = session_answered_tool_use_ids(session_id=session_id, types=CLIENT_ANSWER_TYPES)
+        needed = set(session_required_action_ids(session_id=session_id))
+        if self_hosted:
+            answered = session_answered_tool_use_ids(
+                session_id=session_id, types=(EventType.USER_TOOL_RESULT, EventType.USER_CUSTOM_TOOL_RESULT)
+            ) | set(session_denied_tool_use_ids(session_id=session_id))
+        else:
+            answered = session_answered_tool_use_ids(session_id=session_id, types=CLIENT_ANSWER_TYPES)
     if needed - answered:
         session_events_mark_processed(event_ids=[e.id for e in pending])
         return False
