@@ -55,6 +55,11 @@ AUTHENTICATION_FAILED = "mcp_authentication_failed_error"
 TOOL_NAME_MAX = 64
 MAX_TOOLS_PER_SERVER = 256
 _LIST_PAGES_MAX = 20
+# A call's own timeout is the SDK's, per request, and leaves the connection open. The HTTP read
+# under it, and the caller's wait for the connection's loop, allow this much more, so the SDK's
+# timeout always fires first: an HTTP read timeout ends the SDK's transport, and every later call
+# of the turn would find the connection lost.
+_TIMEOUT_MARGIN_SECONDS = 5
 
 
 class _Refused(Exception):
@@ -292,7 +297,8 @@ class _Connection:
 
     def _http(self) -> httpx2.AsyncClient:
         timeout = httpx2.Timeout(
-            settings.MANGO_MCP_CALL_TIMEOUT_SECONDS, connect=settings.MANGO_MCP_CONNECT_TIMEOUT_SECONDS
+            settings.MANGO_MCP_CALL_TIMEOUT_SECONDS + _TIMEOUT_MARGIN_SECONDS,
+            connect=settings.MANGO_MCP_CONNECT_TIMEOUT_SECONDS,
         )
         return httpx2.AsyncClient(
             transport=AsyncGuardedTransport(verify=_tls()),
@@ -402,7 +408,7 @@ class _Connection:
         timeout = settings.MANGO_MCP_CALL_TIMEOUT_SECONDS
         return _run(
             self._submit(lambda client: client.call_tool(tool, arguments, read_timeout_seconds=timeout)),
-            timeout=timeout + 5,
+            timeout=timeout + _TIMEOUT_MARGIN_SECONDS,
         )
 
     def relist(self) -> None:

@@ -421,6 +421,34 @@ def test_mcp_connections_and_calls_are_bounded_per_workspace(settings, mcp_serve
     assert runtime_mcp.CONNECTIONS.held(mine) == 0 and runtime_mcp.CONNECTIONS.held(theirs) == 0
 
 
+def test_a_call_that_times_out_leaves_the_connection_usable(settings, mcp_server, api_key):
+    """In-process, against the real server: the call's timeout is the SDK's, per request; the
+    HTTP read under it waits longer, so a slow tool ends its own call and never the transport
+    (a read timeout equal to the call's raced it and lost the connection under load)."""
+    from sessions.runtime import mcp as runtime_mcp
+
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [mcp_server.host]
+    settings.MANGO_MCP_CALL_TIMEOUT_SECONDS = 1
+    settings.MANGO_MCP_CONNECT_TIMEOUT_SECONDS = 5
+    mcp_server.accepted.add("")
+    snapshot = {
+        "mcp_servers": [{"type": "url", "name": "tools", "url": mcp_server.url}],
+        "tools": [{"type": "mcp_toolset", "mcp_server_name": "tools", **ALLOW}],
+    }
+    client = runtime_mcp.SessionMcp(
+        session_id="sesn_t", workspace_id=api_key.workspace.id, agent_snapshot=snapshot, vault_ids=[]
+    )
+    try:
+        assert client.open() == []
+        for _ in range(3):
+            result = client.call(server="tools", tool="slow", arguments={"seconds": 3})
+            assert result.is_error and "timed out after 1 s" in result.content[0]["text"]
+            assert client.call(server="tools", tool="add", arguments={"a": 2, "b": 3}).content[0]["text"] == "5"
+    finally:
+        client.close()
+    assert runtime_mcp.CONNECTIONS.held(api_key.workspace.id) == 0
+
+
 def test_a_trickling_or_oversized_reply_cannot_hold_the_worker(settings, mcp_server, api_key):
     """In-process, against the real server: a reply trickled a byte at a time (each read well
     inside its timeout) ends with the call's timeout; a reply over MANGO_OUTBOUND_RESPONSE_MAX_BYTES
