@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from core.api import rfc3339
 from core.errors import ApiError, Conflict, InvalidRequest, NotFound
+from core.lookups import returned_row, returning_columns
 from sessions import credentials, notify
 from sessions.configs import metadata_patch_apply
 from sessions.models import Environment, EnvironmentKey, Session, WorkItem
@@ -186,43 +187,38 @@ def work_claim(*, environment_id: str, worker_id: str = "", reclaim_older_than_m
     """One poll: the oldest claimable item of the environment, handed out (or None). Claimable: queued
     and never handed out, handed out but unacknowledged for `reclaim_older_than_ms` (default 5 s),
     or acknowledged but its lease ran out (its worker is gone: the item starts over, so the old
-    holder's next heartbeat gets a 412). SKIP LOCKED: concurrent polls take different items."""
+    holder's next heartbeat gets a 412). SKIP LOCKED: concurrent polls take different items. One
+    statement (every poll of every worker makes it): the row found and locked, and handed out."""
     now = timezone.now()
     reclaim = timedelta(milliseconds=RECLAIM_DEFAULT_MS if reclaim_older_than_ms is None else reclaim_older_than_ms)
-    claimable = (
-        Q(state=State.QUEUED, polled_at__isnull=True)
-        | Q(state=State.QUEUED, polled_at__lt=now - reclaim)
-        | Q(state__in=[State.STARTING, State.ACTIVE], lease_expires_at__lt=now)
+    return returned_row(
+        WorkItem,
+        sql=_CLAIM_SQL.format(table=WorkItem._meta.db_table, columns=returning_columns(WorkItem)),
+        params={
+            "environment_id": environment_id,
+            "now": now,
+            "reclaim_before": now - reclaim,
+            "worker_id": worker_id[:255],
+            "queued": State.QUEUED.value,
+            "leased": [State.STARTING.value, State.ACTIVE.value],
+        },
     )
-    with transaction.atomic():
-        item = (
-            WorkItem.objects.select_for_update(skip_locked=True)
-            .filter(claimable, environment_id=environment_id)
-            .order_by("created_at", "id")
-            .first()
-        )
-        if item is None:
-            return None
-        item.state = State.QUEUED
-        item.polled_at = now
-        item.poll_worker_id = worker_id[:255]
-        item.acknowledged_at = item.started_at = item.latest_heartbeat_at = item.lease_expires_at = None
-        item.lease_ttl_seconds = 0
-        item.claims += 1
-        item.save(
-            update_fields=[
-                "state",
-                "polled_at",
-                "poll_worker_id",
-                "acknowledged_at",
-                "started_at",
-                "latest_heartbeat_at",
-                "lease_expires_at",
-                "lease_ttl_seconds",
-                "claims",
-            ]
-        )
-        return item
+
+
+_CLAIM_SQL = """
+UPDATE {table} SET state = %(queued)s, polled_at = %(now)s, poll_worker_id = %(worker_id)s,
+    acknowledged_at = NULL, started_at = NULL, latest_heartbeat_at = NULL, lease_expires_at = NULL,
+    lease_ttl_seconds = 0, claims = claims + 1
+WHERE id = (
+    SELECT id FROM {table}
+    WHERE environment_id = %(environment_id)s AND (
+        (state = %(queued)s AND (polled_at IS NULL OR polled_at < %(reclaim_before)s))
+        OR (state = ANY(%(leased)s) AND lease_expires_at < %(now)s)
+    )
+    ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+)
+RETURNING {columns}
+"""
 
 
 def _locked(*, environment_id: str, work_id: str) -> WorkItem:

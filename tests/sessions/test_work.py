@@ -214,8 +214,11 @@ def test_an_unacknowledged_item_is_handed_out_again_after_the_reclaim_window(sdk
     work = hosted.worker.beta.environments.work
     polled = work.poll(env_id)
     assert work.poll(env_id) is None
+    sdk.beta.environments.work.update(polled.id, environment_id=env_id, metadata={"a": "1"})  # an API key's
     time.sleep(0.05)
-    assert work.poll(env_id, reclaim_older_than_ms=10).id == polled.id
+    again = work.poll(env_id, reclaim_older_than_ms=10)
+    assert again.id == polled.id and again.metadata == {"a": "1"}  # the claim's row, loaded as the ORM would
+    assert WorkItem.objects.get(id=polled.id).claims == 2
 
 
 def test_sessions_queue_and_stop_their_items(sdk, hosted):
