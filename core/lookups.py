@@ -1,7 +1,7 @@
 """The one shape of a gated lookup by id (STYLE.md 6): the row the scoped queryset holds,
 locked when the caller will write it, or the not-found error the caller names. And the hot
 lookups' one hand-written statement (`joined_row`), and the model instance of a hand-written
-statement's `RETURNING` (`returned_row`, `returning_columns`)."""
+statement's `RETURNING` (`returned_row`, `columns_of`)."""
 
 import functools
 
@@ -92,14 +92,14 @@ def _converted(fields, values, connection) -> list:
 
 
 @functools.cache
-def returning_columns(model, alias: str = "default") -> str:
+def columns_of(model, alias: str = "default") -> str:
     """`model`'s concrete columns, quoted, in the order `returned_row` reads them."""
     quote = connections[alias].ops.quote_name
     return ", ".join(quote(f.column) for f in model._meta.concrete_fields)
 
 
 def returned_row(model, *, sql: str, params, alias: str = "default"):
-    """Run `sql` (a statement ending in `RETURNING {returning_columns(model)}`) and load the row
+    """Run `sql` (a statement ending in `RETURNING {columns_of(model)}`) and load the row
     it returns as the ORM would; None when it returns none. For a hot write that is one
     statement by hand where the queryset would take a locked read, a save and a transaction."""
     connection = connections[alias]

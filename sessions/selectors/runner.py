@@ -2,12 +2,14 @@
 input, tool uses and answers, outcomes, the conversation. Statement-lean: the runner asks some of
 these before every model call or tool call."""
 
+import functools
 import json
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection
 
+from core.lookups import columns_of
 from sessions.events import (
     CONFIRMABLE_TOOL_USE_TYPES,
     CONVERSATION_TYPES,
@@ -43,11 +45,16 @@ def session_interrupt_pending(*, session_id: str) -> bool:
 
 
 def session_pending_input(*, session_id: str) -> list[SessionEvent]:
-    """Client events the runner has not yet acted on, oldest first."""
-    return list(
-        SessionEvent.objects.filter(
-            session_id=session_id, processed_at__isnull=True, type__in=RUNNER_INPUT_TYPES
-        ).order_by("seq")
+    """Client events the runner has not yet acted on, oldest first. Written out (every turn start
+    reads it under the session's lock): compiling the queryset cost more than the read."""
+    return list(SessionEvent.objects.raw(_pending_sql(), [session_id, list(RUNNER_INPUT_TYPES)]))
+
+
+@functools.cache
+def _pending_sql() -> str:
+    return (
+        f"SELECT {columns_of(SessionEvent)} FROM {SessionEvent._meta.db_table}"
+        " WHERE session_id = %s AND processed_at IS NULL AND type = ANY(%s) ORDER BY seq"
     )
 
 

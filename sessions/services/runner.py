@@ -10,6 +10,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.lookups import joined_row
 from sessions import events as ev
 from sessions import notify
 from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, EventType, tool_use_id_of
@@ -103,7 +104,9 @@ def session_turn_begin(*, session_id: str, token: str, wait: ClientWait | None =
     the session deleted. `wait`: what the calling runner handed its client (read from the log
     when None)."""
     with transaction.atomic():
-        session = Session.objects.select_for_update().get(id=session_id)
+        session = joined_row(Session, where="t.id = %s", params=[session_id], for_update=True)
+        if session is None:
+            raise Session.DoesNotExist(session_id)
         if session.runner_token != token:
             return None
         if session.deleted_at is not None:

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from core.api import rfc3339
 from core.errors import ApiError, Conflict, InvalidRequest, NotFound
-from core.lookups import returned_row, returning_columns
+from core.lookups import columns_of, returned_row
 from sessions import credentials, notify
 from sessions.configs import metadata_patch_apply
 from sessions.models import Environment, EnvironmentKey, Session, WorkItem
@@ -193,7 +193,7 @@ def work_claim(*, environment_id: str, worker_id: str = "", reclaim_older_than_m
     reclaim = timedelta(milliseconds=RECLAIM_DEFAULT_MS if reclaim_older_than_ms is None else reclaim_older_than_ms)
     return returned_row(
         WorkItem,
-        sql=_CLAIM_SQL.format(table=WorkItem._meta.db_table, columns=returning_columns(WorkItem)),
+        sql=_CLAIM_SQL.format(table=WorkItem._meta.db_table, columns=columns_of(WorkItem)),
         params={
             "environment_id": environment_id,
             "now": now,
