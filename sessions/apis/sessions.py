@@ -7,7 +7,13 @@ from core.api import Paging, query_bool, query_int, query_list, query_time_range
 from core.errors import InvalidRequest
 from core.schema import time_range_parameters
 from sessions.apis.base import AgentsApi, query_order
-from sessions.selectors import session_get, session_list, session_outcome_evaluations, session_resources_by_session
+from sessions.selectors import (
+    session_get,
+    session_list,
+    session_outcome_evaluations,
+    session_parts,
+    session_resources_by_session,
+)
 from sessions.selectors.memory import session_memory_stores_by_session
 from sessions.serializers.sessions import (
     SESSION_STATUSES,
@@ -28,18 +34,20 @@ PAGES = Paging(maximum=1000, default=20)
 
 
 def sessions_wire(sessions: list) -> list[dict]:
-    """Sessions as the API renders them, with their resources and outcome evaluations (two
-    queries whatever the number of sessions)."""
-    ids = [session.id for session in sessions]
-    resources = session_resources_by_session(session_ids=ids)
-    memory_stores = session_memory_stores_by_session(session_ids=ids)
-    evaluations = session_outcome_evaluations(session_ids=ids)
+    """Sessions as the API renders them, with their resources and outcome evaluations: one
+    statement says which sessions have any, then one query per part that some have."""
+    parts = session_parts(session_ids=[session.id for session in sessions])
+    resources = session_resources_by_session(session_ids=[s.id for s in sessions if s.id in parts.resources])
+    memory_stores = session_memory_stores_by_session(
+        session_ids=[s.id for s in sessions if s.id in parts.memory_stores]
+    )
+    evaluations = session_outcome_evaluations(session_ids=[s.id for s in sessions if s.id in parts.outcomes])
     return [
         session_to_wire(
             session,
-            resources=[resource_to_wire(row) for row in resources[session.id]]
-            + [memory_store_resource_to_wire(row) for row in memory_stores[session.id]],
-            outcome_evaluations=evaluations[session.id],
+            resources=[resource_to_wire(row) for row in resources.get(session.id, ())]
+            + [memory_store_resource_to_wire(row) for row in memory_stores.get(session.id, ())],
+            outcome_evaluations=evaluations.get(session.id, []),
         )
         for session in sessions
     ]

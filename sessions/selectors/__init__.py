@@ -1,7 +1,9 @@
 """Reads. Every lookup is scoped to the caller's workspace: a foreign id is the same not-found
 as a missing one (one access gate per resource)."""
 
+import functools
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
@@ -12,7 +14,15 @@ from core.errors import InvalidRequest, NotFound
 from core.lookups import joined_row, one_or_not_found
 from core.pagination import keyset_page, rendered_bytes
 from sessions.events import TERMINAL_RESULTS, EventType
-from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent, SessionResource
+from sessions.models import (
+    Agent,
+    AgentVersion,
+    Environment,
+    Session,
+    SessionEvent,
+    SessionMemoryStore,
+    SessionResource,
+)
 
 
 def agent_get(*, workspace, agent_id: str, for_update: bool = False) -> Agent:
@@ -235,9 +245,54 @@ def session_events_after_many(*, wants: list[tuple[str, int]], limit: int = 500)
     return found
 
 
+@dataclass(frozen=True)
+class SessionParts:
+    """Which of the sessions have resources, attached memory stores and outcome events."""
+
+    resources: frozenset[str]
+    memory_stores: frozenset[str]
+    outcomes: frozenset[str]
+
+
+_OUTCOME_TYPES = (
+    EventType.USER_DEFINE_OUTCOME.value,
+    EventType.SPAN_OUTCOME_EVALUATION_START.value,
+    EventType.SPAN_OUTCOME_EVALUATION_END.value,
+)
+
+
+@functools.cache
+def _parts_sql() -> str:
+    return (
+        "SELECT s.id,"
+        f" EXISTS (SELECT 1 FROM {SessionResource._meta.db_table} r WHERE r.session_id = s.id),"
+        f" EXISTS (SELECT 1 FROM {SessionMemoryStore._meta.db_table} m WHERE m.session_id = s.id),"
+        f" EXISTS (SELECT 1 FROM {SessionEvent._meta.db_table} e WHERE e.session_id = s.id AND e.type = ANY(%s))"
+        " FROM unnest(%s::varchar[]) AS s(id)"
+    )
+
+
+def session_parts(*, session_ids: list[str]) -> SessionParts:
+    """One statement: which sessions have any of the parts a session's wire shape lists, so the
+    reads of those parts run only for the sessions that have some (most have none: a created or
+    retrieved session then costs one statement instead of three)."""
+    if not session_ids:
+        return SessionParts(frozenset(), frozenset(), frozenset())
+    with connection.cursor() as cursor:
+        cursor.execute(_parts_sql(), [list(_OUTCOME_TYPES), list(session_ids)])
+        rows = cursor.fetchall()
+    return SessionParts(
+        resources=frozenset(row[0] for row in rows if row[1]),
+        memory_stores=frozenset(row[0] for row in rows if row[2]),
+        outcomes=frozenset(row[0] for row in rows if row[3]),
+    )
+
+
 def session_resources_by_session(*, session_ids: list[str]) -> dict[str, list[SessionResource]]:
     """Each session's resources, oldest first, for many sessions in one query."""
     grouped: dict[str, list[SessionResource]] = {session_id: [] for session_id in session_ids}
+    if not session_ids:
+        return grouped
     for row in SessionResource.objects.filter(session_id__in=session_ids).order_by("id"):
         grouped[row.session_id].append(row)
     return grouped
@@ -258,12 +313,11 @@ def session_outcome_evaluations(*, session_ids: list[str]) -> dict[str, list[dic
     """Each session's `outcome_evaluations` (one entry per outcome, newest state), for many
     sessions in one query."""
     entries: dict[str, dict[str, dict]] = {session_id: {} for session_id in session_ids}
-    types = (
-        EventType.USER_DEFINE_OUTCOME,
-        EventType.SPAN_OUTCOME_EVALUATION_START,
-        EventType.SPAN_OUTCOME_EVALUATION_END,
+    if not session_ids:
+        return {}
+    events = SessionEvent.objects.filter(session_id__in=session_ids, type__in=_OUTCOME_TYPES).order_by(
+        "session_id", "seq"
     )
-    events = SessionEvent.objects.filter(session_id__in=session_ids, type__in=types).order_by("session_id", "seq")
     for event in events:
         payload = event.payload
         outcomes = entries[event.session_id]

@@ -155,6 +155,8 @@ def session_memory_stores(*, session: Session) -> list[SessionMemoryStore]:
 
 def session_memory_stores_by_session(*, session_ids: list[str]) -> dict[str, list[SessionMemoryStore]]:
     found: dict[str, list[SessionMemoryStore]] = {session_id: [] for session_id in session_ids}
+    if not session_ids:
+        return found
     for row in SessionMemoryStore.objects.filter(session_id__in=session_ids).order_by("session_id", "position"):
         found[row.session_id].append(row)
     return found

@@ -355,3 +355,23 @@ def test_the_hand_written_lookups_load_rows_as_the_orm_does(api_key):
     assert whole.workspace.pk == api_key.workspace.pk and not whole.get_deferred_fields()
     with pytest.raises(Exception, match="not found"):
         session_get(workspace=api_key.workspace, session_id="sesn_missing", fields=APPEND_FIELDS)
+
+
+def test_a_sessions_wire_shape_reads_only_the_parts_it_has(api_key):
+    """GET /v1/sessions/{id} and the create's answer: one statement says which sessions have
+    resources, memory stores or outcome events; a session with none costs that one statement,
+    and a part is read only for the sessions that have it."""
+    from sessions.apis.sessions import sessions_wire
+
+    bare = make_session(api_key.workspace, tools=_toolset())
+    judged = make_session(api_key.workspace, tools=_toolset())
+    outcome = {"outcome_id": "outc_1", "description": "all steps run"}
+    events_append(session_id=judged.id, items=[{"type": "user.define_outcome", "payload": outcome, "private": {}}])
+    with CaptureQueriesContext(connection) as queries:
+        (alone,) = sessions_wire([bare])
+    assert len(queries.captured_queries) == 1 and alone["resources"] == [] and alone["outcome_evaluations"] == []
+    with CaptureQueriesContext(connection) as queries:
+        first, second = sessions_wire([bare, judged])
+    assert len(queries.captured_queries) == 2  # the parts, then the outcome events of `judged` only
+    assert first["outcome_evaluations"] == []
+    assert [(e["outcome_id"], e["result"]) for e in second["outcome_evaluations"]] == [("outc_1", "running")]
