@@ -11,7 +11,7 @@ from django.db import connection
 from django.db.models import F, OuterRef, Subquery
 
 from core.errors import InvalidRequest, NotFound
-from core.lookups import joined_row, one_or_not_found
+from core.lookups import joined_row
 from core.pagination import keyset_page, rendered_bytes
 from sessions.events import TERMINAL_RESULTS, EventType
 from sessions.models import (
@@ -26,15 +26,19 @@ from sessions.models import (
 
 
 def agent_get(*, workspace, agent_id: str, for_update: bool = False) -> Agent:
-    return one_or_not_found(
-        Agent.objects.filter(workspace=workspace, id=agent_id),
-        for_update=for_update,
-        missing=NotFound(f"Agent {agent_id!r} not found."),
+    # Hand-written (core.lookups.joined_row): every session create and agent call reads it.
+    row = joined_row(
+        Agent, where="t.workspace_id = %s AND t.id = %s", params=[workspace.pk, agent_id], for_update=for_update
     )
+    if row is None:
+        raise NotFound(f"Agent {agent_id!r} not found.")
+    return row
 
 
 def agent_version_get(*, agent: Agent, version: int | None = None) -> AgentVersion:
-    row = AgentVersion.objects.filter(agent=agent, version=version or agent.version).first()
+    row = joined_row(
+        AgentVersion, where="t.agent_id = %s AND t.version = %s", params=[agent.pk, version or agent.version]
+    )
     if row is None:
         raise NotFound(f"Agent {agent.id!r} has no version {version}.")
     return row
@@ -78,11 +82,16 @@ def agent_version_list(*, agent: Agent, limit: int, page: str | None):
 
 
 def environment_get(*, workspace, environment_id: str, for_update: bool = False) -> Environment:
-    return one_or_not_found(
-        Environment.objects.filter(workspace=workspace, id=environment_id),
+    # Hand-written (core.lookups.joined_row): session creates and API-key work calls read it.
+    row = joined_row(
+        Environment,
+        where="t.workspace_id = %s AND t.id = %s",
+        params=[workspace.pk, environment_id],
         for_update=for_update,
-        missing=NotFound(f"Environment {environment_id!r} not found.", code="environment_not_found"),
     )
+    if row is None:
+        raise NotFound(f"Environment {environment_id!r} not found.", code="environment_not_found")
+    return row
 
 
 def environment_list(*, workspace, limit: int, page: str | None, include_archived: bool):
