@@ -299,7 +299,16 @@ class Runner:
             )
             if reply is None:
                 return self.go_idle(ev.stop_retries_exhausted())
-            tool_uses = self._append_response(reply, specs, self_hosted, spend)
+            # Tool uses that all go to the client end the turn in the response's own statement
+            # (no idle hook to run first, and neither a refusal nor the call cap to report).
+            may_idle = (
+                not _idle_hooks_apply(session)
+                and reply.response.get("stop_reason") != "refusal"
+                and model_calls + 1 < MAX_MODEL_CALLS_PER_TURN
+            )
+            tool_uses, idled = self._append_response(reply, specs, self_hosted, spend, may_idle=may_idle)
+            if idled:
+                return None
             # Past the threshold, the conversation is compacted before the next call (every tool
             # use is answered by then).
             compact_next = context_tokens(reply.response.get("usage") or {}) > threshold
@@ -338,9 +347,14 @@ class Runner:
 
     # --- the model's answer → events ---------------------------------------------------------
 
-    def _append_response(self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool, spend: "Spend"):
+    def _append_response(
+        self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool, spend: "Spend", *, may_idle: bool
+    ) -> tuple[list, bool]:
         """span.model_request_end and session.usage, then the model content as agent events, in
-        order, in one statement (with the usage totals). Returns [(tool-use event, ToolMode)]."""
+        order, in one statement (with the usage totals). With `may_idle`, when the tool uses go to
+        the client and none runs here, the session.status_idle handing them over joins that
+        statement (go_idle's append, for a turn with no idle hook). Returns ([(tool-use event,
+        ToolMode)], whether the turn ended so)."""
         items, modes = _response_items(reply, specs, self_hosted)
         span_end, model_usage = span_end_item(
             start_id=reply.span_start_id, usage=reply.response.get("usage") or {}, price=spend.price
@@ -353,11 +367,27 @@ class Runner:
                 text = f"Unknown tool {item['payload']['name']!r}."
                 result = ev.tool_result(tool_use_id=item["id"], text=text, is_error=True)
                 results.append(ev.item(EventType.AGENT_TOOL_RESULT, result))
-        rows = events_append(
-            session_id=self.session_id, items=[span_end, usage_event, *items, *results], usage=model_usage
-        )
+        handed = [item for item, mode in zip(items, modes, strict=True) if mode is ToolMode.CLIENT]
+        idle = None
+        if may_idle and handed and ToolMode.RUN not in modes:
+            for item in handed:
+                item["id"] = item.get("id") or new_id("sevt")
+            stop_reason = ev.stop_requires_action([item["id"] for item in handed])
+            idle = ev.item(EventType.SESSION_STATUS_IDLE, ev.status_idle(stop_reason))
+        try:
+            rows = events_append(
+                session_id=self.session_id,
+                items=[span_end, usage_event, *items, *results, *([idle] if idle else [])],
+                usage=model_usage,
+                end_turn=idle is not None,
+                unless_deleted=idle is not None,
+            )
+        except SessionGone:
+            return [], True
+        if idle is not None:
+            self._idled(idle["payload"]["stop_reason"], interrupted=False)
         rows = rows[2 : 2 + len(items)]
-        return [(row, mode) for row, mode in zip(rows, modes, strict=True) if mode is not None]
+        return [(row, mode) for row, mode in zip(rows, modes, strict=True) if mode is not None], idle is not None
 
     # --- idle --------------------------------------------------------------------------------
 
@@ -375,6 +405,10 @@ class Runner:
             events_append(session_id=self.session_id, items=[idle], end_turn=True, unless_deleted=True)
         except SessionGone:
             return
+        self._idled(stop_reason, interrupted=interrupted)
+
+    def _idled(self, stop_reason: dict, *, interrupted: bool) -> None:
+        """The session went idle: what it handed its client, if anything, for linger and next_work."""
         self.awaiting_client = stop_reason.get("type") == "requires_action" and not interrupted
         if self.awaiting_client:
             self.wait = ClientWait(needed=frozenset(ev.required_action_ids({"stop_reason": stop_reason})))

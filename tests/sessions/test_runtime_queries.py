@@ -375,3 +375,28 @@ def test_a_sessions_wire_shape_reads_only_the_parts_it_has(api_key):
     assert len(queries.captured_queries) == 2  # the parts, then the outcome events of `judged` only
     assert first["outcome_evaluations"] == []
     assert [(e["outcome_id"], e["result"]) for e in second["outcome_evaluations"]] == [("outc_1", "running")]
+
+
+def test_tool_uses_handed_to_the_client_end_the_turn_in_the_responses_statement(api_key, local_runner):
+    """A self_hosted turn whose tool use goes to the client: the model's response and the
+    session.status_idle handing it over are one append (one statement: one created_at), with
+    the usage totals and the turn's end."""
+    session = make_session(api_key.workspace, tools=_toolset(), config={"type": "self_hosted"})
+    local_runner.script([tool_use("bash", {"command": "echo hi"})])
+    message = {"type": "user.message", "payload": {"content": [{"type": "text", "text": "go"}]}}
+    session_events_send(workspace=api_key.workspace, session_id=session.id, parsed=[message])
+    turn.session_run(session_id=session.id)
+    events = list(SessionEvent.objects.filter(session=session).order_by("seq"))
+    assert [e.type for e in events][-5:] == [
+        "span.model_request_start",
+        "span.model_request_end",
+        "session.usage",
+        "agent.tool_use",
+        "session.status_idle",
+    ]
+    *_, end, usage, used, idle = events
+    assert idle.payload["stop_reason"] == {"type": "requires_action", "event_ids": [used.id]}
+    assert end.created_at == usage.created_at == used.created_at == idle.created_at  # one statement
+    session.refresh_from_db()
+    assert session.status == Session.Status.IDLE and session.turn_started_at is None
+    assert session.usage["input_tokens"] == 10 and session.last_seq == idle.seq
