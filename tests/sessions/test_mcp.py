@@ -381,6 +381,21 @@ def test_another_workspaces_credential_is_never_used(sdk, model, server, env, li
     assert TOKEN not in server.seen_tokens
 
 
+def _in_process_client(mcp_server, workspace_id: str, session_id: str = "sesn_t"):
+    """The worker's own MCP client for a session whose agent offers the server's tools (always
+    allowed), as a turn builds it; the server takes an empty token."""
+    from sessions.runtime import mcp as runtime_mcp
+
+    mcp_server.accepted.add("")
+    snapshot = {
+        "mcp_servers": [{"type": "url", "name": "tools", "url": mcp_server.url}],
+        "tools": [{"type": "mcp_toolset", "mcp_server_name": "tools", **ALLOW}],
+    }
+    return runtime_mcp.SessionMcp(
+        session_id=session_id, workspace_id=workspace_id, agent_snapshot=snapshot, vault_ids=[]
+    )
+
+
 def test_mcp_connections_and_calls_are_bounded_per_workspace(settings, mcp_server, api_key, other_api_key):
     """In-process (the worker's own code, against the real server): with one connection allowed
     per workspace, a second session of the workspace gets mcp_connection_failed_error while the
@@ -390,19 +405,12 @@ def test_mcp_connections_and_calls_are_bounded_per_workspace(settings, mcp_serve
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [mcp_server.host]
     settings.MANGO_WORKSPACE_MAX_MCP_CONNECTIONS = 1
     settings.MANGO_MCP_CONNECT_TIMEOUT_SECONDS = 1
-    mcp_server.accepted.add("")  # no credential: the server takes an empty token here
-    snapshot = {
-        "mcp_servers": [{"type": "url", "name": "tools", "url": mcp_server.url}],
-        "tools": [{"type": "mcp_toolset", "mcp_server_name": "tools", **ALLOW}],
-    }
     mine, theirs = api_key.workspace.id, other_api_key.workspace.id
-
-    def client(session_id, workspace_id):
-        return runtime_mcp.SessionMcp(
-            session_id=session_id, workspace_id=workspace_id, agent_snapshot=snapshot, vault_ids=[]
-        )
-
-    first, second, other = client("sesn_a", mine), client("sesn_b", mine), client("sesn_c", theirs)
+    first, second, other = (
+        _in_process_client(mcp_server, mine, "sesn_a"),
+        _in_process_client(mcp_server, mine, "sesn_b"),
+        _in_process_client(mcp_server, theirs, "sesn_c"),
+    )
     try:
         assert first.open() == []
         assert runtime_mcp.CONNECTIONS.held(mine) == 1
@@ -430,14 +438,7 @@ def test_a_call_that_times_out_leaves_the_connection_usable(settings, mcp_server
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [mcp_server.host]
     settings.MANGO_MCP_CALL_TIMEOUT_SECONDS = 1
     settings.MANGO_MCP_CONNECT_TIMEOUT_SECONDS = 5
-    mcp_server.accepted.add("")
-    snapshot = {
-        "mcp_servers": [{"type": "url", "name": "tools", "url": mcp_server.url}],
-        "tools": [{"type": "mcp_toolset", "mcp_server_name": "tools", **ALLOW}],
-    }
-    client = runtime_mcp.SessionMcp(
-        session_id="sesn_t", workspace_id=api_key.workspace.id, agent_snapshot=snapshot, vault_ids=[]
-    )
+    client = _in_process_client(mcp_server, api_key.workspace.id)
     try:
         assert client.open() == []
         for _ in range(3):
@@ -460,14 +461,7 @@ def test_a_trickling_or_oversized_reply_cannot_hold_the_worker(settings, mcp_ser
     settings.MANGO_MCP_CONNECT_TIMEOUT_SECONDS = 5
     settings.MANGO_MCP_RESULT_MAX_BYTES = RESULT_MAX
     settings.MANGO_OUTBOUND_RESPONSE_MAX_BYTES = 64 * 1024
-    mcp_server.accepted.add("")
-    snapshot = {
-        "mcp_servers": [{"type": "url", "name": "tools", "url": mcp_server.url}],
-        "tools": [{"type": "mcp_toolset", "mcp_server_name": "tools", **ALLOW}],
-    }
-    client = runtime_mcp.SessionMcp(
-        session_id="sesn_t", workspace_id=api_key.workspace.id, agent_snapshot=snapshot, vault_ids=[]
-    )
+    client = _in_process_client(mcp_server, api_key.workspace.id)
     try:
         assert client.open() == []
         mcp_server.trickle = 0.3
