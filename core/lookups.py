@@ -1,6 +1,6 @@
 """The one shape of a gated lookup by id (STYLE.md 6): the row the scoped queryset holds,
 locked when the caller will write it, or the not-found error the caller names. And the hot
-lookups' one hand-written statement (`joined_row`), and the model instance of a hand-written
+lookups' one hand-written statement (`joined_row`, `row_or_not_found`), and the model instance of a hand-written
 statement's `RETURNING` (`returned_row`, `columns_of`)."""
 
 import functools
@@ -64,31 +64,40 @@ def joined_row(
     session an event is appended to), where compiling the equivalent queryset costs more CPU
     than the database spends answering it (~0.4-1 ms)."""
     alias = router.db_for_write(model) if for_update else router.db_for_read(model)
-    connection = connections[alias]
-    with connection.cursor() as cursor:
+    with connections[alias].cursor() as cursor:
         cursor.execute(_joined_sql(alias, model, joins, where, fields, for_update), params)
         row = cursor.fetchone()
     if row is None:
         return None
     fields = _own_fields(model, fields)
-    found = model.from_db(alias, [f.attname for f in fields], _converted(fields, row[: len(fields)], connection))
+    found = _loaded(model, fields, row[: len(fields)], alias)
     offset = len(fields)
     for name in joins:
         related = model._meta.get_field(name).related_model
         related_fields = related._meta.concrete_fields
-        values = _converted(related_fields, row[offset : offset + len(related_fields)], connection)
-        setattr(found, name, related.from_db(alias, [f.attname for f in related_fields], values))
+        setattr(found, name, _loaded(related, related_fields, row[offset : offset + len(related_fields)], alias))
         offset += len(related_fields)
     return found
 
 
-def _converted(fields, values, connection) -> list:
-    """The values as the ORM would load them: through each field's from_db_value (JSON fields
-    come back from the driver as text)."""
-    return [
+def row_or_not_found(model, *, missing: NotFound, **lookup):
+    """joined_row's row, or raise `missing`: the gated lookup's shape (one_or_not_found) for the
+    hot lookups written out."""
+    row = joined_row(model, **lookup)
+    if row is None:
+        raise missing
+    return row
+
+
+def _loaded(model, fields, values, alias: str):
+    """A `model` instance of `fields`' values as the ORM would load them: through each field's
+    from_db_value (JSON fields come back from the driver as text)."""
+    connection = connections[alias]
+    converted = [
         field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
         for field, value in zip(fields, values, strict=True)
     ]
+    return model.from_db(alias, [f.attname for f in fields], converted)
 
 
 @functools.cache
@@ -102,11 +111,7 @@ def returned_row(model, *, sql: str, params, alias: str = "default"):
     """Run `sql` (a statement ending in `RETURNING {columns_of(model)}`) and load the row
     it returns as the ORM would; None when it returns none. For a hot write that is one
     statement by hand where the queryset would take a locked read, a save and a transaction."""
-    connection = connections[alias]
-    with connection.cursor() as cursor:
+    with connections[alias].cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
-    if row is None:
-        return None
-    fields = model._meta.concrete_fields
-    return model.from_db(alias, [f.attname for f in fields], _converted(fields, row, connection))
+    return None if row is None else _loaded(model, model._meta.concrete_fields, row, alias)

@@ -11,7 +11,7 @@ from django.db import connection
 from django.db.models import F, OuterRef, Subquery
 
 from core.errors import InvalidRequest, NotFound
-from core.lookups import joined_row
+from core.lookups import row_or_not_found
 from core.pagination import keyset_page, rendered_bytes
 from sessions.events import TERMINAL_RESULTS, EventType
 from sessions.models import (
@@ -27,21 +27,22 @@ from sessions.models import (
 
 def agent_get(*, workspace, agent_id: str, for_update: bool = False) -> Agent:
     # Hand-written (core.lookups.joined_row): every session create and agent call reads it.
-    row = joined_row(
-        Agent, where="t.workspace_id = %s AND t.id = %s", params=[workspace.pk, agent_id], for_update=for_update
+    return row_or_not_found(
+        Agent,
+        where="t.workspace_id = %s AND t.id = %s",
+        params=[workspace.pk, agent_id],
+        for_update=for_update,
+        missing=NotFound(f"Agent {agent_id!r} not found."),
     )
-    if row is None:
-        raise NotFound(f"Agent {agent_id!r} not found.")
-    return row
 
 
 def agent_version_get(*, agent: Agent, version: int | None = None) -> AgentVersion:
-    row = joined_row(
-        AgentVersion, where="t.agent_id = %s AND t.version = %s", params=[agent.pk, version or agent.version]
+    return row_or_not_found(
+        AgentVersion,
+        where="t.agent_id = %s AND t.version = %s",
+        params=[agent.pk, version or agent.version],
+        missing=NotFound(f"Agent {agent.id!r} has no version {version}."),
     )
-    if row is None:
-        raise NotFound(f"Agent {agent.id!r} has no version {version}.")
-    return row
 
 
 def _in_range(queryset, field: str, bounds: dict[str, datetime]):
@@ -83,15 +84,13 @@ def agent_version_list(*, agent: Agent, limit: int, page: str | None):
 
 def environment_get(*, workspace, environment_id: str, for_update: bool = False) -> Environment:
     # Hand-written (core.lookups.joined_row): session creates and API-key work calls read it.
-    row = joined_row(
+    return row_or_not_found(
         Environment,
         where="t.workspace_id = %s AND t.id = %s",
         params=[workspace.pk, environment_id],
         for_update=for_update,
+        missing=NotFound(f"Environment {environment_id!r} not found.", code="environment_not_found"),
     )
-    if row is None:
-        raise NotFound(f"Environment {environment_id!r} not found.", code="environment_not_found")
-    return row
 
 
 def environment_list(*, workspace, limit: int, page: str | None, include_archived: bool):
@@ -131,16 +130,14 @@ def session_get(*, workspace, session_id: str, for_update: bool = False, fields:
     """The only way API code obtains a Session. Deleted sessions are gone for every route.
     `fields`: load only these columns (the others are deferred)."""
     if fields:  # the event appends' read (APPEND_FIELDS): one hand-written statement
-        session = joined_row(
+        return row_or_not_found(
             Session,
             where="t.workspace_id = %s AND t.id = %s AND t.deleted_at IS NULL",
             params=[getattr(workspace, "pk", workspace), session_id],
             fields=fields,
             for_update=for_update,
+            missing=NotFound(f"Session {session_id!r} not found."),
         )
-        if session is None:
-            raise NotFound(f"Session {session_id!r} not found.")
-        return session
     queryset = Session.objects.filter(workspace=workspace, id=session_id, deleted_at__isnull=True)
     if for_update:
         queryset = queryset.select_for_update()

@@ -12,6 +12,7 @@ ends it (gracefully through `stopping`, or at once with force). Deleting a sessi
 Wake-ups for long polls are Redis hints published after commit (sessions.notify); PostgreSQL
 stays the source of truth (a poll always claims from the table)."""
 
+import functools
 import logging
 from datetime import timedelta
 
@@ -193,7 +194,7 @@ def work_claim(*, environment_id: str, worker_id: str = "", reclaim_older_than_m
     reclaim = timedelta(milliseconds=RECLAIM_DEFAULT_MS if reclaim_older_than_ms is None else reclaim_older_than_ms)
     return returned_row(
         WorkItem,
-        sql=_CLAIM_SQL.format(table=WorkItem._meta.db_table, columns=columns_of(WorkItem)),
+        sql=_claim_sql(),
         params={
             "environment_id": environment_id,
             "now": now,
@@ -203,6 +204,11 @@ def work_claim(*, environment_id: str, worker_id: str = "", reclaim_older_than_m
             "leased": [State.STARTING.value, State.ACTIVE.value],
         },
     )
+
+
+@functools.cache
+def _claim_sql() -> str:
+    return _CLAIM_SQL.format(table=WorkItem._meta.db_table, columns=columns_of(WorkItem))
 
 
 _CLAIM_SQL = """
