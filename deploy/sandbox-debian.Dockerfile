@@ -4,12 +4,13 @@
 # ripgrep, jq, procps and a C toolchain (gcc, g++, make, libc headers); python3-cryptography is
 # for the egress proxy, which runs on this image too (sandbox/egress_proxy.py). The session mount points
 # and the fixed sandbox user are laid out as in the busybox image (deploy/sandbox.Dockerfile).
-# Environment packages go into images derived from this one (sessions/sandbox/packages.py).
+# Environment packages go into images derived from this one (sessions/sandbox/packages.py). The
+# compose stack builds it too (its sandbox-image service), on the registry's debian:bookworm.
 ARG DEBIAN_IMAGE=mango-debian:bookworm
 FROM ${DEBIAN_IMAGE}
 ARG SANDBOX_UID=10001
 RUN apt-get update -qq \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       python3 python3-pip python3-venv python-is-python3 git curl ca-certificates nodejs npm ripgrep jq \
       procps gcc g++ make libc6-dev less file unzip xz-utils iproute2 python3-cryptography \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /usr/share/doc/* /usr/share/man/* \

@@ -2,7 +2,7 @@
 # `make compose-images`: every image the compose stack runs, built here from Debian's packages,
 # for machines that reach a Debian mirror and PyPI but no image registry. One debootstrap root
 # (scripts/lib.sh ensure_debian_image, kept as an image) under PostgreSQL, Redis, SeaweedFS, the
-# Docker API proxy and the Python base; the sandbox base from the static busybox; then the app.
+# Docker API proxy, the session sandbox and the Python base; then the app.
 # Docker's build cache keeps a second run to seconds. Use them with the override file:
 #   docker compose -f docker-compose.yml -f deploy/compose.debian.yml up -d
 source "$(dirname "$0")/lib.sh"
@@ -28,12 +28,8 @@ build mango-postgres:15-bookworm postgres.Dockerfile
 build mango-redis:7-bookworm redis.Dockerfile
 build mango-seaweedfs:bookworm seaweedfs.Dockerfile
 build mango-docker-proxy:bookworm docker-proxy.Dockerfile
-# The sandbox image's base, as sandbox/build.sh makes it: Debian's static busybox, one file.
-busybox="${BUSYBOX:-/bin/busybox}"
-[ -x "$busybox" ] || die "busybox-static is required (apt-get install busybox-static)"
-mkdir -p "$context/busybox/bin" && cp "$busybox" "$context/busybox/bin/busybox"
-tar -C "$context/busybox" -c . | docker import - mango-busybox:static >/dev/null
-say "built mango-busybox:static"
+# The session sandbox (deploy/sandbox-debian.Dockerfile) on the same root, as `make run` builds it.
+bash scripts/sandbox_image.sh mango-sandbox:bookworm || die "building the sandbox image failed"
 bash scripts/base_image.sh
 t=$SECONDS
 docker_build --build-arg PYTHON_IMAGE=mango-base:python3.11-bookworm -t mango:latest . \

@@ -2,7 +2,9 @@
 deploy/compose.debian.yml): PostgreSQL, Redis, SeaweedFS, the bucket, migrations, the API, a
 worker and beat, the Docker API proxy and the sandbox image. The official SDK uploads and lists
 a file, and a session's turn runs against the scripted upstream (on the host, reached from the
-worker's container); then the stack and its volumes are torn down.
+worker's container), its bash call in the stack's Debian sandbox (python3, git, the sandbox
+user); then the session is deleted (its sandbox removed) and the stack and its volumes are torn
+down.
 
 The images are built by scripts/compose_images.sh, which reuses Docker's build cache: a cold
 build takes minutes (docs/packaging.md has the figures), a cached one seconds. Skipped without
@@ -21,7 +23,7 @@ import httpx
 import pytest
 
 from tests.ops.checkout import free_port
-from tests.scripted_model import ScriptedModel, echo
+from tests.scripted_model import ScriptedModel, echo, tool_use
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,6 +79,17 @@ class Stack:
         return self.compose("logs", "--no-color", "--tail", "60", check=False, timeout=120).stdout[-12000:]
 
 
+def _sandboxes(session_id: str, kind: str = "container") -> list[str]:
+    """The session's sandbox containers (or volumes) on the host's engine: the stack's worker
+    makes them."""
+    listing = ["docker", "ps", "-aq"] if kind == "container" else ["docker", "volume", "ls", "-q"]
+    listed = subprocess.run(
+        [*listing, "--filter", f"label=mango.session={session_id}"], capture_output=True, text=True, timeout=30,
+        check=True,
+    )  # fmt: skip
+    return listed.stdout.split()
+
+
 def test_the_compose_stack_serves_files_and_runs_a_turn(tmp_path):
     timings = {}
     started = time.monotonic()
@@ -91,6 +104,7 @@ def test_the_compose_stack_serves_files_and_runs_a_turn(tmp_path):
     port = model.url.rsplit(":", 1)[1]
     api_port = free_port()
     stack = Stack(tmp_path, api_port=api_port, model_url=f"http://host.docker.internal:{port}")
+    session = None
     try:
         up_started = time.monotonic()
         stack.compose("up", "-d", "--no-build", timeout=900)
@@ -119,10 +133,14 @@ def test_the_compose_stack_serves_files_and_runs_a_turn(tmp_path):
         assert [f.id for f in client.beta.files.list().data] == [uploaded.id]
         assert client.beta.files.retrieve_metadata(uploaded.id).size_bytes == 19
 
-        agent = client.beta.agents.create(name="ops", model="claude-sonnet-5-5")
+        agent = client.beta.agents.create(
+            name="ops", model="claude-sonnet-5-5", tools=[{"type": "agent_toolset_20260401"}]
+        )
         environment = client.beta.environments.create(name="ops")
         session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
-        answer, types = [], []
+        # One bash call in the sandbox, then the echo: the stack's sandbox is the Debian one.
+        model.script([tool_use("bash", {"command": "python3 -c 'print(6 * 7)' && git --version && id -u"})])
+        answer, types, results = [], [], []
         with client.beta.sessions.events.stream(session.id) as stream:
             client.beta.sessions.events.send(
                 session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "ping"}]}]
@@ -131,15 +149,32 @@ def test_the_compose_stack_serves_files_and_runs_a_turn(tmp_path):
                 types.append(event.type)
                 if event.type == "agent.message":
                     answer += [block.text for block in event.content if block.type == "text"]
+                if event.type == "agent.tool_result":
+                    results += [block.text for block in event.content or [] if block.type == "text"]
                 if event.type == "session.status_idle":
                     break
         assert answer == ["(scripted model) You said: ping"], (types, stack.logs())
+        # python3, git and the sandbox user (uid 10001) of deploy/sandbox-debian.Dockerfile.
+        assert results and results[0].startswith("42\ngit version 2.39") and "\n10001\n" in results[0], (
+            results,
+            stack.logs(),
+        )
+        assert _sandboxes(session.id) and _sandboxes(session.id, "volume")
+        client.beta.sessions.delete(session.id)
+        deadline = time.monotonic() + 120  # the worker removes the deleted session's sandbox
+        while _sandboxes(session.id) or _sandboxes(session.id, "volume"):
+            assert time.monotonic() < deadline, stack.logs()
+            time.sleep(1)
         sent = {name.lower(): value for name, value in model.requests[-1]["headers"].items()}
         # The stack's ANTHROPIC_API_KEY reached the upstream (as x-api-key or a bearer token).
         assert "sk-ant-scripted" in sent.get("x-api-key", "") + sent.get("authorization", ""), sorted(sent)
         timings["total"] = time.monotonic() - started
         print(f"compose stack timings (s): {json.dumps({k: round(v, 1) for k, v in timings.items()})}")
     finally:
+        if session is not None:  # what a failure before the delete left
+            for kind, remove in (("container", ["docker", "rm", "-f"]), ("volume", ["docker", "volume", "rm"])):
+                if left := _sandboxes(session.id, kind):
+                    subprocess.run([*remove, *left], capture_output=True, timeout=60)
         stack.compose("down", "-v", "--remove-orphans", "--timeout", "20", check=False, timeout=300)
         model.close()
     leftover = subprocess.run(
