@@ -40,7 +40,8 @@ same turn as above with its 3 bash calls run by the SDK's own worker code on the
 --self-hosted-workers processes, each claiming items with the SDK's `work.poller(auto_stop=False)`
 and serving every claimed item at once with `EnvironmentWorker.handle_item` (its documented
 per-item flow: heartbeat, tool runner, force-stop); wall time from the sends to the last final
-agent.message vs one session alone (target wall/1 ≤ 1.5).
+agent.message vs one session alone (target wall/1 ≤ 1.5), and when the sessions reached each
+phase (sent, turn started, first tool use and result, done; median and slowest) from their logs.
 
 The turns run with MANGO_SANDBOX=local_process by default: dockerd on this 2-core machine starts
 about 7 containers a second whatever the concurrency (`bench/sandbox_start.py --concurrent 200`:
@@ -839,7 +840,37 @@ def run_self_hosted(client, agent_id: str, env_id: str, count: int, *, timeout: 
     wall = time.monotonic() - started
     done = SessionEvent.objects.filter(session_id__in=ids, type="agent.message").count()
     results = SessionEvent.objects.filter(session_id__in=ids, type="user.tool_result").count()
-    return {"wall": wall, "done": done, "tool_results": results, "ids": ids}
+    return {"wall": wall, "done": done, "tool_results": results, "ids": ids, "phases": phases(ids)}
+
+
+# Where a self-hosted session's time goes, by the first event of each kind in its log.
+PHASES = (
+    ("sent", "user.message"),
+    ("turn started", "session.status_running"),
+    ("first tool use", "agent.tool_use"),
+    ("first tool result", "user.tool_result"),
+    ("done", "agent.message"),
+)
+
+
+def phases(ids: list[str]) -> dict:
+    """Seconds from the first session's creation to each session's first event of each PHASES
+    kind (median and slowest): the start-up burst shows as a late "turn started"."""
+    from django.db.models import Min
+
+    from sessions.models import Session, SessionEvent
+
+    start = Session.objects.filter(id__in=ids).aggregate(at=Min("created_at"))["at"]
+    firsts = SessionEvent.objects.filter(session_id__in=ids).values("session_id", "type").annotate(at=Min("created_at"))
+    by_type = {}
+    for row in firsts:
+        by_type.setdefault(row["type"], []).append((row["at"] - start).total_seconds())
+    out = {}
+    for name, kind in PHASES:
+        seconds = sorted(by_type.get(kind, []))
+        if seconds:
+            out[name] = {"p50": round(statistics.median(seconds), 2), "max": round(seconds[-1], 2)}
+    return out
 
 
 def self_hosted_rows(env, client, agent, args, *, api_app_name: str, others: dict) -> dict:
@@ -915,6 +946,7 @@ def self_hosted_rows(env, client, agent, args, *, api_app_name: str, others: dic
         "wall": many["wall"],
         "done": many["done"],
         "tool_results": many["tool_results"],
+        "phases": many["phases"],
         "cpu": {
             **{name: round(value, 1) for name, value in used.items() if not name.startswith("sdk worker")},
             "sdk workers": round(sum(v for k, v in used.items() if k.startswith("sdk worker")), 1),
@@ -934,6 +966,9 @@ def report_self_hosted(row: dict, args) -> None:
           f"served by {s['workers']} worker processes: 1 session {s['single']:.2f} s, all {s['wall']:.2f} s, "
           f"wall/1 {s['wall'] / s['single']:.2f} (target ≤ 1.5); {s['done']}/{s['count']} done, "
           f"{s['tool_results']}/{s['count'] * TOOL_CALLS} tool results")  # fmt: skip
+    print("    seconds from the first create to each session's first event (median / slowest): " + ", ".join(
+        f"{name} {times['p50']:.2f} / {times['max']:.2f}" for name, times in s["phases"].items()
+    ))  # fmt: skip
     cpu = ", ".join(f"{name} {value:.1f}" for name, value in s["cpu"].items() if name != "machine busy %")
     print(f"    CPU s during the run: {cpu}; machine busy {s['cpu']['machine busy %']:.0f}% of {os.cpu_count()} cores")
     # The SDK workers would run elsewhere in a real fleet; the rest is the deployment's own.
