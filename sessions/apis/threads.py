@@ -31,14 +31,18 @@ class ThreadOutputSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)
-    stats = SessionStatsOutputSerializer()
-    usage = serializers.DictField()
+    stats = SessionStatsOutputSerializer(allow_null=True)
+    usage = serializers.DictField(allow_null=True)
 
 
 ThreadListOutputSerializer = page_output("ThreadListOutputSerializer", ThreadOutputSerializer)
 
 
 def thread_to_wire(session) -> dict:
+    """As the SDK documents the thread: `stats` null until its first status transition (a turn
+    started, or the session ended), `usage` null until its first idle (a turn ended: only a
+    finished turn adds to active_seconds)."""
+    moved = session.status != "idle" or session.turn_started_at is not None or session.active_seconds > 0
     return {
         "id": primary_thread_id(session.id),
         "type": "session_thread",
@@ -52,8 +56,12 @@ def thread_to_wire(session) -> dict:
         "stats": {
             "active_seconds": round(session.active_seconds, 3),
             "duration_seconds": round((timezone.now() - session.created_at).total_seconds(), 3),
-        },
-        "usage": usage_snapshot(session.usage or {}, active_seconds=session.active_seconds),
+        }
+        if moved
+        else None,
+        "usage": usage_snapshot(session.usage or {}, active_seconds=session.active_seconds)
+        if session.active_seconds > 0
+        else None,
     }
 
 

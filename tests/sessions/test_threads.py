@@ -23,6 +23,9 @@ def test_the_primary_thread_through_the_sdk(sdk, live_server, other_api_key, mod
     (thread,) = list(sdk.beta.sessions.threads.list(session.id))
     assert thread.type == "session_thread" and thread.session_id == session.id and thread.parent_thread_id is None
     assert thread.status == "idle" and thread.agent.id == agent.id
+    # As the SDK documents them: no stats before the thread's first status transition, no usage
+    # before its first idle.
+    assert thread.stats is None and thread.usage is None
     assert sdk.beta.sessions.threads.retrieve(thread.id, session_id=session.id).id == thread.id
     assert list(sdk.beta.sessions.threads.list(session.id, statuses=["running"])) == []
 
@@ -42,6 +45,9 @@ def test_the_primary_thread_through_the_sdk(sdk, live_server, other_api_key, mod
     listed = [e.id for e in sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id)]
     assert listed == [e.id for e in sdk.beta.sessions.events.list(session.id)]
     wait_for(lambda: sdk.beta.sessions.retrieve(session.id).status == "idle")
+    idled = sdk.beta.sessions.threads.retrieve(thread.id, session_id=session.id)
+    assert idled.stats.active_seconds > 0 and idled.stats.duration_seconds >= idled.stats.active_seconds
+    assert idled.usage.input_tokens == sdk.beta.sessions.retrieve(session.id).usage.input_tokens > 0
 
     with pytest.raises(anthropic.BadRequestError, match="archive the session"):
         sdk.beta.sessions.threads.archive(thread.id, session_id=session.id)
