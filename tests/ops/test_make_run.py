@@ -211,3 +211,36 @@ def test_ctrl_c_stops_everything_when_output_is_piped(tmp_path):
         assert not (checkout.path / "var" / "run.pids").exists()
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{url}/healthz", timeout=2)
+
+
+def test_the_embedded_store_starts_again_right_after_a_stop(tmp_path):
+    """`make test` (or `make run`) right after the last one stopped: the SeaweedFS it stopped takes
+    ~12 s to exit and holds its master, volume and filer ports until then, so the new start waits
+    for them (scripts/lib.sh start_embedded_s3) instead of failing with "SeaweedFS exited"."""
+    port = free_port()
+    script = f"""
+source scripts/lib.sh
+VAR="{tmp_path}"; mkdir -p "$VAR/log"
+export MANGO_EMBEDDED_S3_PORT={port} MANGO_FILE_S3_BUCKET=mango-restart
+export_embedded_s3_env
+start_embedded_s3
+first=$EMBEDDED_S3_PID
+kill -- "-$first"
+EMBEDDED_S3_PID=""
+start_embedded_s3
+echo "first=$first second=$EMBEDDED_S3_PID"
+s3_bucket_ready && echo ready
+kill -- "-$EMBEDDED_S3_PID"
+"""
+    started = time.monotonic()
+    done = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:] + (tmp_path / "log" / "seaweedfs.log").read_text()[-3000:]
+    assert "shutting down" in done.stderr, done.stderr  # it waited, and then started its own
+    assert done.stdout.splitlines()[-1] == "ready", done.stdout
+    first, second = (int(pid) for pid in re.search(r"first=(\d+) second=(\d+)", done.stdout).groups())
+    assert second != first
+    deadline = time.monotonic() + 60
+    while group_alive(second) and time.monotonic() < deadline:  # leave nothing running
+        time.sleep(0.5)
+    assert not group_alive(second)
+    print(f"second start ready {time.monotonic() - started:.1f} s after the first began")
