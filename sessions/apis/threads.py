@@ -14,11 +14,15 @@ from core.serializers import page_output
 from sessions.apis.base import AgentsApi
 from sessions.apis.events import EVENT_LIST_PARAMETERS, events_page
 from sessions.events import primary_thread_id, usage_snapshot
-from sessions.selectors import session_get
+from sessions.selectors import session_first_running_at, session_get
 from sessions.serializers.events import EventListOutputSerializer
 from sessions.serializers.sessions import SESSION_STATUSES, SessionStatsOutputSerializer
 
 PAGES = Paging(maximum=1000, default=1000)
+
+
+class ThreadStatsOutputSerializer(SessionStatsOutputSerializer):
+    startup_seconds = serializers.FloatField(allow_null=True)
 
 
 class ThreadOutputSerializer(serializers.Serializer):
@@ -31,7 +35,7 @@ class ThreadOutputSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     archived_at = serializers.DateTimeField(allow_null=True)
-    stats = SessionStatsOutputSerializer(allow_null=True)
+    stats = ThreadStatsOutputSerializer(allow_null=True)
     usage = serializers.DictField(allow_null=True)
 
 
@@ -40,9 +44,11 @@ ThreadListOutputSerializer = page_output("ThreadListOutputSerializer", ThreadOut
 
 def thread_to_wire(session) -> dict:
     """As the SDK documents the thread: `stats` null until its first status transition (a turn
-    started, or the session ended), `usage` null until its first idle (a turn ended: only a
-    finished turn adds to active_seconds)."""
+    started, or the session ended), with `startup_seconds` from its creation to its first turn's
+    start; `usage` null until its first idle (a turn ended: only a finished turn adds to
+    active_seconds)."""
     moved = session.status != "idle" or session.turn_started_at is not None or session.active_seconds > 0
+    first_running = session_first_running_at(session_id=session.id) if moved else None
     return {
         "id": primary_thread_id(session.id),
         "type": "session_thread",
@@ -56,6 +62,9 @@ def thread_to_wire(session) -> dict:
         "stats": {
             "active_seconds": round(session.active_seconds, 3),
             "duration_seconds": round((timezone.now() - session.created_at).total_seconds(), 3),
+            "startup_seconds": round((first_running - session.created_at).total_seconds(), 3)
+            if first_running
+            else None,
         }
         if moved
         else None,

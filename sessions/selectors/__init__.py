@@ -315,6 +315,16 @@ def session_resource_page(*, session: Session, limit: int | None, page: str | No
     return rows, next_page
 
 
+def session_first_running_at(*, session_id: str) -> datetime | None:
+    """When the session's first turn started (its first session.status_running), or None."""
+    return (
+        SessionEvent.objects.filter(session_id=session_id, type=EventType.SESSION_STATUS_RUNNING)
+        .order_by("seq")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+
+
 def session_outcome_evaluations(*, session_ids: list[str]) -> dict[str, list[dict]]:
     """Each session's `outcome_evaluations` (one entry per outcome, newest state), for many
     sessions in one query."""

@@ -47,6 +47,9 @@ def test_the_primary_thread_through_the_sdk(sdk, live_server, other_api_key, mod
     wait_for(lambda: sdk.beta.sessions.retrieve(session.id).status == "idle")
     idled = sdk.beta.sessions.threads.retrieve(thread.id, session_id=session.id)
     assert idled.stats.active_seconds > 0 and idled.stats.duration_seconds >= idled.stats.active_seconds
+    running = next(e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.status_running")
+    startup = running.processed_at - session.created_at  # a server event is processed when made
+    assert idled.stats.startup_seconds == pytest.approx(startup.total_seconds(), abs=0.002)
     assert idled.usage.input_tokens == sdk.beta.sessions.retrieve(session.id).usage.input_tokens > 0
 
     with pytest.raises(anthropic.BadRequestError, match="archive the session"):
