@@ -68,12 +68,12 @@ weed_ports() {
     "-webdav.port=$((s3 + 400)) -admin.port=$((s3 + 500))"
 }
 
-# Prints and succeeds if one of the master, volume or filer ports `weed mini` takes beside the S3
-# port answers.
+# Prints and succeeds if one of the ports `weed mini` takes beside the S3 port answers (those
+# weed_ports sets; on the default S3 port, weed's own master, volume and filer ports).
 weed_busy() {
-  local s3="$EMBEDDED_S3_PORT" port ports
-  if [ "$s3" -eq 8333 ]; then ports="9333 9340 8888"; else ports="$((s3 + 100)) $((s3 + 200)) $((s3 + 300))"; fi
-  for port in $ports; do
+  local port ports
+  ports="$(weed_ports | grep -o '[0-9]\+' || true)"
+  for port in ${ports:-9333 9340 8888}; do
     if port_open 127.0.0.1 "$port"; then echo "$port"; return 0; fi
   done
   return 1

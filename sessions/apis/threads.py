@@ -47,7 +47,7 @@ def thread_to_wire(session) -> dict:
     started, or the session ended), with `startup_seconds` from its creation to its first turn's
     start; `usage` null until its first idle (a turn ended: only a finished turn adds to
     active_seconds)."""
-    moved = session.status != "idle" or session.turn_started_at is not None or session.active_seconds > 0
+    moved = session.status != "idle" or session.active_seconds > 0
     first_running = session_first_running_at(session_id=session.id) if moved else None
     return {
         "id": primary_thread_id(session.id),
