@@ -505,6 +505,25 @@ def read_streams(url: str, timeout: float) -> None:
     print(json.dumps({"seen": seen, "latencies": latencies, "errors": errors[:3]}), flush=True)
 
 
+def wait_all(ids: list[str], kind: str, *, started, timeout: float) -> float:
+    """Seconds from `started` (a wall-clock datetime) until every session in `ids` has an event
+    of `kind`, read from the events' own timestamps. The wait polls four times a second: a
+    tighter poll would be a load of its own on the PostgreSQL under test (the count scans the
+    events table), and the wall does not depend on when the poll sees the last event."""
+    from django.db.models import Min
+
+    from sessions.models import SessionEvent
+
+    events = SessionEvent.objects.filter(session_id__in=ids, type=kind)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and events.values("session_id").distinct().count() < len(ids):
+        time.sleep(0.25)
+    firsts = [row["at"] for row in events.values("session_id").annotate(at=Min("created_at"))]
+    if len(firsts) < len(ids):
+        return timeout
+    return (max(firsts) - started).total_seconds() if firsts else 0.0
+
+
 def run_turns(
     client, agent_id: str, env_id: str, count: int, *, timeout: float, streams: int, vault_ids: list | None = None
 ) -> dict:
@@ -512,7 +531,7 @@ def run_turns(
     a message at once, wait until every one committed session.status_idle (read from the
     database). Returns wall time, delivery latencies, what each stream delivered and the
     sessions."""
-    from sessions.models import SessionEvent
+    from django.utils import timezone
 
     extra = {"vault_ids": vault_ids} if vault_ids else {}
     sessions = [client.beta.sessions.create(agent=agent_id, environment_id=env_id, **extra) for _ in range(count)]
@@ -524,17 +543,13 @@ def run_turns(
         threading.Thread(target=client.beta.sessions.events.send, args=(s.id,), kwargs={"events": message})
         for s in sessions
     ]
-    started = time.monotonic()
+    started = timezone.now()
     for sender in senders:
         sender.start()
     for sender in senders:
         sender.join()
     ids = [s.id for s in sessions]
-    while time.monotonic() - started < timeout:
-        if SessionEvent.objects.filter(session_id__in=ids, type="session.status_idle").count() >= count:
-            break
-        time.sleep(0.05)
-    wall = time.monotonic() - started
+    wall = wait_all(ids, "session.status_idle", started=started, timeout=timeout)
     streamed = readers.results()
     return {
         "wall": wall,
@@ -817,6 +832,8 @@ def serve_work(url: str, environment_id: str, workdir: str) -> None:
 def run_self_hosted(client, agent_id: str, env_id: str, count: int, *, timeout: float) -> dict:
     """`count` self_hosted sessions created and sent their message at once (a thread each); the
     wall time until every one has its final agent.message (its turn done: 3 bash results in)."""
+    from django.utils import timezone
+
     from sessions.models import SessionEvent
 
     message = [{"type": "user.message", "content": [{"type": "text", "text": "run the three steps"}]}]
@@ -828,16 +845,12 @@ def run_self_hosted(client, agent_id: str, env_id: str, count: int, *, timeout: 
         client.beta.sessions.events.send(session.id, events=message)
 
     senders = [threading.Thread(target=start) for _ in range(count)]
-    started = time.monotonic()
+    started = timezone.now()
     for sender in senders:
         sender.start()
     for sender in senders:
         sender.join()
-    while time.monotonic() - started < timeout:
-        if SessionEvent.objects.filter(session_id__in=ids, type="agent.message").count() >= count:
-            break
-        time.sleep(0.05)
-    wall = time.monotonic() - started
+    wall = wait_all(ids, "agent.message", started=started, timeout=timeout)
     done = SessionEvent.objects.filter(session_id__in=ids, type="agent.message").count()
     results = SessionEvent.objects.filter(session_id__in=ids, type="user.tool_result").count()
     return {"wall": wall, "done": done, "tool_results": results, "ids": ids, "phases": phases(ids)}
