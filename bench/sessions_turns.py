@@ -31,6 +31,7 @@ first exec) median of 20.
     .venv/bin/python bench/sessions_turns.py [--sessions 200] [--delay 2] [--prefork-sessions 10]
         [--processes 2] [--concurrency 100] [--sandbox local_process|docker] [--cold-starts 20]
         [--pollers 50] [--self-hosted-sessions 100] [--self-hosted-workers 10] [--self-hosted-only]
+        [--fleet-nice 0]
 
 Self-hosted rows (issue 27): --pollers workers long-poll an empty queue at once (the SDK's
 `work.poll(block_ms=999)` in a loop, one event loop in a process of its own) while the API's
@@ -42,6 +43,14 @@ and serving every claimed item at once with `EnvironmentWorker.handle_item` (its
 per-item flow: heartbeat, tool runner, force-stop); wall time from the sends to the last final
 agent.message vs one session alone (target wall/1 ≤ 1.5), and when the sessions reached each
 phase (sent, turn started, first tool use and result, done; median and slowest) from their logs.
+
+The SDK workers stand for the client's fleet, which a real deployment does not share cores with;
+here they share the 2 cores with everything, each in a scheduling autogroup of its own (as is each
+PostgreSQL backend, each Celery process and the API as a whole), so in the start-up burst the
+kernel gives the 10 of them about as much CPU as the rest together. --fleet-nice N sets their
+autogroups' nice value (/proc/self/autogroup): at 19 they take what the deployment leaves, which
+shows what the deployment does without them in its way (their tool results then come late, a
+cost a separate fleet would not have). The target is measured at the default, 0.
 
 The turns run with MANGO_SANDBOX=local_process by default: dockerd on this 2-core machine starts
 about 7 containers a second whatever the concurrency (`bench/sandbox_start.py --concurrent 200`:
@@ -810,6 +819,9 @@ def serve_work(url: str, environment_id: str, workdir: str) -> None:
     import anthropic
 
     key = os.environ["BENCH_ENVIRONMENT_KEY"]
+    # This process's autogroup (it runs in a session of its own) gets the fleet's nice value.
+    if (nice := os.environ.get("BENCH_FLEET_NICE", "0")) != "0":
+        Path("/proc/self/autogroup").write_text(nice)
 
     async def main() -> None:
         client = anthropic.AsyncAnthropic(base_url=url, auth_token=key, timeout=120)
@@ -894,7 +906,7 @@ def self_hosted_rows(env, client, agent, args, *, api_app_name: str, others: dic
     environment = client.beta.environments.create(name="bench-hosted", config={"type": "self_hosted"})
     _, key = environment_key_create(environment_id=environment.id)
     base = str(client.base_url).rstrip("/")
-    worker_env = {**env, "BENCH_ENVIRONMENT_KEY": key}
+    worker_env = {**env, "BENCH_ENVIRONMENT_KEY": key, "BENCH_FLEET_NICE": str(args.fleet_nice)}
     row = {}
     # 1. Long polls waiting on an empty queue.
     idle = client.beta.environments.create(name="bench-idle", config={"type": "self_hosted"})
@@ -955,6 +967,7 @@ def self_hosted_rows(env, client, agent, args, *, api_app_name: str, others: dic
     row["sessions"] = {
         "count": args.self_hosted_sessions,
         "workers": args.self_hosted_workers,
+        "fleet_nice": args.fleet_nice,
         "single": single["wall"],
         "wall": many["wall"],
         "done": many["done"],
@@ -970,13 +983,14 @@ def self_hosted_rows(env, client, agent, args, *, api_app_name: str, others: dic
 
 def report_self_hosted(row: dict, args) -> None:
     p, s = row["pollers"], row["sessions"]
+    fleet = f" (their autogroups at nice {s['fleet_nice']})" if s["fleet_nice"] else ""
     print(f"\nself-hosted: {p['count']} workers long-polling an empty queue (block_ms=999) for 10 s")
     print(f"    API PostgreSQL connections: {p['baseline_connections']} before, peak {p['peak_connections']} "
           f"while they waited (peak running a query: {p['peak_active']}); {p.get('polls')} polls, "
           f"{p.get('empty')} empty (a poll took {p.get('poll_p50_s')} s median, {p.get('poll_max_s')} s at most), "
           f"errors {p.get('errors') or p.get('error')}")  # fmt: skip
     print(f"self-hosted: {s['count']} sessions ({TOOL_CALLS} bash calls each, run by the SDK's worker code) "
-          f"served by {s['workers']} worker processes: 1 session {s['single']:.2f} s, all {s['wall']:.2f} s, "
+          f"served by {s['workers']} worker processes{fleet}: 1 session {s['single']:.2f} s, all {s['wall']:.2f} s, "
           f"wall/1 {s['wall'] / s['single']:.2f} (target ≤ 1.5); {s['done']}/{s['count']} done, "
           f"{s['tool_results']}/{s['count'] * TOOL_CALLS} tool results")  # fmt: skip
     print("    seconds from the first create to each session's first event (median / slowest): " + ", ".join(
@@ -1025,6 +1039,7 @@ def main() -> None:
     parser.add_argument("--self-hosted-sessions", type=int, default=100)
     parser.add_argument("--self-hosted-workers", type=int, default=10)
     parser.add_argument("--self-hosted-only", action="store_true", help="only the self-hosted rows")
+    parser.add_argument("--fleet-nice", type=int, default=0, help="the SDK workers' autogroup nice value (0..19)")
     parser.add_argument("--poll-empty", nargs=2, help=argparse.SUPPRESS)  # URL, environment id
     parser.add_argument("--serve-work", nargs=3, help=argparse.SUPPRESS)  # URL, environment id, workdir
     args = parser.parse_args()
