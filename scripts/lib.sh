@@ -79,6 +79,19 @@ weed_busy() {
   return 1
 }
 
+# Prints the pid of a `weed` whose data directory is var/seaweedfs and succeeds, if there is one
+# (a store on another S3 port of this checkout, or one still shutting down): weed locks the
+# directory, so a second store on it exits at once.
+weed_on_data_dir() {
+  local holder dir
+  # As a pattern (`[-]dir=…`, the path's specials escaped) that the grep's own argument does not match.
+  dir="$(printf '%s' "$VAR/seaweedfs" | sed 's/[].[*^$\\]/\\&/g')"
+  holder="$(grep -lzx -- "[-]dir=$dir" /proc/[0-9]*/cmdline 2>/dev/null | head -n1)" || true
+  [ -n "$holder" ] || return 1
+  holder="${holder#/proc/}"
+  echo "${holder%/cmdline}"
+}
+
 # Start `weed mini` unless something already answers on the port; sets EMBEDDED_S3_PID to the
 # pid it started (empty when it reused a running one). Its process gets no copy of fd 9 (the
 # run lock of scripts/run.sh).
@@ -104,6 +117,12 @@ start_embedded_s3() {
     say "waiting for the SeaweedFS that is shutting down to free its ports"
     for _ in $(seq 1 60); do weed_busy || break; sleep 0.5; done
     weed_busy && die "SeaweedFS's ports for S3 port $EMBEDDED_S3_PORT ($(weed_busy)) are taken; set MANGO_EMBEDDED_S3_PORT to another port"
+  fi
+  local holder
+  if holder="$(weed_on_data_dir)"; then
+    say "waiting for the SeaweedFS that holds var/seaweedfs (pid $holder) to exit"
+    for _ in $(seq 1 $((2 * ${WEED_EXIT_WAIT_SECONDS:-30}))); do weed_on_data_dir >/dev/null || break; sleep 0.5; done
+    holder="$(weed_on_data_dir)" && die "var/seaweedfs is in use by another SeaweedFS (pid $holder, $(tr '\0' '\n' <"/proc/$holder/cmdline" | grep -- '^-s3.port=')); stop it, or set MANGO_EMBEDDED_S3_PORT to its S3 port"
   fi
   mkdir -p "$VAR/seaweedfs"
   say "starting SeaweedFS (S3 on 127.0.0.1:$EMBEDDED_S3_PORT, data in var/seaweedfs)"

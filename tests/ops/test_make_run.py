@@ -244,3 +244,44 @@ kill -- "-$EMBEDDED_S3_PID"
         time.sleep(0.5)
     assert not group_alive(second)
     print(f"second start ready {time.monotonic() - started:.1f} s after the first began")
+
+
+def test_a_store_on_another_port_waits_for_the_data_directory(tmp_path):
+    """A store on another S3 port of the same checkout (say `make test` with
+    MANGO_EMBEDDED_S3_PORT right after `make run` stopped) shares var/seaweedfs, which weed locks:
+    the new start waits for the old store to exit (it used to die with "SeaweedFS exited"), and
+    while that store keeps running it stops with a message naming it."""
+    first_port, second_port = free_port(), free_port()
+    script = f"""
+source scripts/lib.sh
+VAR="{tmp_path}"; mkdir -p "$VAR/log"
+export MANGO_EMBEDDED_S3_PORT={first_port} MANGO_FILE_S3_BUCKET=mango-handover
+export_embedded_s3_env
+start_embedded_s3
+first=$EMBEDDED_S3_PID
+(
+  export MANGO_EMBEDDED_S3_PORT={second_port}; export_embedded_s3_env; EMBEDDED_S3_PID=""
+  WEED_EXIT_WAIT_SECONDS=2 start_embedded_s3
+) && echo "second started beside the first" || echo "refused while the first runs"
+kill -- "-$first"
+export MANGO_EMBEDDED_S3_PORT={second_port}
+export_embedded_s3_env
+EMBEDDED_S3_PID=""
+start_embedded_s3
+echo "first=$first second=$EMBEDDED_S3_PID"
+s3_bucket_ready && echo ready
+kill -- "-$EMBEDDED_S3_PID"
+"""
+    done = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:] + (tmp_path / "log" / "seaweedfs.log").read_text()[-3000:]
+    assert "refused while the first runs" in done.stdout, done.stdout
+    assert "var/seaweedfs is in use by another SeaweedFS (pid " in done.stderr, done.stderr
+    assert f"-s3.port={first_port}" in done.stderr, done.stderr
+    assert "holds var/seaweedfs" in done.stderr, done.stderr  # the start after the stop waited
+    assert done.stdout.splitlines()[-1] == "ready", done.stdout
+    first, second = (int(pid) for pid in re.search(r"first=(\d+) second=(\d+)", done.stdout).groups())
+    assert second != first
+    deadline = time.monotonic() + 60
+    while group_alive(second) and time.monotonic() < deadline:  # leave nothing running
+        time.sleep(0.5)
+    assert not group_alive(second)
