@@ -11,15 +11,22 @@ from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
-_local = threading.local()
+_clients: dict[str, redis.Redis] = {}
+_clients_lock = threading.Lock()
 
 
 def client() -> redis.Redis:
-    """One Redis client per thread (redis-py pools connections inside it)."""
-    conn = getattr(_local, "redis", None)
-    if conn is None or getattr(_local, "url", None) != settings.REDIS_URL:
-        conn = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=5)
-        _local.redis, _local.url = conn, settings.REDIS_URL
+    """The process's Redis client for REDIS_URL. Thread-safe: its pool lends each command a
+    connection, so the process holds as many as it uses at once, not one per thread that ever
+    published (a worker's 100 turn threads each connected on their first event). redis-py's pool
+    starts afresh in a forked child."""
+    url = settings.REDIS_URL
+    conn = _clients.get(url)
+    if conn is None:
+        with _clients_lock:
+            conn = _clients.get(url)
+            if conn is None:
+                conn = _clients[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
     return conn
 
 
