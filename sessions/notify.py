@@ -75,12 +75,14 @@ def publish_events(session_id: str, wakeup: bytes) -> None:
         logger.warning("could not publish session events", extra={"session_id": session_id})
 
 
-def publish_delta(session_id: str, payload: dict) -> None:
-    """An ephemeral preview (event_start / event_delta) for streams that opted into deltas."""
+def publish_delta(session_id: str, payload: dict) -> int:
+    """An ephemeral preview (event_start / event_delta) for streams that opted into deltas.
+    Returns how many of the API's processes took it (0 when Redis did not answer)."""
     try:
-        client().publish(deltas_channel(session_id), json.dumps(payload, separators=(",", ":")))
+        return client().publish(deltas_channel(session_id), json.dumps(payload, separators=(",", ":")))
     except redis.RedisError:
         logger.debug("could not publish a delta", extra={"session_id": session_id})
+        return 0
 
 
 def _flag_set(key: str, seconds: int, *, what: str, session_id: str) -> None:

@@ -166,7 +166,10 @@ class PreviewPublisher:
     """Turns the upstream's streamed text into event_start / event_delta previews of the
     agent.message events the turn will append (ids allocated here, in order; contiguous text
     blocks form one agent.message, as in turn.append_response). Previews are ephemeral:
-    published on Redis to streams that opted in with event_deltas[], never stored."""
+    published on Redis to streams that opted in with event_deltas[], never stored. A message's
+    deltas are published only when its event_start reached a stream: with nobody listening (the
+    usual case) a call costs one publish per message, not one per chunk of text the model
+    streams; a stream that opens mid-message sees that message when it is appended."""
 
     def __init__(self, session_id: str):
         self.session_id = session_id
@@ -174,6 +177,7 @@ class PreviewPublisher:
         self.thinking_ids: list[str] = []  # agent.thinking previews: a start, no content (the SDK's)
         self._blocks: dict[int, tuple[str, int]] = {}
         self._run: list | None = None  # [event id, content index] while text blocks are contiguous
+        self._listened = False  # the current message's event_start reached a stream
         self._cancelled = False
 
     def cancel(self) -> None:
@@ -184,7 +188,7 @@ class PreviewPublisher:
             raise AbortStream()
         if event["type"] == "block_start":
             self._block_start(event)
-        elif event["type"] == "text_delta" and event["index"] in self._blocks:
+        elif event["type"] == "text_delta" and event["index"] in self._blocks and self._listened:
             event_id, content_index = self._blocks[event["index"]]
             delta = {"type": "content_delta", "content": {"type": "text", "text": event["text"]}}
             delta["index"] = content_index
@@ -204,7 +208,7 @@ class PreviewPublisher:
             self.message_ids.append(event_id)
             self._run = [event_id, 0]
             started = {"type": "event_start", "event": {"type": EventType.AGENT_MESSAGE.value, "id": event_id}}
-            notify.publish_delta(self.session_id, started)
+            self._listened = notify.publish_delta(self.session_id, started) > 0
         else:
             self._run[1] += 1
         self._blocks[event["index"]] = (self._run[0], self._run[1])

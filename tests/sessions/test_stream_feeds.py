@@ -7,6 +7,7 @@ on core.serving's threads), against the real PostgreSQL and Redis."""
 
 import asyncio
 import json
+import uuid
 
 import pytest
 import redis
@@ -16,6 +17,7 @@ from django.db.backends.signals import connection_created
 
 from sessions import notify
 from sessions.models import Session, SessionEvent
+from sessions.runtime.upstream import PreviewPublisher
 from sessions.services.events import session_event_append
 from sessions.streams import framing, hub
 from sessions.streams.hub import close_hub, event_frames
@@ -263,3 +265,43 @@ def test_previews_are_subscribed_to_only_once_a_stream_asks_for_them(api_key):
     assert before == 0
     assert got_preview.startswith(b"event: event_start\n")
     assert plain_first.startswith(b"event: agent.message\n")  # the plain stream never saw the preview
+
+
+def test_a_message_nobody_listens_to_publishes_no_deltas(settings):
+    """The turn's previews (runtime.upstream.PreviewPublisher): a message whose event_start
+    reached no stream publishes none of its text deltas (a model streams one per few tokens), so a
+    stream that subscribes mid-message gets nothing of it; a message whose start was heard gets
+    its start and every delta. Against the real Redis."""
+    session_id = f"sesn_previews_{uuid.uuid4().hex}"
+    listener = redis.Redis.from_url(settings.REDIS_URL).pubsub()
+
+    def message(publisher: PreviewPublisher, words: list[str]) -> None:
+        publisher.handle({"type": "block_start", "index": 0, "block_type": "text"})
+        for word in words:
+            publisher.handle({"type": "text_delta", "index": 0, "text": word})
+
+    def received() -> list[dict]:
+        out = []
+        while (got := listener.get_message(timeout=0.5)) is not None:
+            if got["type"] == "message":
+                out.append(json.loads(got["data"]))
+        return out
+
+    try:
+        quiet = PreviewPublisher(session_id)
+        quiet.handle({"type": "block_start", "index": 0, "block_type": "text"})
+        listener.subscribe(notify.deltas_channel(session_id))
+        assert listener.get_message(timeout=5)["type"] == "subscribe"  # subscribed before the deltas
+        for word in ("never ", "sent"):
+            quiet.handle({"type": "text_delta", "index": 0, "text": word})
+        assert received() == []
+        assert len(quiet.message_ids) == 1  # the message's id is allocated all the same
+
+        heard = PreviewPublisher(session_id)
+        message(heard, ["Hello ", "there ", "world"])
+        got = received()
+        assert [m["type"] for m in got] == ["event_start", "event_delta", "event_delta", "event_delta"]
+        assert got[0]["event"]["id"] == heard.message_ids[0]
+        assert "".join(m["delta"]["content"]["text"] for m in got[1:]) == "Hello there world"
+    finally:
+        listener.close()
