@@ -13,6 +13,7 @@ queue; the lease (runtime.lease) makes one of them the runner of a session at a 
 
 import logging
 import threading
+import time
 
 from celery import signals
 from django.conf import settings
@@ -31,15 +32,26 @@ class Reaper(threading.Thread):
 
     def run(self) -> None:
         interval = settings.MANGO_SESSION_REAPER_SECONDS
+        ended = time.monotonic()
         while not self.stopped.wait(interval):
             if draining.is_set():
                 return
+            began = time.monotonic()
             try:
                 self.recover()
             except Exception:
                 logger.exception("session reaper pass failed")
             finally:
                 connection.close()
+            # A pass that starts late (this thread starved) or takes long delays every recovery by
+            # as much: said when it happens, as the passes themselves log nothing when all is well.
+            waited, took = began - ended, time.monotonic() - began
+            if took > 2 * interval or waited > 3 * interval:
+                logger.warning(
+                    "session reaper pass late or slow",
+                    extra={"waited_seconds": round(waited, 2), "pass_seconds": round(took, 2)},
+                )
+            ended = time.monotonic()
 
 
 _reapers: list[Reaper] = []

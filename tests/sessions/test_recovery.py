@@ -6,6 +6,7 @@ import time
 import pytest
 
 from sessions.models import Session
+from sessions.runtime.fleet import Reaper
 from sessions.tasks import session_recover_stuck
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
@@ -104,3 +105,20 @@ def test_a_runner_whose_lease_was_taken_over_writes_nothing(sdk):
     with runner_fence(session_id=session.id, token="successor"):  # the lease holder writes
         session_event_append(session_id=session.id, type=EventType.AGENT_MESSAGE, payload={"content": []})
     assert Session.objects.get(id=session.id).last_seq == before + 1
+
+
+def test_a_late_or_slow_reaper_pass_is_logged(settings, caplog):
+    """The reaper's passes log nothing while all is well; one that takes more than twice the
+    interval (so every recovery waits as long) says so, with how long it took."""
+    settings.MANGO_SESSION_REAPER_SECONDS = 0.05
+    passes = []
+    reaper = Reaper(lambda: (passes.append(time.monotonic()), time.sleep(0.3 if len(passes) == 2 else 0)))
+    reaper.start()
+    try:
+        wait_for(lambda: len(passes) >= 4, 10)
+    finally:
+        reaper.stopped.set()
+        reaper.join(5)
+    slow = [record for record in caplog.records if record.getMessage() == "session reaper pass late or slow"]
+    assert len(slow) == 1, [r.getMessage() for r in caplog.records]
+    assert slow[0].pass_seconds >= 0.3
