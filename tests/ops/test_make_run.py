@@ -213,17 +213,41 @@ def test_ctrl_c_stops_everything_when_output_is_piped(tmp_path):
             httpx.get(f"{url}/healthz", timeout=2)
 
 
+def _store_script(tmp_path: Path, port: int, bucket: str, body: str) -> subprocess.CompletedProcess:
+    """`body` run after scripts/lib.sh is sourced with the embedded store's settings (var/ in
+    `tmp_path`, S3 on `port`); it must succeed."""
+    script = f"""
+source scripts/lib.sh
+VAR="{tmp_path}"; mkdir -p "$VAR/log"
+export MANGO_EMBEDDED_S3_PORT={port} MANGO_FILE_S3_BUCKET={bucket}
+export_embedded_s3_env
+{body}"""
+    done = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:] + (tmp_path / "log" / "seaweedfs.log").read_text()[-3000:]
+    return done
+
+
+def _second_store_ready_and_gone(stdout: str) -> None:
+    """The script's second store (its pid printed after the first's) served, and is gone."""
+    assert stdout.splitlines()[-1] == "ready", stdout
+    first, second = (int(pid) for pid in re.search(r"first=(\d+) second=(\d+)", stdout).groups())
+    assert second != first
+    deadline = time.monotonic() + 60
+    while group_alive(second) and time.monotonic() < deadline:  # leave nothing running
+        time.sleep(0.5)
+    assert not group_alive(second)
+
+
 def test_the_embedded_store_starts_again_right_after_a_stop(tmp_path):
     """`make test` (or `make run`) right after the last one stopped: the SeaweedFS it stopped takes
     ~12 s to exit and holds its master, volume and filer ports until then, so the new start waits
     for them (scripts/lib.sh start_embedded_s3) instead of failing with "SeaweedFS exited"."""
-    port = free_port()
-    script = f"""
-source scripts/lib.sh
-VAR="{tmp_path}"; mkdir -p "$VAR/log"
-export MANGO_EMBEDDED_S3_PORT={port} MANGO_FILE_S3_BUCKET=mango-restart
-export_embedded_s3_env
-start_embedded_s3
+    started = time.monotonic()
+    done = _store_script(
+        tmp_path,
+        free_port(),
+        "mango-restart",
+        """start_embedded_s3
 first=$EMBEDDED_S3_PID
 kill -- "-$first"
 EMBEDDED_S3_PID=""
@@ -231,18 +255,10 @@ start_embedded_s3
 echo "first=$first second=$EMBEDDED_S3_PID"
 s3_bucket_ready && echo ready
 kill -- "-$EMBEDDED_S3_PID"
-"""
-    started = time.monotonic()
-    done = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:] + (tmp_path / "log" / "seaweedfs.log").read_text()[-3000:]
+""",
+    )
     assert "shutting down" in done.stderr, done.stderr  # it waited, and then started its own
-    assert done.stdout.splitlines()[-1] == "ready", done.stdout
-    first, second = (int(pid) for pid in re.search(r"first=(\d+) second=(\d+)", done.stdout).groups())
-    assert second != first
-    deadline = time.monotonic() + 60
-    while group_alive(second) and time.monotonic() < deadline:  # leave nothing running
-        time.sleep(0.5)
-    assert not group_alive(second)
+    _second_store_ready_and_gone(done.stdout)
     print(f"second start ready {time.monotonic() - started:.1f} s after the first began")
 
 
@@ -252,12 +268,11 @@ def test_a_store_on_another_port_waits_for_the_data_directory(tmp_path):
     the new start waits for the old store to exit (it used to die with "SeaweedFS exited"), and
     while that store keeps running it stops with a message naming it."""
     first_port, second_port = free_port(), free_port()
-    script = f"""
-source scripts/lib.sh
-VAR="{tmp_path}"; mkdir -p "$VAR/log"
-export MANGO_EMBEDDED_S3_PORT={first_port} MANGO_FILE_S3_BUCKET=mango-handover
-export_embedded_s3_env
-start_embedded_s3
+    done = _store_script(
+        tmp_path,
+        first_port,
+        "mango-handover",
+        f"""start_embedded_s3
 first=$EMBEDDED_S3_PID
 (
   export MANGO_EMBEDDED_S3_PORT={second_port}; export_embedded_s3_env; EMBEDDED_S3_PID=""
@@ -271,17 +286,10 @@ start_embedded_s3
 echo "first=$first second=$EMBEDDED_S3_PID"
 s3_bucket_ready && echo ready
 kill -- "-$EMBEDDED_S3_PID"
-"""
-    done = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:] + (tmp_path / "log" / "seaweedfs.log").read_text()[-3000:]
+""",
+    )
     assert "refused while the first runs" in done.stdout, done.stdout
     assert "var/seaweedfs is in use by another SeaweedFS (pid " in done.stderr, done.stderr
     assert f"-s3.port={first_port}" in done.stderr, done.stderr
     assert "holds var/seaweedfs" in done.stderr, done.stderr  # the start after the stop waited
-    assert done.stdout.splitlines()[-1] == "ready", done.stdout
-    first, second = (int(pid) for pid in re.search(r"first=(\d+) second=(\d+)", done.stdout).groups())
-    assert second != first
-    deadline = time.monotonic() + 60
-    while group_alive(second) and time.monotonic() < deadline:  # leave nothing running
-        time.sleep(0.5)
-    assert not group_alive(second)
+    _second_store_ready_and_gone(done.stdout)
