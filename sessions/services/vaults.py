@@ -9,7 +9,7 @@ endpoint, MCP probe) run outside any transaction; the new tokens are then stored
 
 `environment_variable` credentials have no server URL: the worker hands their value to the
 session sandbox's egress proxy, which substitutes it for a placeholder in requests to the
-credential's hosts (sessions/runtime/tools.py sandbox_networking, docs/sandboxes.md).
+credential's hosts (sessions/runtime/sandbox_ready.py sandbox_networking, docs/sandboxes.md).
 """
 
 import json

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from sessions import sandbox
-from sessions.runtime import tools
+from sessions.runtime import builtins
 
 pytestmark = pytest.mark.docker
 
@@ -80,7 +80,7 @@ def test_local_process_backend(settings, tmp_path):
     session_id = "sesn_local"
     root = sandbox.ensure(session_id=session_id, workspace_id="w", networking=None)
     assert root == str(tmp_path / session_id)
-    outcome = tools.run_builtin(
+    outcome = builtins.run_builtin(
         session_id=session_id,
         name="bash",
         tool_input={"command": "echo hi > a.txt; cat a.txt"},
@@ -91,7 +91,7 @@ def test_local_process_backend(settings, tmp_path):
     flag = threading.Event()
     threading.Timer(0.3, flag.set).start()
     started = time.monotonic()
-    cancelled = tools.run_builtin(
+    cancelled = builtins.run_builtin(
         session_id=session_id, name="bash", tool_input={"command": "sleep 30"}, should_cancel=flag.is_set
     )
     assert cancelled.cancelled and time.monotonic() - started < 2
@@ -101,6 +101,6 @@ def test_local_process_backend(settings, tmp_path):
 
 
 def test_glob_pattern_semantics():
-    regex = tools._glob_regex("**/*.txt")
+    regex = builtins._glob_regex("**/*.txt")
     assert regex.match("a.txt") and regex.match("x/y/a.txt") and not regex.match("a.txt.bak")
-    assert not tools._glob_regex("*.txt").match("x/a.txt")
+    assert not builtins._glob_regex("*.txt").match("x/a.txt")

@@ -424,10 +424,10 @@ def test_the_proxy_sends_a_secret_only_to_the_host_it_connected_to(sandboxes, ec
 def test_a_sessions_vault_credentials_go_to_its_proxy_and_only_placeholders_to_its_sandbox(
     sdk, api_key, no_turns, real_image, echo_hosts, docker_client
 ):
-    """The wiring: a session's vault_ids → the worker's networking (sessions/runtime/tools.py) →
+    """The wiring: a session's vault_ids → the worker's networking (sessions/runtime/sandbox_ready.py) →
     the proxy substitutes the vault's value; the sandbox sees a placeholder derived per session."""
     from sessions.models import Session
-    from sessions.runtime.tools import sandbox_networking
+    from sessions.runtime.sandbox_ready import sandbox_networking
 
     api, elsewhere = echo_hosts
     vault = sdk.beta.vaults.create(display_name="team")
@@ -496,12 +496,12 @@ def _session_with_vault(sdk, *, allowed_hosts: list[str], credential_hosts: list
 
 
 def _tool_call_sandbox(session_id: str) -> None:
-    """What a sandbox tool call does first (sessions/runtime/tools.py): the sandbox made, or
-    its proxy brought up to date."""
+    """What a sandbox tool call does first (sessions/runtime/sandbox_ready.py): the sandbox made,
+    or its proxy brought up to date."""
     from sessions.models import Session
-    from sessions.runtime import tools
+    from sessions.runtime.sandbox_ready import sandbox_ready
 
-    tools._ensure_sandbox(_Control(), Session.objects.get(id=session_id))
+    sandbox_ready(_Control(), Session.objects.get(id=session_id))
 
 
 @pytest.mark.django_db(transaction=True)
