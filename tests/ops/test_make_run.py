@@ -223,7 +223,11 @@ export MANGO_EMBEDDED_S3_PORT={port} MANGO_FILE_S3_BUCKET={bucket}
 export_embedded_s3_env
 {body}"""
     done = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:] + (tmp_path / "log" / "seaweedfs.log").read_text()[-3000:]
+    log = tmp_path / "log" / "seaweedfs.log"
+    assert done.returncode == 0, (
+        f"exit {done.returncode}\nstdout: {done.stdout[-2000:]}\nstderr: {done.stderr[-3000:]}\n"
+        f"seaweedfs.log: {log.read_text()[-3000:] if log.exists() else '(none: no store was started)'}"
+    )
     return done
 
 
