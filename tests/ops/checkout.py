@@ -47,6 +47,27 @@ def free_port() -> int:
     raise AssertionError("no free port")
 
 
+def free_store_port() -> int:
+    """An S3 port for an embedded store (scripts/lib.sh) whose other ports are free as well: weed
+    mini takes 100, 200, ... 500 above it, and each of those plus 10000 for gRPC. (18133's volume
+    port, 18333, is the gRPC port of a store on the default 8333, the suite's own.)"""
+    for _ in range(100):
+        port = free_port()
+        others = [port + offset + grpc for offset in (100, 200, 300, 400, 500) for grpc in (0, 10000)]
+        if all(_bindable(other) for other in [port + 10000, *others]):
+            return port
+    raise AssertionError("no free port for an embedded store")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return _connect_refused(port)
+
+
 def _connect_refused(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=0.5).close()

@@ -18,7 +18,7 @@ import boto3
 import httpx
 import pytest
 
-from tests.ops.checkout import Checkout, alive, free_port, group_alive
+from tests.ops.checkout import Checkout, alive, free_port, free_store_port, group_alive
 from tests.scripted_model import ScriptedModel, echo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ def test_make_run_twice_from_a_fresh_checkout(tmp_path):
         # First run, with an upstream that cannot be reached: one warning, in the turn's words.
         unreachable = f"http://127.0.0.1:{closed_port()}"
         env = checkout.run_env(
-            PORT=str(free_port()), MANGO_EMBEDDED_S3_PORT=str(free_port()),
+            PORT=str(free_port()), MANGO_EMBEDDED_S3_PORT=str(free_store_port()),
             ANTHROPIC_BASE_URL=unreachable, MANGO_MODEL_MAX_RETRIES="0",
         )  # fmt: skip
         first = checkout.make_run(env)
@@ -187,7 +187,7 @@ def test_ctrl_c_stops_everything_when_output_is_piped(tmp_path):
     (make, the script, tee); the script must outlive tee's pipe, stop every component and say so
     on the terminal (stderr)."""
     with Checkout(tmp_path) as checkout:
-        env = checkout.run_env(PORT=str(free_port()), MANGO_EMBEDDED_S3_PORT=str(free_port()))
+        env = checkout.run_env(PORT=str(free_port()), MANGO_EMBEDDED_S3_PORT=str(free_store_port()))
         out, err = tmp_path / "out.log", tmp_path / "terminal.log"
         err.touch()
         shell = subprocess.Popen(
@@ -249,7 +249,7 @@ def test_the_embedded_store_starts_again_right_after_a_stop(tmp_path):
     started = time.monotonic()
     done = _store_script(
         tmp_path,
-        free_port(),
+        free_store_port(),
         "mango-restart",
         """start_embedded_s3
 first=$EMBEDDED_S3_PID
@@ -271,7 +271,7 @@ def test_a_store_on_another_port_waits_for_the_data_directory(tmp_path):
     MANGO_EMBEDDED_S3_PORT right after `make run` stopped) shares var/seaweedfs, which weed locks:
     the new start waits for the old store to exit (it used to die with "SeaweedFS exited"), and
     while that store keeps running it stops with a message naming it."""
-    first_port, second_port = free_port(), free_port()
+    first_port, second_port = free_store_port(), free_store_port()
     done = _store_script(
         tmp_path,
         first_port,
