@@ -33,18 +33,14 @@ def free_port() -> int:
     default 18100-18199), else any the kernel picks."""
     low, high = (int(part) for part in os.environ.get("MANGO_TEST_PORTS", "18100-18199").split("-"))
     start = low + os.getpid() % (high - low + 1)
-    for port in [*range(start, high + 1), *range(low, start), 0]:
-        if port in _handed_out:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            if port == 0 or _connect_refused(port):
-                _handed_out.add(sock.getsockname()[1])
-                return sock.getsockname()[1]
-    raise AssertionError("no free port")
+    for port in [*range(start, high + 1), *range(low, start)]:
+        if port not in _handed_out and _bindable(port):
+            _handed_out.add(port)
+            return port
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        _handed_out.add(sock.getsockname()[1])
+        return sock.getsockname()[1]
 
 
 def free_store_port() -> int:
