@@ -26,7 +26,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     MANGO_ENV_FILE= \
     PROMETHEUS_MULTIPROC_DIR=/run/mango/prometheus \
     PORT=8000
-# git: the worker clones repository resources (sessions/git.py; prlimit comes with util-linux).
+# git: the worker clones repository resources (integrations/git.py; prlimit comes with util-linux).
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends git ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin mango \

@@ -29,7 +29,7 @@ bench:  ## the benchmarks (docs/benchmarks.md; need the services `make test` sta
 	@for bench in $(BENCHES); do .venv/bin/python bench/$$bench || exit 1; done
 
 sandbox-image:  ## the session sandbox images from Debian's packages (mango-sandbox:bookworm) and a static busybox (:latest)
-	@bash scripts/sandbox_image.sh mango-sandbox:bookworm && bash sandbox/build.sh mango-sandbox:latest
+	@bash scripts/sandbox_image.sh mango-sandbox:bookworm && bash scripts/sandbox_busybox_image.sh mango-sandbox:latest
 
 base-image:  ## a python3.11 base image from Debian's packages, when no image registry is reachable
 	@bash scripts/base_image.sh

@@ -102,7 +102,7 @@ def _in_child(crash: str, operation) -> int:
     if pid == 0:
         code = 0
         try:
-            from sessions import sandbox
+            import sandboxes as sandbox
 
             sandbox._backend = None  # (the object store's backend forgets itself at fork)
             if not crash.startswith("bytes@"):
@@ -196,7 +196,7 @@ class Campaign:
 
     def close(self) -> None:
         if self.session is not None:
-            from sessions import sandbox
+            import sandboxes as sandbox
 
             sandbox.remove(session_id=self.session.id)
 
@@ -239,7 +239,7 @@ class Campaign:
     # outputs tree ----------------------------------------------------------------------------
 
     def _sh(self, command: str) -> str:
-        from sessions import sandbox
+        import sandboxes as sandbox
 
         result = sandbox.exec_command(session_id=self.session.id, command=command, timeout=120)
         if result.exit_code != 0:

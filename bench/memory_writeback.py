@@ -36,7 +36,7 @@ def main() -> None:
 
     from django.db import transaction
 
-    from sessions import sandbox
+    import sandboxes as sandbox
     from sessions.models import Memory, Session
     from sessions.services.memory import memory_store_create, session_memory_stores_attach
     from sessions.services.memory_mounts import memory_writeback_at_idle, session_memory_place

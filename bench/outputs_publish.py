@@ -32,9 +32,9 @@ def main() -> None:
     os.environ.setdefault("MANGO_SANDBOX", "docker")
     _common.setup()
 
+    import sandboxes as sandbox
     from files import storage
     from files.models import File
-    from sessions import sandbox
     from sessions.models import Session
     from sessions.services.outputs import outputs_publish
     from sessions.services.sessions import session_delete

@@ -42,7 +42,7 @@ PACKAGES = {"apt": ["tree"], "pip": ["iniconfig==2.0.0"], "npm": ["is-number@7.0
 def cold_start_seconds(*, runs: int, networking: dict | None, packages_config: dict | None = None) -> list[float]:
     """One timing per run (seconds); every sandbox made here is removed again. With
     `packages_config`, the image lookup (``prepare_image``) is timed with the start."""
-    from sessions import sandbox
+    import sandboxes as sandbox
 
     timings = []
     for index in range(runs):
@@ -74,7 +74,7 @@ def concurrent_starts(count: int) -> tuple[list[float], float]:
     + first exec, and the wall time for all. Every sandbox is removed afterwards."""
     import threading
 
-    from sessions import sandbox
+    import sandboxes as sandbox
 
     stamp = time.time_ns()
     ids = [f"sesn_bench{os.getpid()}c{index}x{stamp}" for index in range(count)]
@@ -119,8 +119,8 @@ def repository_start_seconds(*, runs: int, files: int = 200, file_bytes: int = 8
 
     from django.conf import settings
 
+    import sandboxes as sandbox
     from core.secrets import encrypt, generate_key
-    from sessions import sandbox
     from sessions.runtime.repositories import clone_and_place
     from sessions.selectors.runner import RepositoryToClone
     from tests.git_server import GitServer
@@ -222,8 +222,8 @@ def main() -> None:
 def _packages_rows(client, runs: int, medians: dict) -> None:
     """Plain, cached-packages and limited-with-proxy starts, side by side (unrestricted, as the
     packages' build needs a registry)."""
-    from sessions import sandbox
-    from sessions.sandbox import packages
+    import sandboxes as sandbox
+    from sandboxes import packages
 
     unrestricted = {"type": "unrestricted"}
     plain = medians.get("unrestricted") or statistics.median(cold_start_seconds(runs=runs, networking=unrestricted))

@@ -684,7 +684,7 @@ def layout(
 
 
 def cold_starts(count: int) -> list[float]:
-    from sessions import sandbox
+    import sandboxes as sandbox
 
     times = []
     for index in range(count):

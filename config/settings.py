@@ -278,7 +278,7 @@ MANGO_SANDBOX_PIDS = env.int("MANGO_SANDBOX_PIDS", default=256)
 # Live sandboxes (containers, each up to MANGO_SANDBOX_MEMORY with its tmpfs) per workspace;
 # a session's first tool call beyond it gets an error result. 0: no cap.
 MANGO_WORKSPACE_MAX_SANDBOXES = env.int("MANGO_WORKSPACE_MAX_SANDBOXES", default=32)
-# Isolation of docker sandboxes (sessions/sandbox/policy.py). Commands run as this fixed
+# Isolation of docker sandboxes (sandboxes/policy.py). Commands run as this fixed
 # unprivileged uid:gid with no capabilities. The workdir, /tmp and /mnt/session/outputs are
 # tmpfs-backed volumes of these sizes (ENOSPC beyond them; their pages count toward the
 # sandbox's memory limit). RLIMIT_NPROC counts per uid on the whole host, so it is a safety net
@@ -306,8 +306,8 @@ MANGO_OUTBOUND_PRIVATE_HOSTS = env.list("MANGO_OUTBOUND_PRIVATE_HOSTS", default=
 MANGO_OUTBOUND_RESPONSE_MAX_BYTES = env.int("MANGO_OUTBOUND_RESPONSE_MAX_BYTES", default=16 * 1024 * 1024)
 # Fernet keys for secrets at rest, comma-separated: the first encrypts, all decrypt (rotation).
 MANGO_VAULT_KEY = env.list("MANGO_VAULT_KEY", default=[])
-# `limited` networking (sessions/sandbox/policy.py): each such sandbox with an allow-list gets an
-# egress proxy (sandbox/egress_proxy.py) in a container of this image (it needs python3), reaching
+# `limited` networking (sandboxes/policy.py): each such sandbox with an allow-list gets an
+# egress proxy (sandboxes/egress_proxy.py) in a container of this image (it needs python3), reaching
 # out from this network (created when missing), with at most this many tunnels at once.
 MANGO_SANDBOX_PROXY_IMAGE = env.str("MANGO_SANDBOX_PROXY_IMAGE", default="mango-sandbox:bookworm")
 MANGO_SANDBOX_EGRESS_NETWORK = env.str("MANGO_SANDBOX_EGRESS_NETWORK", default="mango-egress")
@@ -320,7 +320,7 @@ MANGO_SANDBOX_PRIVATE_HOSTS = env.list("MANGO_SANDBOX_PRIVATE_HOSTS", default=[]
 # internal CA); the public ones of the proxy image are always trusted.
 MANGO_OUTBOUND_CA_FILE = env.str("MANGO_OUTBOUND_CA_FILE", default="")
 MANGO_SANDBOX_PROXY_IDLE_SECONDS = env.float("MANGO_SANDBOX_PROXY_IDLE_SECONDS", default=300.0)
-# Environment packages (sessions/sandbox/packages.py): the managers the image serves (others are a
+# Environment packages (sandboxes/packages.py): the managers the image serves (others are a
 # 400 at environment create), the registries `allow_package_managers` opens, and the bounds.
 MANGO_SANDBOX_PACKAGE_MANAGERS = env.list("MANGO_SANDBOX_PACKAGE_MANAGERS", default=["apt", "pip", "npm"])
 MANGO_SANDBOX_PACKAGE_REGISTRIES = env.list(
@@ -331,7 +331,7 @@ MANGO_SANDBOX_INSTALL_TIMEOUT_SECONDS = env.float("MANGO_SANDBOX_INSTALL_TIMEOUT
 MANGO_SANDBOX_INSTALL_MAX_BYTES = env.int("MANGO_SANDBOX_INSTALL_MAX_BYTES", default=2 * 1024**3)
 MANGO_WORKSPACE_MAX_INSTALLS = env.int("MANGO_WORKSPACE_MAX_INSTALLS", default=2)
 MANGO_WORKSPACE_MAX_PACKAGE_IMAGES = env.int("MANGO_WORKSPACE_MAX_PACKAGE_IMAGES", default=8)
-# --- Repository resources (sessions/git.py, sessions/runtime/repositories.py) ------------------
+# --- Repository resources (integrations/git.py, sessions/runtime/repositories.py) ------------------
 # The worker clones (never the sandbox) into a scratch directory of its own, bounded in bytes
 # (the directory, received pack included) and time, then streams the tree into the sandbox and
 # removes the scratch. Per workspace: at most MANGO_WORKSPACE_REPOSITORY_CLONES clones at once on

@@ -2,9 +2,9 @@
 # from Debian's packages on the shared debootstrap root (scripts/lib.sh ensure_debian_image), with
 # what agents reach for: python3 with pip and venv, git, curl, ca-certificates, nodejs with npm,
 # ripgrep, jq, procps and a C toolchain (gcc, g++, make, libc headers); python3-cryptography is
-# for the egress proxy, which runs on this image too (sandbox/egress_proxy.py). The session mount points
+# for the egress proxy, which runs on this image too (sandboxes/egress_proxy.py). The session mount points
 # and the fixed sandbox user are laid out as in the busybox image (deploy/sandbox.Dockerfile).
-# Environment packages go into images derived from this one (sessions/sandbox/packages.py). The
+# Environment packages go into images derived from this one (sandboxes/packages.py). The
 # compose stack builds it too (its sandbox-image service), on the registry's debian:bookworm.
 ARG DEBIAN_IMAGE=mango-debian:bookworm
 FROM ${DEBIAN_IMAGE}

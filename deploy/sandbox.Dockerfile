@@ -1,4 +1,4 @@
-# The session sandbox image: the one recipe (sandbox/build.sh builds it where no registry is
+# The session sandbox image: the one recipe (scripts/sandbox_busybox_image.sh builds it where no registry is
 # reachable, from Debian's static busybox; the compose stack's `sandbox-image` service builds it
 # on the engine the worker drives). A static busybox, /bin/sh and the session mount points.
 # BUSYBOX_IMAGE: any image with a static /bin/busybox (make compose-images builds mango-busybox:static).

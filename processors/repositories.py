@@ -1,6 +1,6 @@
 """Repository resources: where a cloned repository goes in the sandbox, what a checkout may
 name, what a failed git run means, and the tar stream of a working tree. Pure: the worker's git
-adapter (sessions/git.py) runs git and reads the tree; `sessions/sandbox/` extracts the stream.
+adapter (integrations/git.py) runs git and reads the tree; `sandboxes/` extracts the stream.
 """
 
 import posixpath

@@ -1,5 +1,5 @@
 """File resources: where a File goes in the sandbox, and the tar stream that puts it there
-(DESIGN flow 5). Pure; `sessions/sandbox/` feeds the stream to Docker's put_archive."""
+(DESIGN flow 5). Pure; `sandboxes/` feeds the stream to Docker's put_archive."""
 
 import posixpath
 import re
@@ -34,7 +34,7 @@ SYSTEM_DIRS = (
     "/usr",
     "/var",
 )
-WORKDIR = "/workspace"  # the sandbox's working directory (sessions.sandbox.WORKDIR)
+WORKDIR = "/workspace"  # the sandbox's working directory (sandboxes.WORKDIR)
 TMP_DIR = "/tmp"
 # Directories that must stay directories: a File placed exactly there (or at an ancestor) would
 # shadow every default upload mount, the outputs mount, the working directory or /tmp (the

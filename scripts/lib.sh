@@ -241,7 +241,7 @@ ensure_sandbox_image() {
   [ "$image" = mango-sandbox:bookworm ] && { bash "$ROOT/scripts/sandbox_image.sh" "$image"; return; }
   docker image inspect "$image" >/dev/null 2>&1 && return 0
   case "$image" in
-    mango-sandbox:latest) bash "$ROOT/sandbox/build.sh" "$image" ;;
+    mango-sandbox:latest) bash "$ROOT/scripts/sandbox_busybox_image.sh" "$image" ;;
     mango-sandbox:bookworm) bash "$ROOT/scripts/sandbox_image.sh" "$image" ;;
     *) die "the sandbox image $image (MANGO_SANDBOX_IMAGE) does not exist: build it, or unset MANGO_SANDBOX_IMAGE for the default" ;;
   esac

@@ -9,7 +9,7 @@ from django.db import models
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
-from sessions import sandbox
+import sandboxes as sandbox
 from sessions.models import (
     Agent,
     AgentVersion,

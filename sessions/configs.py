@@ -3,7 +3,7 @@ and services (which apply them under a row lock): the agent snapshot a session k
 of an environment config into the stored one, and metadata patches. No ORM, no serializer."""
 
 from core.errors import InvalidRequest
-from sessions.sandbox.packages import refusal as package_refusal
+from sandboxes.packages import refusal as package_refusal
 
 PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
 METADATA_MAX_PAIRS = 16

@@ -9,7 +9,7 @@ from django.db import DatabaseError
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from sessions import sandbox
+import sandboxes as sandbox
 from sessions.dispatch import QUEUE_ERRORS, SANDBOX_PROXY_REMOVE, SANDBOX_REMOVE, SESSION_RUN
 from sessions.events import RUNNER_INPUT_TYPES
 from sessions.models import Session, SessionEvent

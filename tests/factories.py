@@ -1,7 +1,7 @@
 """Sessions made through the services (agent, environment, session), for tests and benches that
 need one without going through the HTTP API."""
 
-from sessions import sandbox
+import sandboxes as sandbox
 from sessions.models import Session
 from sessions.services.agents import agent_create
 from sessions.services.environments import environment_create

@@ -1,5 +1,5 @@
 """The built-in toolset's six tools (bash, read, write, edit, glob, grep), each run in the
-session's sandbox (sessions.sandbox, which the caller has made ready: runtime.sandbox_ready) and
+session's sandbox (sandboxes, which the caller has made ready: runtime.sandbox_ready) and
 answered with a ToolOutcome; the executor (runtime.tools) turns it into an agent.tool_result."""
 
 import fnmatch
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from sessions import sandbox
+import sandboxes as sandbox
 
 MAX_RESULT_CHARS = 100_000
 DEFAULT_BASH_TIMEOUT_SECONDS = 120.0
@@ -51,7 +51,7 @@ def run_builtin(*, session_id: str, name: str, tool_input: dict, should_cancel: 
         return ToolOutcome(f"No such file: {exc}", is_error=True)
     except IsADirectoryError as exc:
         return ToolOutcome(f"Is a directory: {exc}", is_error=True)
-    except PermissionError as exc:  # the sandbox user may not write there (sessions.sandbox)
+    except PermissionError as exc:  # the sandbox user may not write there (sandboxes)
         return ToolOutcome(f"Permission denied: {exc}", is_error=True)
 
 

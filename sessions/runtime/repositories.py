@@ -1,5 +1,5 @@
 """Repository resources in the worker: before a sandbox tool call, every repository not yet
-tried in the session's sandbox is cloned here (sessions/git.py: never in the sandbox, so the
+tried in the session's sandbox is cloned here (integrations/git.py: never in the sandbox, so the
 token never enters it) and its working tree streamed into the sandbox at its mount path.
 
 A failure is a repository_* session.error (always `retrying`: the session goes on without that
@@ -18,12 +18,13 @@ from collections.abc import Callable
 
 from django.conf import settings
 
+import sandboxes as sandbox
 from core.caps import thread_gate
 from core.errors import RateLimited
 from core.secrets import SecretsUnavailable, decrypt
+from integrations import git
 from processors.repositories import CLONE, GitFailure, tar_stream_for_tree
 from sessions import events as ev
-from sessions import git, sandbox
 from sessions.events import EventType
 from sessions.models import Session
 from sessions.runtime.control import TurnControl, db_release

@@ -7,14 +7,14 @@ import hmac
 
 from django.conf import settings
 
+import sandboxes as sandbox
 from core.secrets import SecretsUnavailable
+from sandboxes import policy as sandbox_policy
 from sessions import events as ev
-from sessions import sandbox
 from sessions.events import EventType
 from sessions.models import Session, SessionResource
 from sessions.runtime.control import TurnControl, db_release
 from sessions.runtime.repositories import repositories_place
-from sessions.sandbox import policy as sandbox_policy
 from sessions.selectors.runner import session_unplaced_resource_types
 from sessions.selectors.vaults import session_environment_credentials
 from sessions.services.events import events_append

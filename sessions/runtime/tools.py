@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+import sandboxes as sandbox
 from sessions import events as ev
-from sessions import sandbox
 from sessions.events import SERVER_TOOL_TYPES, TOOLSET_TYPE, EventType
 from sessions.models import Session, SessionEvent
 from sessions.runtime.builtins import SANDBOX_TOOLS, ToolOutcome, run_builtin

@@ -21,11 +21,12 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import close_old_connections
 
+import sandboxes as sandbox
 from core.database import database_answers
 from core.errors import DATABASE_DOWN_ERRORS
 from core.ids import new_id
 from sessions import events as ev
-from sessions import notify, pricing, sandbox
+from sessions import notify, pricing
 from sessions.dispatch import session_run_enqueue, session_run_enqueue_soon
 from sessions.events import ErrorType, EventType, ToolMode
 from sessions.models import Session

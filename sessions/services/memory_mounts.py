@@ -33,6 +33,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+import sandboxes as sandbox
 from core.crashpoints import crash_point
 from core.streams import buffered_reader
 from processors.memory import (
@@ -45,7 +46,6 @@ from processors.memory import (
 )
 from processors.resources import tar_stream_for_files
 from sessions import events as ev
-from sessions import sandbox
 from sessions.events import EventType
 from sessions.models import Memory, MemoryStore, MemoryVersion, Session, SessionMemoryStore
 from sessions.selectors.memory import memory_store_contents, memory_store_for_session, session_memory_stores

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 
 from django.conf import settings
 
+import sandboxes as sandbox
 from core.streams import buffered_reader
 from files import storage
 from files.models import File
@@ -31,7 +32,6 @@ from processors.outputs import (
     classify_output_member,
 )
 from sessions import events as ev
-from sessions import sandbox
 from sessions.events import EventType
 from sessions.models import Session
 from sessions.services.events import session_event_append

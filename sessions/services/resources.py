@@ -13,6 +13,7 @@ import posixpath
 from django.db import connection, transaction
 from django.utils import timezone
 
+import sandboxes as sandbox
 from core.errors import InvalidRequest, NotFound
 from core.models import Workspace
 from files import storage
@@ -27,7 +28,6 @@ from processors.resources import (
     resolve_mount_path,
     tar_stream_for_file,
 )
-from sessions import sandbox
 from sessions.models import Session, SessionResource, resource_ids
 from sessions.selectors import session_get
 

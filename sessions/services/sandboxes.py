@@ -13,8 +13,8 @@ import logging
 from django.conf import settings
 from django.db import transaction
 
+import sandboxes as sandbox
 from core.models import Workspace
-from sessions import sandbox
 from sessions.dispatch import sandbox_proxy_remove_enqueue
 from sessions.models import Session
 

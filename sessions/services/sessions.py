@@ -4,6 +4,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+import sandboxes as sandbox
 from core.errors import InvalidRequest
 from core.ids import new_id
 from core.models import Workspace
@@ -11,7 +12,7 @@ from core.updates import model_update
 from files.selectors import session_scoped_files_orphaned
 from files.services import session_files_delete
 from sessions import events as ev
-from sessions import notify, pricing, sandbox
+from sessions import notify, pricing
 from sessions.configs import agent_snapshot, metadata_patch_apply
 from sessions.dispatch import sandbox_remove_enqueue
 from sessions.events import EventType

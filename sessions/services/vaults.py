@@ -129,7 +129,7 @@ def _refresh_public(refresh: dict) -> dict:
     }
 
 
-# Variables the sandbox's own plumbing sets (sessions/sandbox/policy.py): a credential cannot take them.
+# Variables the sandbox's own plumbing sets (sandboxes/policy.py): a credential cannot take them.
 RESERVED_SECRET_NAMES = frozenset(
     {"PATH", "HOME", "TMPDIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
      "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS"}

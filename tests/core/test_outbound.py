@@ -112,8 +112,8 @@ PUBLIC = (
 
 
 def _egress_proxy():
-    """sandbox/egress_proxy.py, a program of the proxy image (not a package of the app)."""
-    path = pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "egress_proxy.py"
+    """sandboxes/egress_proxy.py, a program of the proxy image (not a package of the app)."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "sandboxes" / "egress_proxy.py"
     spec = importlib.util.spec_from_file_location("egress_proxy_under_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

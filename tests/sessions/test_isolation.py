@@ -11,10 +11,10 @@ import time
 import anthropic
 import pytest
 
+import sandboxes as sandbox
 from files.models import File
-from sessions import sandbox
+from sandboxes import policy
 from sessions.models import Session, SessionResource
-from sessions.sandbox import policy
 from sessions.services.resources import resources_place
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
+import sandboxes as sandbox
 from core.models import Workspace
 from files import storage
 from files.models import File, StorageIntent
 from files.reconcile import reconcile
-from sessions import sandbox
 from sessions.models import Session, SessionEvent
 from sessions.services.outputs import OutputsMountMissing, outputs_publish, outputs_publish_at_idle
 from tests.factories import CLOUD_LIMITED, TOOLSET, make_session, with_sandbox

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+import sandboxes as sandbox
 from core import caps
-from sessions import sandbox
-from sessions.sandbox import docker as docker_backend
-from sessions.sandbox import packages
+from sandboxes import docker as docker_backend
+from sandboxes import packages
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for
 

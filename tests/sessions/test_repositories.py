@@ -25,7 +25,7 @@ from django.db import connection
 
 from core.caps import thread_gate
 from core.secrets import generate_key
-from sessions import git
+from integrations import git
 from sessions.models import SessionResource
 from sessions.runtime.repositories import clone_max_bytes, clone_slot
 from tests.git_server import GitServer

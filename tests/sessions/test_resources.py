@@ -3,9 +3,9 @@
 import anthropic
 import pytest
 
+import sandboxes as sandbox
 from files import storage
 from files.models import File
-from sessions import sandbox
 from sessions.models import Session, SessionResource
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for

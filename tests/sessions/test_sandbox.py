@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from sessions import sandbox
+import sandboxes as sandbox
 from sessions.runtime import builtins
 
 pytestmark = pytest.mark.docker

@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from sessions import sandbox
-from sessions.sandbox import docker as docker_backend
-from sessions.sandbox import policy
+import sandboxes as sandbox
+from sandboxes import docker as docker_backend
+from sandboxes import policy
 
 pytestmark = pytest.mark.docker
 
@@ -150,7 +150,7 @@ def test_limited_allows_only_the_listed_hosts_by_name(sandboxes, egress, docker_
         status, out = sh(box, f"timeout 20 getent hosts {name}; echo rc=$?")
         assert "rc=0" not in out and "." not in out.split("rc=")[0].strip(), (name, out)
     # Docker gives the internal bridge a gateway, but nothing is forwarded off it, and the host
-    # drops what the bridge sends it (sessions/sandbox/firewall.py).
+    # drops what the bridge sends it (sandboxes/firewall.py).
     connect = "python3 -c \"import socket; socket.create_connection(('{}', {}), 3)\" 2>&1; echo rc=$?"
     for address, port in (("1.1.1.1", 53), ("1.1.1.1", 443), (target_ip, 80)):
         status, out = sh(box, connect.format(address, port))

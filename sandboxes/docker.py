@@ -32,8 +32,8 @@ from docker.errors import APIError, DockerException, NotFound
 
 from core import caps
 from core.errors import RateLimited
-from sessions.sandbox import firewall, packages, policy
-from sessions.sandbox.base import (
+from sandboxes import firewall, packages, policy
+from sandboxes.base import (
     WORKDIR,
     ExecResult,
     OutputCollector,
@@ -67,7 +67,7 @@ done"""
 
 
 # The egress proxy's program (standard library only), run by the proxy image's python3.
-PROXY_SOURCE = Path(__file__).resolve().parents[2] / "sandbox" / "egress_proxy.py"
+PROXY_SOURCE = Path(__file__).resolve().parent / "egress_proxy.py"
 PROXY_READY_SECONDS = 15
 INSTALL_OUTPUT_BYTES = 256 * 1024
 INSTALL_DISK_CHECK_SECONDS = 2.0

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from sessions.sandbox.base import (
+from sandboxes.base import (
     MAX_OUTPUT_BYTES,
     OUTPUTS_PATH,
     RESOURCE_OWNER_UID,
@@ -24,9 +24,9 @@ from sessions.sandbox.base import (
     SandboxBackend,
     SandboxError,
 )
-from sessions.sandbox.docker import DockerBackend, container_name
-from sessions.sandbox.local import LocalProcessBackend
-from sessions.sandbox.packages import PackageInstallFailed
+from sandboxes.docker import DockerBackend, container_name
+from sandboxes.local import LocalProcessBackend
+from sandboxes.packages import PackageInstallFailed
 
 __all__ = [
     "MAX_OUTPUT_BYTES",

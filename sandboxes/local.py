@@ -13,8 +13,8 @@ from pathlib import Path
 from django.conf import settings
 
 from core.streams import buffered_reader
-from sessions.sandbox import packages
-from sessions.sandbox.base import ExecResult, OutputCollector, SandboxBackend, SandboxError, reader_thread, supervise
+from sandboxes import packages
+from sandboxes.base import ExecResult, OutputCollector, SandboxBackend, SandboxError, reader_thread, supervise
 
 
 def local_root(session_id: str) -> Path:

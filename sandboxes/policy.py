@@ -17,7 +17,7 @@ its network, as plain data for ``docker.py`` (issue #10). No I/O here.
   so one host firewall rule (``firewall.py``) drops everything from sandboxes to the host itself.
   Docker's isolation rules already drop traffic between two bridges.
   ``limited``: an *internal* bridge of its own (no route out, no NAT) that holds the sandbox and
-  its egress proxy (sandbox/egress_proxy.py, a container of its own on MANGO_SANDBOX_EGRESS_NETWORK
+  its egress proxy (sandboxes/egress_proxy.py, a container of its own on MANGO_SANDBOX_EGRESS_NETWORK
   too), reached through HTTP(S)_PROXY: the proxy is the only thing the sandbox can reach, and it
   lets through the allow-list (``egress_hosts``) by name only, on ports 80 and 443. Direct IP
   addresses, other ports and DNS to anywhere have no route. A limited environment whose
@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from processors.memory import MEMORY_ROOT
-from sessions.sandbox.base import OUTPUTS_PATH, WORKDIR
+from sandboxes.base import OUTPUTS_PATH, WORKDIR
 
 BRIDGE_PREFIX = "mgo-"  # interface names are at most 15 characters
 SUBNET_PREFIX = 29  # gateway + the sandbox, 6 usable addresses
@@ -94,7 +94,7 @@ def egress_hosts(networking: dict | None, mcp_server_urls: list[str] = ()) -> li
 
 def _covers(entry: str, host: str) -> bool:
     """The allow-list entry lets the proxy reach `host` (an exact name or a `*.` wildcard, as
-    sandbox/egress_proxy.py matches them)."""
+    sandboxes/egress_proxy.py matches them)."""
     entry, host = entry.lower().rstrip("."), host.lower().rstrip(".")
     if entry == "*":
         return True

@@ -20,8 +20,8 @@ import threading
 
 from django.conf import settings
 
-from sessions.sandbox.base import SandboxError
-from sessions.sandbox.policy import BRIDGE_PREFIX
+from sandboxes.base import SandboxError
+from sandboxes.policy import BRIDGE_PREFIX
 
 RULES = (
     ("iptables", ["INPUT", "-i", f"{BRIDGE_PREFIX}+", "-j", "DROP"]),
