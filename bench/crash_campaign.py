@@ -414,7 +414,7 @@ class Campaign:
         return tree
 
     def _memories(self) -> dict[str, str]:
-        from sessions.models import Memory
+        from memory.models import Memory
 
         return dict(Memory.objects.filter(store_id=self.memory_store_id).values_list("path", "content_sha256"))
 
@@ -457,7 +457,8 @@ class Campaign:
         the baseline equal the tree."""
         import hashlib as _hashlib
 
-        from sessions.models import Memory, MemoryVersion, SessionMemoryStore
+        from memory.models import Memory, MemoryVersion
+        from sessions.models import SessionMemoryStore
         from sessions.services.memory_mounts import memory_writeback_at_idle
 
         counts = Counter()

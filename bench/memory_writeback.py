@@ -37,7 +37,8 @@ def main() -> None:
     from django.db import transaction
 
     import sandboxes as sandbox
-    from sessions.models import Memory, Session
+    from memory.models import Memory
+    from sessions.models import Session
     from sessions.services.memory import memory_store_create, session_memory_stores_attach
     from sessions.services.memory_mounts import memory_writeback_at_idle, session_memory_place
     from sessions.services.outputs import outputs_publish_at_idle

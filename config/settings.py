@@ -55,6 +55,10 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "core",
     "files",
+    "agents",
+    "vaults",
+    "memory",
+    "skills",
     "sessions.apps.SessionsConfig",
     "processors",
 ]

@@ -22,6 +22,23 @@ def hash_api_key(raw_key: str) -> str:
     return hashlib.sha256(raw_key.encode()).hexdigest()
 
 
+class Archivable:
+    """A row archived once: the first archive sets `archived_at`; archiving again changes nothing."""
+
+    # Whether archiving counts as an update of the row; an agent's `updated_at` is its version's.
+    archive_touches_updated_at = True
+
+    def archive(self) -> None:
+        if self.archived_at is not None:
+            return
+        self.archived_at = timezone.now()
+        fields = ["archived_at"]
+        if self.archive_touches_updated_at:
+            self.updated_at = self.archived_at
+            fields.append("updated_at")
+        self.save(update_fields=fields)
+
+
 class Workspace(models.Model):
     """The tenant. Every File, Agent, Environment and Session belongs to exactly one."""
 

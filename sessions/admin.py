@@ -5,101 +5,15 @@ import json
 
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
-from django.db import models
 from django.template.response import TemplateResponse
-from django.utils.html import format_html
 
 import sandboxes as sandbox
-from sessions.models import (
-    Agent,
-    AgentVersion,
-    Environment,
-    EnvironmentKey,
-    Memory,
-    MemoryStore,
-    MemoryVersion,
-    Session,
-    Skill,
-    SkillVersion,
-    Vault,
-    VaultCredential,
-    WorkItem,
-)
+from agents.models import Environment
+from core.adminkit import pretty_json
+from sessions.models import EnvironmentKey, Session, WorkItem
 from sessions.services import work as work_services
-from sessions.services.vaults import credential_revoke
-
-
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    can_delete = False
-    show_change_link = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 EVENTS_PER_PAGE = 20
-
-
-def _pretty(value) -> str:
-    return format_html("<pre style='white-space:pre-wrap;margin:0'>{}</pre>", json.dumps(value, indent=2))
-
-
-class AgentVersionInline(ReadOnlyInline):
-    model = AgentVersion
-    fields = ("version", "created_at", "config_pretty")
-    readonly_fields = fields
-    ordering = ("-version",)
-
-    @admin.display(description="config")
-    def config_pretty(self, obj):
-        return _pretty(obj.config)
-
-
-@admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
-    list_display = ("id", "name", "workspace", "version", "created_at", "archived_at")
-    list_filter = ("archived_at",)
-    search_fields = ("id",)
-    readonly_fields = ("id", "workspace", "version", "created_at", "updated_at", "archived_at")
-    inlines = [AgentVersionInline]
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    @admin.display(description="name")
-    def name(self, obj):
-        version = obj.versions.filter(version=obj.version).first()
-        return version.config.get("name") if version else ""
-
-    def has_add_permission(self, request):
-        return False
-
-
-@admin.register(Environment)
-class EnvironmentAdmin(admin.ModelAdmin):
-    list_display = ("id", "name", "workspace", "kind", "created_at", "archived_at")
-    search_fields = ("id", "name")
-    readonly_fields = ("id", "workspace", "config", "created_at", "updated_at", "archived_at")
-
-    @admin.display(description="type")
-    def kind(self, obj):
-        return obj.config.get("type")
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def has_add_permission(self, request):
-        return False
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -162,7 +76,7 @@ class SessionAdmin(admin.ModelAdmin):
     @admin.display(description="session.error events")
     def errors(self, obj):
         rows = obj.events.filter(type="session.error").order_by("-seq")[:20]
-        return _pretty([{"seq": e.seq, **e.payload.get("error", {})} for e in rows])
+        return pretty_json([{"seq": e.seq, **e.payload.get("error", {})} for e in rows])
 
     def has_add_permission(self, request):
         return False
@@ -192,94 +106,6 @@ class SessionAdmin(admin.ModelAdmin):
             ]  # fmt: skip
             extra["resources"] = list(session.resources.order_by("created_at", "id"))
         return super().change_view(request, object_id, form_url, extra)
-
-
-class SkillVersionInline(ReadOnlyInline):
-    model = SkillVersion
-    fields = ("version", "name", "description", "file_count", "size_bytes", "ready", "created_at")
-    readonly_fields = fields
-    ordering = ("-version",)
-
-    @admin.display(description="files")
-    def file_count(self, obj):
-        return len(obj.files)
-
-
-@admin.register(Skill)
-class SkillAdmin(admin.ModelAdmin):
-    """Skills per workspace with their versions (read-only: uploads go through the API)."""
-
-    list_display = ("id", "display_name", "name", "workspace", "latest_version", "created_at")
-    list_filter = ("workspace",)
-    search_fields = ("id", "name", "display_name")
-    readonly_fields = ("id", "workspace", "display_name", "name", "latest_version", "created_at", "updated_at")
-    inlines = [SkillVersionInline]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-@admin.register(MemoryStore)
-class MemoryStoreAdmin(admin.ModelAdmin):
-    """Memory stores per workspace with their size (bytes of current content) and counts of
-    memories and versions (read-only: memories change through the API and write-back)."""
-
-    list_display = (
-        "id",
-        "name",
-        "workspace",
-        "memory_count",
-        "size_bytes",
-        "version_count",
-        "archived_at",
-        "created_at",
-    )
-    list_filter = ("workspace",)
-    search_fields = ("id", "name")
-    readonly_fields = ("id", "workspace", "name", "description", "metadata", "created_at", "updated_at", "archived_at")
-
-    def get_queryset(self, request):
-        # One subquery each: joining both memories and versions would multiply the sums.
-        def per_store(model, value):
-            rows = model.objects.filter(store=models.OuterRef("pk")).order_by().values("store")
-            return models.Subquery(rows.annotate(total=value).values("total"))
-
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                _memories=per_store(Memory, models.Count("id")),
-                _bytes=per_store(Memory, models.Sum("content_size_bytes")),
-                _versions=per_store(MemoryVersion, models.Count("id")),
-            )
-        )
-
-    @admin.display(description="memories", ordering="_memories")
-    def memory_count(self, obj):
-        return obj._memories or 0
-
-    @admin.display(description="size (bytes)", ordering="_bytes")
-    def size_bytes(self, obj):
-        return obj._bytes or 0
-
-    @admin.display(description="versions", ordering="_versions")
-    def version_count(self, obj):
-        return obj._versions or 0
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(EnvironmentKey)
@@ -374,81 +200,3 @@ class WorkItemAdmin(admin.ModelAdmin):
     list_filter = ("state",)
     search_fields = ("id", "session__id", "environment__id")
     readonly_fields = [f.name for f in WorkItem._meta.fields]
-
-
-class VaultCredentialInline(ReadOnlyInline):
-    """Names, types, server URLs and last use; never a secret (the `secret` column is not shown)."""
-
-    model = VaultCredential
-    fields = ("id", "display_name", "auth_type", "mcp_server_url", "last_used_at", "archived_at")
-    readonly_fields = fields
-
-
-@admin.register(Vault)
-class VaultAdmin(admin.ModelAdmin):
-    list_display = ("id", "display_name", "workspace", "created_at", "archived_at")
-    list_filter = ("workspace",)
-    search_fields = ("id", "display_name")
-    readonly_fields = ("id", "workspace", "display_name", "metadata", "created_at", "updated_at", "archived_at")
-    inlines = [VaultCredentialInline]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-@admin.register(VaultCredential)
-class VaultCredentialAdmin(admin.ModelAdmin):
-    """Credentials per workspace, with revoke (archive and erase the stored secret). The secret
-    is never a field here: not in the list, the form, nor the search."""
-
-    list_display = (
-        "id",
-        "display_name",
-        "auth_type",
-        "mcp_server_url",
-        "vault",
-        "workspace",
-        "last_used_at",
-        "archived_at",
-    )
-    list_filter = ("workspace", "auth_type")
-    search_fields = ("id", "display_name", "mcp_server_url")
-    fields = (
-        "id",
-        "vault",
-        "workspace",
-        "display_name",
-        "auth_type",
-        "mcp_server_url",
-        "metadata",
-        "last_used_at",
-        "created_at",
-        "updated_at",
-        "archived_at",
-    )
-    readonly_fields = fields
-    actions = ["revoke"]
-
-    def get_queryset(self, request):
-        return super().get_queryset(request).defer("secret")
-
-    @admin.action(description="Revoke (archive and erase the secret)")
-    def revoke(self, request, queryset):
-        for credential in queryset.filter(archived_at__isnull=True):
-            credential_revoke(credential=credential)
-        self.message_user(request, "Revoked.")
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -1,4 +1,6 @@
-"""Agents (versioned), environments, sessions and their append-only event log.
+"""Sessions, their append-only event log, resources and memory attachments, and the self-hosted
+work queue (environment keys, work items). The catalogues a session refers to live in their own
+apps: agents/ (agents, environments), vaults/, memory/, skills/.
 
 Wire rendering lives in sessions/serializers/; writes in sessions/services/; reads in
 sessions/selectors.py.
@@ -6,36 +8,11 @@ sessions/selectors.py.
 
 from django.db import models
 from django.db.models import Q
-from django.utils import timezone
 
+from agents.models import Agent, Environment
 from core.ids import new_id
-from core.models import Workspace
+from core.models import Archivable, Workspace
 from sessions.events import EventType
-
-
-class Archivable:
-    """A row archived once: the first archive sets `archived_at`; archiving again changes nothing."""
-
-    # Whether archiving counts as an update of the row; an agent's `updated_at` is its version's.
-    archive_touches_updated_at = True
-
-    def archive(self) -> None:
-        if self.archived_at is not None:
-            return
-        self.archived_at = timezone.now()
-        fields = ["archived_at"]
-        if self.archive_touches_updated_at:
-            self.updated_at = self.archived_at
-            fields.append("updated_at")
-        self.save(update_fields=fields)
-
-
-def _agent_id() -> str:
-    return new_id("agent")
-
-
-def _environment_id() -> str:
-    return new_id("env")
 
 
 def _session_id() -> str:
@@ -44,61 +21,6 @@ def _session_id() -> str:
 
 def _event_id() -> str:
     return new_id("sevt")
-
-
-class Agent(Archivable, models.Model):
-    """An agent. Its configuration lives in immutable AgentVersion rows; `version` is the latest."""
-
-    archive_touches_updated_at = False
-
-    id = models.CharField(primary_key=True, max_length=64, default=_agent_id, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="agents")
-    version = models.PositiveIntegerField(default=1)
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
-    archived_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["workspace", "-id"], name="agent_ws_id_desc")]
-
-    def __str__(self) -> str:
-        return self.id
-
-
-class AgentVersion(models.Model):
-    """One immutable version of an agent: the full configuration as the API resolved it."""
-
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
-    version = models.PositiveIntegerField()
-    # name, description, system, model, tools, mcp_servers, skills, metadata, execution_identity, multiagent
-    config = models.JSONField()
-    created_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["agent", "version"], name="agent_version_unique")]
-
-    def __str__(self) -> str:
-        return f"{self.agent_id} v{self.version}"
-
-
-class Environment(Archivable, models.Model):
-    id = models.CharField(primary_key=True, max_length=64, default=_environment_id, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="environments")
-    name = models.CharField(max_length=255)
-    description = models.TextField(null=True, blank=True)  # noqa: DJ001 — null and "" differ
-    # Resolved form: {"type": "cloud", "networking": {...}, "packages": {...}} or {"type": "self_hosted"}.
-    config = models.JSONField()
-    metadata = models.JSONField(default=dict)
-    scope = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001 — null and "" differ
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
-    archived_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["workspace", "-id"], name="env_ws_id_desc")]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.id})"
 
 
 class Session(Archivable, models.Model):
@@ -248,145 +170,6 @@ class SessionResource(models.Model):
         return f"{self.id} → {self.mount_path}"
 
 
-def _skill_id() -> str:
-    return new_id("skill")
-
-
-class Skill(models.Model):
-    """A custom skill: a versioned directory upload (SKILL.md and the files it refers to).
-    `name` is the kebab-case slug from the first upload's frontmatter, the same for every
-    version; `latest_version` the newest version's id (a skill always holds one)."""
-
-    id = models.CharField(primary_key=True, max_length=64, default=_skill_id, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="skills")
-    display_name = models.CharField(max_length=255)
-    name = models.CharField(max_length=64)
-    # Empty until the first version is ready: such a skill is not visible yet.
-    latest_version = models.CharField(max_length=32, blank=True, default="")
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
-
-    class Meta:
-        indexes = [models.Index(fields=["workspace", "-id"], name="skill_ws_id_desc")]
-
-    def __str__(self) -> str:
-        return f"{self.id} ({self.name})"
-
-
-class SkillVersion(models.Model):
-    """One immutable upload of a skill. `version` is its public id (microseconds since the epoch,
-    increasing per skill). `files`: [{path (inside the skill's directory), size, sha256, key}],
-    each file one object in the store."""
-
-    skill = models.ForeignKey(Skill, on_delete=models.CASCADE, related_name="versions")
-    version = models.CharField(max_length=32)
-    name = models.CharField(max_length=64)
-    description = models.TextField()
-    files = models.JSONField(default=list)
-    size_bytes = models.PositiveBigIntegerField(default=0)
-    # False while its objects are being written (the row comes first, naming their keys, so a
-    # crash leaves nothing the sweep cannot find); only ready versions are visible.
-    ready = models.BooleanField(default=False)
-    created_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["skill", "version"], name="skill_version_unique")]
-
-    def __str__(self) -> str:
-        return f"{self.skill_id}@{self.version}"
-
-
-def _memory_store_id() -> str:
-    return new_id("memstore")
-
-
-def _memory_id() -> str:
-    return new_id("mem")
-
-
-def _memory_version_id() -> str:
-    return new_id("memver")
-
-
-class MemoryStore(Archivable, models.Model):
-    """A named container of memories (path-addressed UTF-8 text), scoped to a workspace. Its
-    memories and their version log live in PostgreSQL (sessions/services/memory.py says why)."""
-
-    id = models.CharField(primary_key=True, max_length=64, default=_memory_store_id, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memory_stores")
-    name = models.CharField(max_length=255)
-    description = models.TextField(blank=True, default="")
-    metadata = models.JSONField(default=dict)
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
-    archived_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["workspace", "-id"], name="memstore_ws_id_desc")]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.id})"
-
-
-class Memory(models.Model):
-    """The current state of one memory: its path (unique in the store, compared byte-wise: the
-    column's collation is "C") and content. `version_id` is the MemoryVersion holding that
-    content; every change writes the version and this row in one transaction."""
-
-    id = models.CharField(primary_key=True, max_length=64, default=_memory_id, editable=False)
-    store = models.ForeignKey(MemoryStore, on_delete=models.CASCADE, related_name="memories")
-    path = models.TextField(db_collation="C")
-    content = models.TextField(blank=True, default="")
-    content_sha256 = models.CharField(max_length=64)
-    content_size_bytes = models.PositiveIntegerField()
-    version_id = models.CharField(max_length=64)
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["store", "path"], name="memory_store_path_unique")]
-
-    def __str__(self) -> str:
-        return f"{self.store_id}:{self.path}"
-
-
-class MemoryVersion(models.Model):
-    """One immutable entry of a store's log: a memory created, modified or deleted, by whom.
-    `memory_id` is not a foreign key: versions outlive their memory. Only redaction changes a
-    version afterwards (clearing path and content, recording who redacted it)."""
-
-    class Operation(models.TextChoices):
-        CREATED = "created"
-        MODIFIED = "modified"
-        DELETED = "deleted"
-
-    id = models.CharField(primary_key=True, max_length=64, default=_memory_version_id, editable=False)
-    store = models.ForeignKey(MemoryStore, on_delete=models.CASCADE, related_name="versions")
-    memory_id = models.CharField(max_length=64)
-    operation = models.CharField(max_length=16, choices=Operation.choices)
-    path = models.TextField(null=True, blank=True, db_collation="C")  # noqa: DJ001 — null: redacted
-    content = models.TextField(null=True, blank=True)  # noqa: DJ001 — null: deleted or redacted
-    content_sha256 = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 — null: deleted or redacted
-    content_size_bytes = models.PositiveIntegerField(null=True, blank=True)
-    # The actor ({type: api_actor, api_key_id} | {type: session_actor, session_id}), and its id
-    # in a column of its own for the list filters.
-    created_by = models.JSONField(null=True, blank=True)
-    api_key_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 — null: not an API key
-    session_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 — null: not a session
-    redacted_at = models.DateTimeField(null=True, blank=True)
-    redacted_by = models.JSONField(null=True, blank=True)
-    created_at = models.DateTimeField()
-
-    class Meta:
-        indexes = [
-            models.Index(fields=["store", "-id"], name="memver_store_id_desc"),
-            models.Index(fields=["store", "memory_id", "-id"], name="memver_store_memory"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.id} ({self.operation} {self.memory_id})"
-
-
 class SessionMemoryStore(models.Model):
     """A memory store attached to a session at creation: the store's name and description as
     they were then, the access mode and instructions, and the mount path derived from the name."""
@@ -507,72 +290,3 @@ class WorkItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} ({self.state})"
-
-
-def _vault_id() -> str:
-    return new_id("vlt")
-
-
-def _credential_id() -> str:
-    return new_id("vcrd")
-
-
-class Vault(Archivable, models.Model):
-    """A workspace's named set of credentials that sessions reference by id (`vault_ids`)."""
-
-    id = models.CharField(primary_key=True, max_length=64, default=_vault_id, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="vaults")
-    display_name = models.CharField(max_length=255)
-    metadata = models.JSONField(default=dict)
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
-    archived_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["workspace", "-id"], name="vault_ws_id_desc")]
-
-    def __str__(self) -> str:
-        return f"{self.display_name} ({self.id})"
-
-
-class VaultCredential(Archivable, models.Model):
-    """One credential of a vault. `auth` holds what may be shown (type, server URL, expiry, the
-    refresh settings without their secrets); `secret` is a Fernet token (core/secrets.py) of the
-    JSON of the secret parts (token, access and refresh tokens, client secret): never rendered,
-    decrypted only by the worker right before use. An archived (revoked) credential is never
-    used again. At most one live credential per server URL in a vault: matching is by URL."""
-
-    class AuthType(models.TextChoices):
-        STATIC_BEARER = "static_bearer"
-        MCP_OAUTH = "mcp_oauth"
-        # Substituted into the sandbox's outbound requests by its egress proxy (docs/sandboxes.md);
-        # no server URL (""); one live credential per secret_name in a vault (the service checks).
-        ENVIRONMENT_VARIABLE = "environment_variable"
-
-    id = models.CharField(primary_key=True, max_length=64, default=_credential_id, editable=False)
-    vault = models.ForeignKey(Vault, on_delete=models.CASCADE, related_name="credentials")
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="vault_credentials")
-    display_name = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001 — null and "" differ
-    metadata = models.JSONField(default=dict)
-    auth_type = models.CharField(max_length=32, choices=AuthType.choices)
-    mcp_server_url = models.CharField(max_length=2048)
-    auth = models.JSONField(default=dict)
-    secret = models.TextField()
-    # When the worker last sent it to a server (admin: last use).
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
-    archived_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["vault", "mcp_server_url"],
-                condition=Q(archived_at__isnull=True) & ~Q(auth_type="environment_variable"),
-                name="vault_credential_live_url_unique",
-            )
-        ]
-        indexes = [models.Index(fields=["vault", "-id"], name="vault_credential_id_desc")]
-
-    def __str__(self) -> str:
-        return f"{self.display_name or self.auth_type} ({self.id})"

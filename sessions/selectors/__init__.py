@@ -10,19 +10,12 @@ from typing import NamedTuple
 from django.db import connection
 from django.db.models import F, OuterRef, Subquery
 
+from agents.models import Agent, AgentVersion, Environment
 from core.errors import InvalidRequest, NotFound
 from core.lookups import row_or_not_found
 from core.pagination import keyset_page, rendered_bytes
 from sessions.events import TERMINAL_RESULTS, EventType
-from sessions.models import (
-    Agent,
-    AgentVersion,
-    Environment,
-    Session,
-    SessionEvent,
-    SessionMemoryStore,
-    SessionResource,
-)
+from sessions.models import Session, SessionEvent, SessionMemoryStore, SessionResource
 
 
 def agent_get(*, workspace, agent_id: str, for_update: bool = False) -> Agent:

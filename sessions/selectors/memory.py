@@ -10,7 +10,8 @@ from django.db.models.functions import Coalesce, Collate, Substr
 from core.errors import NotFound
 from core.lookups import one_or_not_found
 from core.pagination import cursor_decode, cursor_encode, keyset_page, rendered_bytes
-from sessions.models import Memory, MemoryStore, MemoryVersion, Session, SessionMemoryStore
+from memory.models import Memory, MemoryStore, MemoryVersion
+from sessions.models import Session, SessionMemoryStore
 
 
 def memory_store_get(*, workspace, memory_store_id: str, for_update: bool = False) -> MemoryStore:

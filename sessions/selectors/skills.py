@@ -6,7 +6,7 @@ from core.errors import NotFound
 from core.lookups import one_or_not_found
 from core.pagination import keyset_page
 from processors.resources import SKILLS_DIR
-from sessions.models import Skill, SkillVersion
+from skills.models import Skill, SkillVersion
 
 SOURCES = ("custom", "anthropic")
 

@@ -4,7 +4,7 @@ same 404 as a missing one. Lists are newest first."""
 from core.errors import NotFound
 from core.lookups import one_or_not_found
 from core.pagination import keyset_page, rendered_bytes
-from sessions.models import Vault, VaultCredential
+from vaults.models import Vault, VaultCredential
 
 
 def vault_get(*, workspace, vault_id: str, for_update: bool = False) -> Vault:

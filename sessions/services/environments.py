@@ -1,9 +1,9 @@
 from django.db import transaction
 from django.utils import timezone
 
+from agents.models import Environment
 from core.updates import model_update
 from sessions.configs import environment_config_resolve, metadata_patch_apply
-from sessions.models import Environment
 from sessions.selectors import environment_get
 
 

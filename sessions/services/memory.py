@@ -26,6 +26,7 @@ from django.utils import timezone
 from core.errors import Conflict, InvalidRequest
 from core.models import Workspace
 from core.updates import model_update
+from memory.models import Memory, MemoryStore, MemoryVersion
 from processors.memory import (
     MAX_MEMORY_STORES_PER_SESSION,
     MemoryRefused,
@@ -35,7 +36,7 @@ from processors.memory import (
     mount_path,
 )
 from sessions.configs import metadata_patch_apply
-from sessions.models import Memory, MemoryStore, MemoryVersion, SessionMemoryStore
+from sessions.models import SessionMemoryStore
 from sessions.selectors.memory import memory_get, memory_store_get, memory_version_get
 
 

@@ -36,6 +36,7 @@ from django.utils import timezone
 import sandboxes as sandbox
 from core.crashpoints import crash_point
 from core.streams import buffered_reader
+from memory.models import Memory, MemoryStore, MemoryVersion
 from processors.memory import (
     CONTENT_MAX_BYTES,
     MEMORY_ROOT,
@@ -47,7 +48,7 @@ from processors.memory import (
 from processors.resources import tar_stream_for_files
 from sessions import events as ev
 from sessions.events import EventType
-from sessions.models import Memory, MemoryStore, MemoryVersion, Session, SessionMemoryStore
+from sessions.models import Session, SessionMemoryStore
 from sessions.selectors.memory import memory_store_contents, memory_store_for_session, session_memory_stores
 from sessions.services.events import session_event_append
 from sessions.services.memory import (

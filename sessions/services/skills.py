@@ -24,8 +24,8 @@ from core.errors import InvalidRequest, RequestTooLarge
 from files import storage
 from processors.resources import SKILLS_DIR, tar_stream_for_files
 from processors.skills import SKILL_FILE, SkillRefused, check_paths, parse_manifest, zip_members
-from sessions.models import Skill, SkillVersion
 from sessions.selectors.skills import session_skills, skill_get, skill_version_get
+from skills.models import Skill, SkillVersion
 
 logger = logging.getLogger(__name__)
 

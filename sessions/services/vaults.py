@@ -25,9 +25,10 @@ from core.errors import Conflict, InvalidRequest, ServiceUnavailable
 from core.outbound import OutboundRefused, check_url
 from core.updates import model_update
 from sessions.configs import metadata_patch_apply
-from sessions.models import SessionResource, Vault, VaultCredential
+from sessions.models import SessionResource
 from sessions.selectors.vaults import credential_by_id, credential_get, vault_get
 from sessions.services.sandboxes import sandbox_proxies_revoke_on_commit
+from vaults.models import Vault, VaultCredential
 
 PROBE_TIMEOUT_SECONDS = 15.0
 

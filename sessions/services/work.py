@@ -23,12 +23,13 @@ from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agents.models import Environment
 from core.api import rfc3339
 from core.errors import ApiError, Conflict, InvalidRequest, NotFound
 from core.lookups import columns_of, returned_row
 from sessions import credentials, notify
 from sessions.configs import metadata_patch_apply
-from sessions.models import Environment, EnvironmentKey, Session, WorkItem
+from sessions.models import EnvironmentKey, Session, WorkItem
 
 logger = logging.getLogger(__name__)
 

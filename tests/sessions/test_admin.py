@@ -35,9 +35,9 @@ def test_admin_pages_show_sessions_events_and_errors(admin_client, api_key):
     assert "session.error" in body
     assert "model_overloaded_error" in body
     assert "Sandbox (live)" in body
-    assert admin_client.get(f"/admin/agent_sessions/agent/{agent.id}/change/").status_code == 200
-    assert admin_client.get(f"/admin/agent_sessions/environment/{env.id}/change/").status_code == 200
-    assert admin_client.get("/admin/agent_sessions/agent/").status_code == 200
+    assert admin_client.get(f"/admin/agents/agent/{agent.id}/change/").status_code == 200
+    assert admin_client.get(f"/admin/agents/environment/{env.id}/change/").status_code == 200
+    assert admin_client.get("/admin/agents/agent/").status_code == 200
 
 
 def test_admin_lists_memory_stores_with_size_and_counts(admin_client, api_key):
@@ -57,11 +57,11 @@ def test_admin_lists_memory_stores_with_size_and_counts(admin_client, api_key):
         expected_sha256=None,
         actor=actor,
     )
-    page = admin_client.get(f"/admin/agent_sessions/memorystore/?workspace__id__exact={workspace.id}")
+    page = admin_client.get(f"/admin/memory/memorystore/?workspace__id__exact={workspace.id}")
     assert page.status_code == 200
     body = page.content.decode()
     # 2 memories, 4 + 6 bytes of current content, 3 versions.
     row = body[body.index(store.id) :].split("</tr>")[0]
     cells = [cell.split(">")[-1] for cell in row.split("</td>")[:-1]]
     assert cells[-5:-2] == ["2", "10", "3"], cells
-    assert admin_client.get(f"/admin/agent_sessions/memorystore/{store.id}/change/").status_code == 200
+    assert admin_client.get(f"/admin/memory/memorystore/{store.id}/change/").status_code == 200

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from agents.models import Agent, AgentVersion, Environment
 from core.pagination import cursor_encode
-from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent
+from sessions.models import Session, SessionEvent
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from sessions.models import Agent, AgentVersion, Environment, Session, SessionEvent
+from agents.models import Agent, AgentVersion, Environment
+from sessions.models import Session, SessionEvent
 from sessions.serializers import common as limits
 
 pytestmark = pytest.mark.django_db

@@ -16,11 +16,11 @@ import pytest
 from cryptography.fernet import Fernet, MultiFernet
 
 from core import secrets
-from sessions.models import VaultCredential
 from tests.mcp_server import McpTestServer
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for
 from tests.sessions.test_vaults import pg_dump
+from vaults.models import VaultCredential
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -7,7 +7,7 @@ import hashlib
 import anthropic
 import pytest
 
-from sessions.models import Memory, MemoryStore, MemoryVersion
+from memory.models import Memory, MemoryStore, MemoryVersion
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -5,7 +5,7 @@ the memory rules refuse are named and not stored; the system prompt's memory sec
 
 import pytest
 
-from sessions.models import Memory, MemoryVersion
+from memory.models import Memory, MemoryVersion
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for
 

@@ -14,7 +14,7 @@ from anthropic.lib import files_from_dir
 from anthropic.lib.tools._skills import download_session_skills
 
 from files import storage
-from sessions.models import Skill, SkillVersion
+from skills.models import Skill, SkillVersion
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for
 

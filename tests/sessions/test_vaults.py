@@ -19,9 +19,10 @@ from django.db import connection
 from django.utils import timezone
 
 from core import oauth, secrets
-from sessions.models import SessionResource, VaultCredential
+from sessions.models import SessionResource
 from tests.factories import make_session
 from tests.mcp_server import McpTestServer
+from vaults.models import VaultCredential
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -502,10 +503,10 @@ def test_admin_lists_vaults_and_credentials_without_secrets_and_revokes(admin_cl
         display_name="Docs server",
     )
     pages = [
-        admin_client.get("/admin/agent_sessions/vaultcredential/"),
-        admin_client.get(f"/admin/agent_sessions/vaultcredential/{credential.id}/change/"),
-        admin_client.get("/admin/agent_sessions/vault/"),
-        admin_client.get(f"/admin/agent_sessions/vault/{vault.id}/change/"),
+        admin_client.get("/admin/vaults/vaultcredential/"),
+        admin_client.get(f"/admin/vaults/vaultcredential/{credential.id}/change/"),
+        admin_client.get("/admin/vaults/vault/"),
+        admin_client.get(f"/admin/vaults/vault/{vault.id}/change/"),
     ]
     ciphertext = VaultCredential.objects.get(id=credential.id).secret
     for number, page in enumerate(pages):
@@ -516,7 +517,7 @@ def test_admin_lists_vaults_and_credentials_without_secrets_and_revokes(admin_cl
     assert "static_bearer" in pages[0].content.decode()
 
     revoked = admin_client.post(
-        "/admin/agent_sessions/vaultcredential/", {"action": "revoke", "_selected_action": [credential.id]}
+        "/admin/vaults/vaultcredential/", {"action": "revoke", "_selected_action": [credential.id]}
     )
     assert revoked.status_code == 302
     row = VaultCredential.objects.get(id=credential.id)
