@@ -1,6 +1,7 @@
 """Small helpers shared by every API module: header parsing and query-parameter readers that
 understand the SDK's bracketed arrays (api-contract.md §0), and the API's one timestamp format."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -12,18 +13,19 @@ from core.errors import InvalidRequest
 from core.schema import list_parameters
 
 
-def beta_values(request) -> set[str]:
-    """The `anthropic-beta` values: comma-separated, possibly over several headers (WSGI joins
-    repeated headers with commas)."""
-    raw = request.META.get("HTTP_ANTHROPIC_BETA", "")
+def beta_values(meta: Mapping[str, str]) -> set[str]:
+    """The `anthropic-beta` values of a request's META (a WSGI environ, or the ASGI endpoints'
+    meta): comma-separated, possibly over several headers (WSGI joins them with commas)."""
+    raw = meta.get("HTTP_ANTHROPIC_BETA", "")
     return {value.strip() for value in raw.split(",") if value.strip()}
 
 
-def require_beta_in_strict_mode(request, beta: str) -> None:
-    if settings.MANGO_STRICT and beta not in beta_values(request):
-        raise InvalidRequest(
-            f"Missing required header: anthropic-beta must include {beta!r} (strict mode is on).",
-        )
+def require_beta(meta: Mapping[str, str], *betas: str) -> None:
+    """The one beta-header rule (api-contract.md §0): in strict mode a request must name one of
+    `betas` in anthropic-beta; otherwise the header is not required."""
+    if settings.MANGO_STRICT and not beta_values(meta) & set(betas):
+        wanted = " or ".join(repr(beta) for beta in betas)
+        raise InvalidRequest(f"Missing required header: anthropic-beta must include {wanted} (strict mode is on).")
 
 
 def query_list(request, name: str) -> list[str]:

@@ -188,6 +188,12 @@ def new_request_id() -> str:
     return f"req_{uuid.uuid4().hex}"
 
 
+def scope_request_id(scope: dict) -> str:
+    """An ASGI endpoint's request id: the one Django's RequestIdMiddleware gave the request when it
+    came that way (sessions/streams/wsgi.py hands it over as `mango.request_id`), else a new one."""
+    return scope.get("mango.request_id") or new_request_id()
+
+
 def error_body(*, status: int, type: str, message: str, details: dict | None, request_id: str | None) -> dict:
     return {
         "type": "error",
@@ -288,10 +294,17 @@ def to_api_error(exc: Exception) -> ApiError | None:
 def exception_handler(exc, context):
     """DRF's EXCEPTION_HANDLER: every error a view raises leaves here as the envelope."""
     request = context.get("request")
+    return error_response(request, api_error_for(exc, request_id=getattr(request, "request_id", None)))
+
+
+def api_error_for(exc: Exception, *, request_id: str | None) -> ApiError:
+    """The error every exception leaves as, from a DRF view or an ASGI endpoint alike: a known
+    one as its ApiError, the unexpected logged and answered as a 500; an authentication failure
+    carries the `WWW-Authenticate: Bearer` challenge (RFC 9110 §11.6.1)."""
     error = to_api_error(exc)
     if error is None:
-        logger.exception("unhandled error", extra={"request_id": getattr(request, "request_id", None)})
+        logger.exception("unhandled error", extra={"request_id": request_id})
         error = ApiError()
-    if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
+    if isinstance(error, AuthenticationFailed):
         error.headers = {**error.headers, "WWW-Authenticate": "Bearer"}
-    return error_response(request, error)
+    return error

@@ -1,6 +1,6 @@
 import logging
 
-from core.errors import ApiError, InvalidRequest, error_response, new_request_id, to_api_error
+from core.errors import InvalidRequest, api_error_for, error_response, new_request_id
 
 logger = logging.getLogger(__name__)
 
@@ -23,11 +23,7 @@ class RequestIdMiddleware:
         return response
 
     def process_exception(self, request, exception):
-        error = to_api_error(exception)
-        if error is None:
-            logger.exception("unhandled error", extra={"request_id": getattr(request, "request_id", None)})
-            error = ApiError()
-        return error_response(request, error)
+        return error_response(request, api_error_for(exception, request_id=getattr(request, "request_id", None)))
 
 
 def _has_nul(request) -> bool:

@@ -11,10 +11,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from core import metrics
-from core.api import IgnoreAccept, query_int, query_list, require_beta_in_strict_mode, rfc3339
+from core.api import IgnoreAccept, query_int, query_list, rfc3339
+from core.apiview import BetaApi
 from core.errors import InvalidRequest, RequestTooLarge
 from core.serializers import deleted_output, page_output
 from files import naming, selectors, services, storage, uploads
@@ -89,12 +89,12 @@ _LIST_PARAMETERS = [
 ]
 
 
-class FilesApiView(APIView):
+class FilesApiView(BetaApi):
     content_negotiation_class = IgnoreAccept
+    betas = ("MANGO_FILES_BETA",)
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
-        require_beta_in_strict_mode(request, settings.MANGO_FILES_BETA)
         storage.require_configured()
 
 

@@ -4,8 +4,8 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
 from core.api import Paging, query_bool, query_int, query_time_range
+from core.apiview import BetaApi
 from core.schema import time_range_parameters
-from sessions.apis.base import AgentsApi
 from sessions.selectors import agent_get, agent_list, agent_version_get, agent_version_list
 from sessions.serializers.agents import (
     AgentCreateInputSerializer,
@@ -20,7 +20,7 @@ from sessions.services import agents as agent_services
 PAGES = Paging(maximum=100, default=20)
 
 
-class AgentListCreateApi(AgentsApi):
+class AgentListCreateApi(BetaApi):
     @extend_schema(operation_id="agents_create", request=AgentCreateInputSerializer, responses=AgentOutputSerializer)
     def post(self, request):
         fields, _ = parse_agent_fields(request.data, partial=False)
@@ -46,7 +46,7 @@ class AgentListCreateApi(AgentsApi):
         return Response({"data": [agent_to_wire(a, v) for a, v in rows], "next_page": next_page})
 
 
-class AgentDetailApi(AgentsApi):
+class AgentDetailApi(BetaApi):
     @extend_schema(
         operation_id="agents_retrieve",
         parameters=[OpenApiParameter("version", int, description="A past version; default the latest.")],
@@ -66,14 +66,14 @@ class AgentDetailApi(AgentsApi):
         return Response(agent_to_wire(agent, version))
 
 
-class AgentArchiveApi(AgentsApi):
+class AgentArchiveApi(BetaApi):
     @extend_schema(operation_id="agents_archive", request=None, responses=AgentOutputSerializer)
     def post(self, request, agent_id: str):
         agent, version = agent_services.agent_archive(workspace=request.user, agent_id=agent_id)
         return Response(agent_to_wire(agent, version))
 
 
-class AgentVersionsApi(AgentsApi):
+class AgentVersionsApi(BetaApi):
     @extend_schema(
         operation_id="agents_versions_list",
         parameters=PAGES.parameters(),

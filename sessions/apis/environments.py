@@ -4,7 +4,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
 from core.api import Paging, query_bool
-from sessions.apis.base import AgentsApi
+from core.apiview import BetaApi
 from sessions.selectors import environment_get, environment_list
 from sessions.serializers.environments import (
     EnvironmentCreateInputSerializer,
@@ -21,7 +21,7 @@ from sessions.services import environments as environment_services
 PAGES = Paging(maximum=1000, default=20)
 
 
-class EnvironmentListCreateApi(AgentsApi):
+class EnvironmentListCreateApi(BetaApi):
     @extend_schema(
         operation_id="environments_create",
         request=EnvironmentCreateInputSerializer,
@@ -47,7 +47,7 @@ class EnvironmentListCreateApi(AgentsApi):
         return Response({"data": [environment_to_wire(row) for row in rows], "next_page": next_page})
 
 
-class EnvironmentDetailApi(AgentsApi):
+class EnvironmentDetailApi(BetaApi):
     @extend_schema(operation_id="environments_retrieve", responses=EnvironmentOutputSerializer)
     def get(self, request, environment_id: str):
         return Response(environment_to_wire(environment_get(workspace=request.user, environment_id=environment_id)))
@@ -69,7 +69,7 @@ class EnvironmentDetailApi(AgentsApi):
         return Response({"id": environment_id, "type": "environment_deleted"})
 
 
-class EnvironmentArchiveApi(AgentsApi):
+class EnvironmentArchiveApi(BetaApi):
     @extend_schema(operation_id="environments_archive", request=None, responses=EnvironmentOutputSerializer)
     def post(self, request, environment_id: str):
         environment = environment_services.environment_archive(workspace=request.user, environment_id=environment_id)

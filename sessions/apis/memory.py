@@ -1,11 +1,10 @@
 """/v1/memory_stores, their memories and memory versions: the 14 SDK methods."""
 
-from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from core.api import Paging, beta_values, query_bool, query_datetime, query_int
+from core.api import Paging, query_bool, query_datetime, query_int
+from core.apiview import BetaApi
 from core.errors import InvalidRequest
 from processors.memory import PATH_MAX_SEGMENTS, MemoryRefused, check_path_prefix
 from sessions.selectors.memory import (
@@ -49,18 +48,11 @@ _VIEW = OpenApiParameter("view", str, enum=list(VIEWS))
 _CREATED = [OpenApiParameter("created_at[gte]", str), OpenApiParameter("created_at[lte]", str)]
 
 
-class MemoryApi(APIView):
+class MemoryApi(BetaApi):
     """In strict mode a request must send the memory beta or the managed-agents beta (either
     one, as the SDK's docstrings say)."""
 
-    def initial(self, request, *args, **kwargs):
-        super().initial(request, *args, **kwargs)
-        sent = beta_values(request)
-        if settings.MANGO_STRICT and not sent & {settings.MANGO_MEMORY_BETA, settings.MANGO_AGENTS_BETA}:
-            raise InvalidRequest(
-                f"Missing required header: anthropic-beta must include {settings.MANGO_MEMORY_BETA!r} or"
-                f" {settings.MANGO_AGENTS_BETA!r} (strict mode is on)."
-            )
+    betas = ("MANGO_MEMORY_BETA", "MANGO_AGENTS_BETA")
 
 
 def _view(request, default: str) -> str:

@@ -4,9 +4,9 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
 from core.api import Paging, query_bool, query_int, query_list, query_time_range
+from core.apiview import BetaApi, query_order
 from core.errors import InvalidRequest
 from core.schema import time_range_parameters
-from sessions.apis.base import AgentsApi, query_order
 from sessions.selectors import (
     session_get,
     session_list,
@@ -57,7 +57,7 @@ def session_wire(session) -> dict:
     return sessions_wire([session])[0]
 
 
-class SessionListCreateApi(AgentsApi):
+class SessionListCreateApi(BetaApi):
     @extend_schema(
         operation_id="sessions_create", request=SessionCreateInputSerializer, responses=SessionOutputSerializer
     )
@@ -101,7 +101,7 @@ class SessionListCreateApi(AgentsApi):
         return Response({"data": sessions_wire(rows), "next_page": next_page, "prev_page": prev_page})
 
 
-class SessionDetailApi(AgentsApi):
+class SessionDetailApi(BetaApi):
     @extend_schema(operation_id="sessions_retrieve", responses=SessionOutputSerializer)
     def get(self, request, session_id: str):
         return Response(session_wire(session_get(workspace=request.user, session_id=session_id)))
@@ -121,7 +121,7 @@ class SessionDetailApi(AgentsApi):
         return Response({"id": session_id, "type": "session_deleted"})
 
 
-class SessionArchiveApi(AgentsApi):
+class SessionArchiveApi(BetaApi):
     @extend_schema(operation_id="sessions_archive", request=None, responses=SessionOutputSerializer)
     def post(self, request, session_id: str):
         session = session_services.session_archive(workspace=request.user, session_id=session_id)

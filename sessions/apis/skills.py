@@ -12,9 +12,9 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from core.api import IgnoreAccept, Paging, require_beta_in_strict_mode
+from core.api import IgnoreAccept, Paging
+from core.apiview import BetaApi
 from core.bodies import content_length
 from core.errors import InvalidRequest
 from core.parsers import JSONParser
@@ -38,12 +38,10 @@ PAGES = Paging(maximum=1000, default=20)
 _FRAMING_SLACK_BYTES = 1024 * 1024
 
 
-class SkillsApi(APIView):
+class SkillsApi(BetaApi):
     """The skills beta header is required only in strict mode (as the other betas)."""
 
-    def initial(self, request, *args, **kwargs):
-        super().initial(request, *args, **kwargs)
-        require_beta_in_strict_mode(request, settings.MANGO_SKILLS_BETA)
+    betas = ("MANGO_SKILLS_BETA",)
 
 
 class _Limits(FileUploadHandler):

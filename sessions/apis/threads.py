@@ -9,9 +9,9 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from core.api import Paging, query_list, rfc3339
+from core.apiview import BetaApi
 from core.errors import InvalidRequest, NotFound
 from core.serializers import page_output
-from sessions.apis.base import AgentsApi
 from sessions.apis.events import EVENT_LIST_PARAMETERS, events_page
 from sessions.events import primary_thread_id, usage_snapshot
 from sessions.selectors import session_first_running_at, session_get
@@ -81,7 +81,7 @@ def _thread_session(request, session_id: str, thread_id: str):
     return session
 
 
-class SessionThreadsApi(AgentsApi):
+class SessionThreadsApi(BetaApi):
     @extend_schema(
         operation_id="sessions_threads_list",
         parameters=[*PAGES.parameters(), OpenApiParameter("statuses[]", str, many=True, enum=list(SESSION_STATUSES))],
@@ -98,13 +98,13 @@ class SessionThreadsApi(AgentsApi):
         return Response({"data": threads, "next_page": None})
 
 
-class SessionThreadDetailApi(AgentsApi):
+class SessionThreadDetailApi(BetaApi):
     @extend_schema(operation_id="sessions_threads_retrieve", responses=ThreadOutputSerializer)
     def get(self, request, session_id: str, thread_id: str):
         return Response(thread_to_wire(_thread_session(request, session_id, thread_id)))
 
 
-class SessionThreadArchiveApi(AgentsApi):
+class SessionThreadArchiveApi(BetaApi):
     @extend_schema(operation_id="sessions_threads_archive", request=None, responses=ThreadOutputSerializer)
     def post(self, request, session_id: str, thread_id: str):
         _thread_session(request, session_id, thread_id)
@@ -113,7 +113,7 @@ class SessionThreadArchiveApi(AgentsApi):
         )
 
 
-class SessionThreadEventsApi(AgentsApi):
+class SessionThreadEventsApi(BetaApi):
     @extend_schema(
         operation_id="sessions_threads_events_list",
         parameters=EVENT_LIST_PARAMETERS,

@@ -18,11 +18,11 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.response import Response
 
 from core.api import Paging, query_int
+from core.apiview import BetaApi
 from core.errors import AuthenticationFailed
 from core.serializers import validated
 from core.serving import release_database_connections
 from sessions import notify
-from sessions.apis.base import AgentsApi
 from sessions.auth import credential_kind
 from sessions.credentials import work_secret
 from sessions.selectors import environment_get
@@ -74,7 +74,7 @@ def poll_once(*, environment_id: str, worker_id: str, reclaim_older_than_ms: int
     return work_to_wire(item, secret=work_secret(work_id=item.id, session_id=item.session_id))
 
 
-class WorkApi(AgentsApi):
+class WorkApi(BetaApi):
     """A work route: the credentials it takes, and the environment the caller may reach."""
 
     accepts: tuple[str, ...] = ("api_key",)

@@ -5,8 +5,19 @@ import json
 
 from rest_framework import serializers
 
+from agents.configs import agent_snapshot
 from core.api import rfc3339
 from core.errors import InvalidRequest
+from core.limits import (
+    AGENT_CONFIG_MAX_BYTES,
+    DESCRIPTION_MAX_CHARS,
+    ID_MAX_CHARS,
+    MODEL_ID_MAX_CHARS,
+    NAME_MAX_CHARS,
+    SKILLS_MAX,
+    SYSTEM_MAX_CHARS,
+    Metadata,
+)
 from core.serializers import (
     Array,
     InputSerializer,
@@ -17,17 +28,6 @@ from core.serializers import (
     TypedUnion,
     page_output,
     validated,
-)
-from sessions.configs import agent_snapshot
-from sessions.serializers.common import (
-    AGENT_CONFIG_MAX_BYTES,
-    DESCRIPTION_MAX_CHARS,
-    ID_MAX_CHARS,
-    MODEL_ID_MAX_CHARS,
-    NAME_MAX_CHARS,
-    SKILLS_MAX,
-    SYSTEM_MAX_CHARS,
-    Metadata,
 )
 from sessions.serializers.tools import McpServersField, ToolsField
 

@@ -2,10 +2,9 @@
 
 from rest_framework import serializers
 
+from agents.configs import environment_config_resolve
 from core.api import rfc3339
-from core.serializers import Array, Bool, InputSerializer, Text, TypedUnion, deleted_output, page_output, validated
-from sessions.configs import environment_config_resolve
-from sessions.serializers.common import (
+from core.limits import (
     ALLOWED_HOSTS_MAX,
     DESCRIPTION_MAX_CHARS,
     ENVIRONMENT_NAME_MAX_CHARS,
@@ -14,6 +13,7 @@ from sessions.serializers.common import (
     PACKAGES_PER_MANAGER_MAX,
     Metadata,
 )
+from core.serializers import Array, Bool, InputSerializer, Text, TypedUnion, deleted_output, page_output, validated
 
 SCOPES = ("organization", "account")
 
@@ -70,7 +70,7 @@ class _ConfigBody(InputSerializer):
 
 def parse_environment_config(value) -> dict | None:
     """A validated environment config as sent (None when omitted); the service resolves it
-    against the stored one (sessions.configs.environment_config_resolve)."""
+    against the stored one (agents.configs.environment_config_resolve)."""
     return validated(_ConfigBody, {"config": value}).get("config")
 
 

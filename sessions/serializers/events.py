@@ -5,9 +5,7 @@ from rest_framework import serializers
 
 from core.api import rfc3339
 from core.errors import InvalidRequest
-from core.serializers import Array, Bool, FreeJson, InputSerializer, Int, Text, TypedUnion, page_output, validated
-from sessions.events import CLIENT_EVENT_TYPES
-from sessions.serializers.common import (
+from core.limits import (
     DESCRIPTION_MAX_CHARS,
     EVENT_BLOCK_MAX_DEPTH,
     EVENT_BLOCKS_MAX,
@@ -19,6 +17,8 @@ from sessions.serializers.common import (
     RUBRIC_MAX_CHARS,
     PassThrough,
 )
+from core.serializers import Array, Bool, FreeJson, InputSerializer, Int, Text, TypedUnion, page_output, validated
+from sessions.events import CLIENT_EVENT_TYPES
 
 USER_EVENT_TYPES = CLIENT_EVENT_TYPES
 INITIAL_EVENT_TYPES = ("user.message", "user.define_outcome")

@@ -6,9 +6,9 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from core.api import rfc3339
+from core.limits import Metadata
 from core.serializers import InputSerializer, Text, deleted_output, validated
 from processors.memory import CONTENT_MAX_BYTES, PATH_MAX_BYTES, STORE_DESCRIPTION_MAX_CHARS, STORE_NAME_MAX_CHARS
-from sessions.serializers.common import Metadata
 
 VIEWS = ("basic", "full")
 OPERATIONS = ("created", "modified", "deleted")

@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from core.api import rfc3339
 from core.errors import InvalidRequest
+from core.limits import ID_MAX_CHARS, SKILLS_MAX, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
 from core.serializers import (
     Array,
     InputSerializer,
@@ -22,7 +23,6 @@ from processors.repositories import MAX_BRANCH_LENGTH, MAX_REPOSITORY_RESOURCES,
 from processors.resources import MAX_FILE_RESOURCES, MAX_MOUNT_PATH_LENGTH
 from sessions.events import usage_snapshot
 from sessions.serializers.agents import ModelField, SkillSerializer
-from sessions.serializers.common import ID_MAX_CHARS, SKILLS_MAX, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
 from sessions.serializers.events import InitialEventsField, initial_events
 from sessions.serializers.tools import McpServersField, ToolsField
 

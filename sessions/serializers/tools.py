@@ -6,9 +6,7 @@ import re
 
 from rest_framework import serializers
 
-from core.serializers import Array, Bool, FreeJson, InputSerializer, Int, Text, TypedUnion, validated
-from sessions.events import TOOLSET_TYPE
-from sessions.serializers.common import (
+from core.limits import (
     HOST_MAX_CHARS,
     MCP_SERVERS_MAX,
     NAME_MAX_CHARS,
@@ -19,6 +17,8 @@ from sessions.serializers.common import (
     TOOLS_MAX,
     URL_MAX_CHARS,
 )
+from core.serializers import Array, Bool, FreeJson, InputSerializer, Int, Text, TypedUnion, validated
+from sessions.events import TOOLSET_TYPE
 
 TOOLSET_TOOL_NAMES = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
 PERMISSION_POLICIES = ("always_allow", "always_ask", "auto")

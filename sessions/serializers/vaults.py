@@ -7,8 +7,8 @@ from datetime import datetime
 from rest_framework import serializers
 
 from core.api import rfc3339
+from core.limits import Metadata
 from core.serializers import Array, Bool, InputSerializer, Text, TypedUnion, deleted_output, validated
-from sessions.serializers.common import Metadata
 
 NAME_MAX_CHARS = 255
 URL_MAX_CHARS = 2048

@@ -4,8 +4,8 @@ the queue stats and the 412 details), and the input of update and stop."""
 from rest_framework import serializers
 
 from core.api import rfc3339
+from core.limits import Metadata
 from core.serializers import InputSerializer, page_output
-from sessions.serializers.common import Metadata
 
 WORK_STATES = ["queued", "starting", "active", "stopping", "stopped"]
 

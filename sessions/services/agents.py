@@ -3,7 +3,7 @@ from django.utils import timezone
 
 from agents.models import Agent, AgentVersion
 from core.errors import Conflict, InvalidRequest, NotFound
-from sessions.configs import metadata_patch_apply
+from core.metadata import metadata_patch_apply
 from sessions.selectors import agent_get, agent_version_get
 from sessions.selectors.skills import skill_versions_resolve
 

@@ -1,9 +1,10 @@
 from django.db import transaction
 from django.utils import timezone
 
+from agents.configs import environment_config_resolve
 from agents.models import Environment
+from core.metadata import metadata_patch_apply
 from core.updates import model_update
-from sessions.configs import environment_config_resolve, metadata_patch_apply
 from sessions.selectors import environment_get
 
 

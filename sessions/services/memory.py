@@ -24,6 +24,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidRequest
+from core.metadata import metadata_patch_apply
 from core.models import Workspace
 from core.updates import model_update
 from memory.models import Memory, MemoryStore, MemoryVersion
@@ -35,7 +36,6 @@ from processors.memory import (
     check_store_name,
     mount_path,
 )
-from sessions.configs import metadata_patch_apply
 from sessions.models import SessionMemoryStore
 from sessions.selectors.memory import memory_get, memory_store_get, memory_version_get
 

@@ -5,15 +5,16 @@ from django.db import transaction
 from django.utils import timezone
 
 import sandboxes as sandbox
+from agents.configs import agent_snapshot
 from core.errors import InvalidRequest
 from core.ids import new_id
+from core.metadata import metadata_patch_apply
 from core.models import Workspace
 from core.updates import model_update
 from files.selectors import session_scoped_files_orphaned
 from files.services import session_files_delete
 from sessions import events as ev
 from sessions import notify, pricing
-from sessions.configs import agent_snapshot, metadata_patch_apply
 from sessions.dispatch import sandbox_remove_enqueue
 from sessions.events import EventType
 from sessions.models import Session

@@ -22,9 +22,9 @@ from django.utils import timezone
 
 from core import oauth, secrets
 from core.errors import Conflict, InvalidRequest, ServiceUnavailable
+from core.metadata import metadata_patch_apply
 from core.outbound import OutboundRefused, check_url
 from core.updates import model_update
-from sessions.configs import metadata_patch_apply
 from sessions.models import SessionResource
 from sessions.selectors.vaults import credential_by_id, credential_get, vault_get
 from sessions.services.sandboxes import sandbox_proxies_revoke_on_commit

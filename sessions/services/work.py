@@ -27,8 +27,8 @@ from agents.models import Environment
 from core.api import rfc3339
 from core.errors import ApiError, Conflict, InvalidRequest, NotFound
 from core.lookups import columns_of, returned_row
+from core.metadata import metadata_patch_apply
 from sessions import credentials, notify
-from sessions.configs import metadata_patch_apply
 from sessions.models import EnvironmentKey, Session, WorkItem
 
 logger = logging.getLogger(__name__)

@@ -9,17 +9,17 @@ from urllib.parse import parse_qs
 from django.conf import settings
 
 from core import caps
-from core.api import beta_values
+from core.api import require_beta
 from core.auth import api_key_authenticate_meta
 from core.errors import (
     ApiError,
-    AuthenticationFailed,
     InvalidRequest,
     NotFound,
     ServiceUnavailable,
+    api_error_for,
     error_json,
     new_request_id,
-    to_api_error,
+    scope_request_id,
 )
 from core.serving import db_call
 from sessions.auth import worker_credential_authenticate
@@ -86,13 +86,6 @@ async def send_error(send, error: ApiError, request_id: str | None) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class _Meta:
-    """Just enough of a request for core.api.beta_values."""
-
-    def __init__(self, meta: dict):
-        self.META = meta
-
-
 def _authenticate(*, meta: dict, path: str) -> str:
     """The caller's workspace: an API key's, or a self-hosted worker's for its session's stream."""
     worker = worker_credential_authenticate(meta, method="GET", path=path)
@@ -116,10 +109,7 @@ async def _admit(scope) -> tuple[str, list[str], caps.Slot | None]:
     if any(kind not in DELTA_KINDS for kind in event_deltas):
         raise InvalidRequest("event_deltas: only agent.message and agent.thinking.")
     workspace_id = await db_call(_authenticate, meta=meta, path=scope["path"])
-    if settings.MANGO_STRICT and settings.MANGO_AGENTS_BETA not in beta_values(_Meta(meta)):
-        raise InvalidRequest(
-            f"Missing required header: anthropic-beta must include {settings.MANGO_AGENTS_BETA!r} (strict mode is on)."
-        )
+    require_beta(meta, settings.MANGO_AGENTS_BETA)
     slot = await caps.gate().take(kind="streams", workspace_id=workspace_id, limit=settings.MANGO_WORKSPACE_MAX_STREAMS)
     try:
         session_id, thread_id = _stream_target(scope["path"])
@@ -170,16 +160,11 @@ async def _until_disconnect(receive) -> None:
 async def stream_endpoint(scope, receive, send) -> None:
     """The ASGI view: admitted (or an error envelope), then the stream until it ends or the
     client leaves; the cap slot is given back either way."""
-    request_id = scope.get("mango.request_id") or new_request_id()
+    request_id = scope_request_id(scope)
     try:
         session_id, event_deltas, slot = await _admit(scope)
-    except Exception as exc:
-        error = to_api_error(exc)
-        if error is None:
-            logger.exception("unhandled error", extra={"request_id": request_id})
-            error = ApiError()
-        if isinstance(error, AuthenticationFailed):
-            error.headers = {**error.headers, "WWW-Authenticate": "Bearer"}
+    except Exception as exc:  # noqa: BLE001 — api_error_for logs the unexpected and answers 500
+        error = api_error_for(exc, request_id=request_id)
         await send_error(send, error, request_id)
         return
     streamer = asyncio.ensure_future(

@@ -16,9 +16,9 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from core.api import beta_values
+from core.api import require_beta
 from core.auth import raw_key_from_meta
-from core.errors import ApiError, AuthenticationFailed, InvalidRequest, new_request_id, to_api_error
+from core.errors import AuthenticationFailed, api_error_for, scope_request_id
 from core.serving import PerLoop, db_call
 from sessions.apis.work import WORKER_ID_HEADER, poll_once, poll_parameters
 from sessions.auth import worker_credential_authenticate
@@ -121,10 +121,7 @@ async def _poll(scope) -> dict | None:
     query = {name: values[0] for name, values in parse_qs(scope.get("query_string", b"").decode("latin-1")).items()}
     params = poll_parameters(query)
     await db_call(_authenticate, meta=meta, path=scope["path"])
-    if settings.MANGO_STRICT and settings.MANGO_AGENTS_BETA not in beta_values(type("M", (), {"META": meta})):
-        raise InvalidRequest(
-            f"Missing required header: anthropic-beta must include {settings.MANGO_AGENTS_BETA!r} (strict mode is on)."
-        )
+    require_beta(meta, settings.MANGO_AGENTS_BETA)
     claim = {
         "environment_id": WORK_POLL_PATH.match(scope["path"]).group("environment_id"),
         "worker_id": meta.get(WORKER_ID_HEADER, ""),
@@ -138,16 +135,11 @@ async def _poll(scope) -> dict | None:
 
 
 async def work_poll_endpoint(scope, receive, send) -> None:
-    request_id = scope.get("mango.request_id") or new_request_id()
+    request_id = scope_request_id(scope)
     try:
         found = await _poll(scope)
-    except Exception as exc:
-        error = to_api_error(exc)
-        if error is None:
-            logger.exception("unhandled error", extra={"request_id": request_id})
-            error = ApiError()
-        if isinstance(error, AuthenticationFailed):
-            error.headers = {**error.headers, "WWW-Authenticate": "Bearer"}
+    except Exception as exc:  # noqa: BLE001 — api_error_for logs the unexpected and answers 500
+        error = api_error_for(exc, request_id=request_id)
         await send_error(send, error, request_id)
         return
     body = json.dumps(found, separators=(",", ":")).encode()

@@ -9,7 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.errors import InvalidRequest
-from sessions.configs import METADATA_MAX_PAIRS
+from core.metadata import METADATA_MAX_PAIRS
 
 NAME_MAX_CHARS = 256
 ENVIRONMENT_NAME_MAX_CHARS = 255  # the column's length

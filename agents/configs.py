@@ -1,12 +1,11 @@
-"""Pure rules on stored configuration, shared by serializers (the API's parsing and rendering)
-and services (which apply them under a row lock): the agent snapshot a session keeps, the merge
-of an environment config into the stored one, and metadata patches. No ORM, no serializer."""
+"""Pure rules on stored agent and environment configuration, shared by serializers (the API's
+parsing and rendering) and services (which apply them under a row lock): the agent snapshot a
+session keeps and the merge of an environment config into the stored one. No ORM, no serializer."""
 
 from core.errors import InvalidRequest
 from sandboxes.packages import refusal as package_refusal
 
 PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
-METADATA_MAX_PAIRS = 16
 
 
 def agent_snapshot(*, agent_id: str, version: int, config: dict) -> dict:
@@ -25,20 +24,6 @@ def agent_snapshot(*, agent_id: str, version: int, config: dict) -> dict:
         "execution_identity": config.get("execution_identity") or {"type": "service_account"},
         "multiagent": config.get("multiagent"),
     }
-
-
-def metadata_patch_apply(current: dict, patch: dict, *, empty_deletes: bool = False) -> dict:
-    """`patch` over `current`: a null value deletes its key, a string upserts it — the empty one
-    too, except where the SDK says an empty string deletes (`empty_deletes`: environments)."""
-    merged = dict(current)
-    for key, value in patch.items():
-        if value is None or (empty_deletes and value == ""):
-            merged.pop(key, None)
-        else:
-            merged[key] = value
-    if len(merged) > METADATA_MAX_PAIRS:
-        raise InvalidRequest(f"metadata: at most {METADATA_MAX_PAIRS} keys.", code="invalid_metadata")
-    return merged
 
 
 def _networking(value: dict | None, current: dict | None) -> dict:
