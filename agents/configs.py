@@ -5,6 +5,8 @@ session keeps and the merge of an environment config into the stored one. No ORM
 from core.errors import InvalidRequest
 from sandboxes.packages import refusal as package_refusal
 
+# The built-in toolset's type, as agents name it in `tools`.
+TOOLSET_TYPE = "agent_toolset_20260401"
 PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
 
 

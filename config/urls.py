@@ -12,6 +12,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("openapi.json", SpectacularJSONAPIView.as_view(authentication_classes=[], permission_classes=[])),
     path("v1/", include("files.urls")),
+    path("v1/", include("agents.urls")),
     path("v1/", include("sessions.urls")),
 ]
 

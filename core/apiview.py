@@ -8,14 +8,18 @@ from core.errors import InvalidRequest
 
 
 class BetaApi(APIView):
-    """Base of every API view: the betas (names of settings) a strict-mode request must name one
-    of; the managed-agents beta unless a view says otherwise."""
-
+    # Base of every API view. `betas`: the names of the settings holding the betas a strict-mode
+    # request must name one of (api-contract.md §0). No docstring: a view without one of its own
+    # would show this class's in /openapi.json.
     betas: tuple[str, ...] = ("MANGO_AGENTS_BETA",)
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
         require_beta(request.META, *(getattr(settings, name) for name in self.betas))
+
+
+class AgentsApi(BetaApi):
+    """Base: the managed-agents beta header is required only in strict mode (api-contract.md §0)."""
 
 
 def query_order(request, default: str) -> str:

@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Callable
+from datetime import datetime
 
 from django.conf import settings
 from django.db.models import Func, IntegerField, TextField, Value
@@ -136,3 +137,8 @@ def rendered_bytes(*fields: str):
         )
         total = length if total is None else total + length
     return total
+
+
+def in_range(queryset, field: str, bounds: dict[str, datetime]):
+    """Rows whose `field` is within the bounds of core.api.query_time_range."""
+    return queryset.filter(**{f"{field}__{op}": value for op, value in bounds.items()})

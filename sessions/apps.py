@@ -29,6 +29,11 @@ class SessionsConfig(AppConfig):
 
         shares.workspace_resolver_install(worker_workspace_of)
 
+        from core import references
+        from sessions.selectors.skills import skill_versions_resolve
+
+        references.resolver_install("skill_versions", skill_versions_resolve)
+
         from core import dashboard
         from sessions.dashboard import sessions_panel
 

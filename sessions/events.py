@@ -47,7 +47,6 @@ class EventType(models.TextChoices):
 
 
 E = EventType
-TOOLSET_TYPE = "agent_toolset_20260401"
 # The toolset's web tools as the upstream's server tools, and the beta header web_fetch needs.
 SERVER_TOOL_TYPES = {"web_search": "web_search_20250305", "web_fetch": "web_fetch_20250910"}
 WEB_FETCH_BETA = "web-fetch-2025-09-10"

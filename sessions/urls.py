@@ -3,16 +3,9 @@
 from django.urls import path
 
 from sessions import streams
-from sessions.apis import agents, environments, events, memory, resources, sessions, skills, threads, vaults, work
+from sessions.apis import events, memory, resources, sessions, skills, threads, vaults, work
 
 urlpatterns = [
-    path("agents", agents.AgentListCreateApi.as_view()),
-    path("agents/<str:agent_id>", agents.AgentDetailApi.as_view()),
-    path("agents/<str:agent_id>/archive", agents.AgentArchiveApi.as_view()),
-    path("agents/<str:agent_id>/versions", agents.AgentVersionsApi.as_view()),
-    path("environments", environments.EnvironmentListCreateApi.as_view()),
-    path("environments/<str:environment_id>", environments.EnvironmentDetailApi.as_view()),
-    path("environments/<str:environment_id>/archive", environments.EnvironmentArchiveApi.as_view()),
     path("environments/<str:environment_id>/work", work.WorkListApi.as_view()),
     path("environments/<str:environment_id>/work/poll", work.WorkPollApi.as_view()),
     path("environments/<str:environment_id>/work/stats", work.WorkStatsApi.as_view()),

@@ -2,9 +2,8 @@
 need one without going through the HTTP API."""
 
 import sandboxes as sandbox
+from agents.services import agent_create, environment_create
 from sessions.models import Session
-from sessions.services.agents import agent_create
-from sessions.services.environments import environment_create
 from sessions.services.sessions import session_create
 
 TOOLSET = [{"type": "agent_toolset_20260401"}]

@@ -6,7 +6,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
 from core.api import Paging, query_list, query_time_range
-from core.apiview import BetaApi, query_order
+from core.apiview import AgentsApi, query_order
 from core.schema import time_range_parameters
 from sessions.selectors import session_event_list, session_get
 from sessions.serializers.events import (
@@ -43,7 +43,7 @@ def events_page(request, session) -> Response:
     return Response({"data": [event_to_wire(row) for row in rows], "next_page": next_page})
 
 
-class SessionEventsApi(BetaApi):
+class SessionEventsApi(AgentsApi):
     @extend_schema(
         operation_id="sessions_events_send", request=EventsSendInputSerializer, responses=EventsSentOutputSerializer
     )

@@ -4,7 +4,7 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema
 from rest_framework.response import Response
 
 from core.api import Paging
-from core.apiview import BetaApi
+from core.apiview import AgentsApi
 from core.errors import InvalidRequest
 from core.serializers import validated
 from sessions.selectors import session_get, session_resource_page
@@ -32,7 +32,7 @@ ADD_REQUEST = PolymorphicProxySerializer(
 PAGES = Paging(maximum=1000, default=None)
 
 
-class SessionResourcesApi(BetaApi):
+class SessionResourcesApi(AgentsApi):
     @extend_schema(operation_id="sessions_resources_add", request=ADD_REQUEST, responses=resource_output())
     def post(self, request, session_id: str):
         param = parse_resource_add(request.data)
@@ -60,7 +60,7 @@ class SessionResourcesApi(BetaApi):
         return Response({"data": data, "next_page": next_page})
 
 
-class SessionResourceDetailApi(BetaApi):
+class SessionResourceDetailApi(AgentsApi):
     @extend_schema(operation_id="sessions_resources_retrieve", responses=resource_output())
     def get(self, request, session_id: str, resource_id: str):
         row = resource_services.resource_get(workspace=request.user, session_id=session_id, resource_id=resource_id)

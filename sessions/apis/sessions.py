@@ -4,7 +4,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
 from core.api import Paging, query_bool, query_int, query_list, query_time_range
-from core.apiview import BetaApi, query_order
+from core.apiview import AgentsApi, query_order
 from core.errors import InvalidRequest
 from core.schema import time_range_parameters
 from sessions.selectors import (
@@ -57,7 +57,7 @@ def session_wire(session) -> dict:
     return sessions_wire([session])[0]
 
 
-class SessionListCreateApi(BetaApi):
+class SessionListCreateApi(AgentsApi):
     @extend_schema(
         operation_id="sessions_create", request=SessionCreateInputSerializer, responses=SessionOutputSerializer
     )
@@ -101,7 +101,7 @@ class SessionListCreateApi(BetaApi):
         return Response({"data": sessions_wire(rows), "next_page": next_page, "prev_page": prev_page})
 
 
-class SessionDetailApi(BetaApi):
+class SessionDetailApi(AgentsApi):
     @extend_schema(operation_id="sessions_retrieve", responses=SessionOutputSerializer)
     def get(self, request, session_id: str):
         return Response(session_wire(session_get(workspace=request.user, session_id=session_id)))
@@ -121,7 +121,7 @@ class SessionDetailApi(BetaApi):
         return Response({"id": session_id, "type": "session_deleted"})
 
 
-class SessionArchiveApi(BetaApi):
+class SessionArchiveApi(AgentsApi):
     @extend_schema(operation_id="sessions_archive", request=None, responses=SessionOutputSerializer)
     def post(self, request, session_id: str):
         session = session_services.session_archive(workspace=request.user, session_id=session_id)

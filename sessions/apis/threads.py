@@ -9,7 +9,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from core.api import Paging, query_list, rfc3339
-from core.apiview import BetaApi
+from core.apiview import AgentsApi
 from core.errors import InvalidRequest, NotFound
 from core.serializers import page_output
 from sessions.apis.events import EVENT_LIST_PARAMETERS, events_page
@@ -81,7 +81,7 @@ def _thread_session(request, session_id: str, thread_id: str):
     return session
 
 
-class SessionThreadsApi(BetaApi):
+class SessionThreadsApi(AgentsApi):
     @extend_schema(
         operation_id="sessions_threads_list",
         parameters=[*PAGES.parameters(), OpenApiParameter("statuses[]", str, many=True, enum=list(SESSION_STATUSES))],
@@ -98,13 +98,13 @@ class SessionThreadsApi(BetaApi):
         return Response({"data": threads, "next_page": None})
 
 
-class SessionThreadDetailApi(BetaApi):
+class SessionThreadDetailApi(AgentsApi):
     @extend_schema(operation_id="sessions_threads_retrieve", responses=ThreadOutputSerializer)
     def get(self, request, session_id: str, thread_id: str):
         return Response(thread_to_wire(_thread_session(request, session_id, thread_id)))
 
 
-class SessionThreadArchiveApi(BetaApi):
+class SessionThreadArchiveApi(AgentsApi):
     @extend_schema(operation_id="sessions_threads_archive", request=None, responses=ThreadOutputSerializer)
     def post(self, request, session_id: str, thread_id: str):
         _thread_session(request, session_id, thread_id)
@@ -113,7 +113,7 @@ class SessionThreadArchiveApi(BetaApi):
         )
 
 
-class SessionThreadEventsApi(BetaApi):
+class SessionThreadEventsApi(AgentsApi):
     @extend_schema(
         operation_id="sessions_threads_events_list",
         parameters=EVENT_LIST_PARAMETERS,

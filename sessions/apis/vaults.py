@@ -5,7 +5,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
 from core.api import Paging, query_bool
-from core.apiview import BetaApi
+from core.apiview import AgentsApi
 from sessions.selectors.vaults import credential_get, credential_list, vault_get, vault_list
 from sessions.serializers.vaults import (
     CredentialCreateInputSerializer,
@@ -33,7 +33,7 @@ PAGES = Paging(maximum=100, default=20)
 _ARCHIVED = OpenApiParameter("include_archived", bool)
 
 
-class VaultListCreateApi(BetaApi):
+class VaultListCreateApi(AgentsApi):
     @extend_schema(operation_id="vaults_create", request=VaultCreateInputSerializer, responses=VaultOutputSerializer)
     def post(self, request):
         vault = vault_services.vault_create(workspace=request.user, **parse_vault_create(request.data))
@@ -49,7 +49,7 @@ class VaultListCreateApi(BetaApi):
         return Response({"data": [vault_to_wire(row) for row in rows], "next_page": next_page})
 
 
-class VaultDetailApi(BetaApi):
+class VaultDetailApi(AgentsApi):
     @extend_schema(operation_id="vaults_retrieve", responses=VaultOutputSerializer)
     def get(self, request, vault_id: str):
         return Response(vault_to_wire(vault_get(workspace=request.user, vault_id=vault_id)))
@@ -67,13 +67,13 @@ class VaultDetailApi(BetaApi):
         return Response({"id": vault_id, "type": "vault_deleted"})
 
 
-class VaultArchiveApi(BetaApi):
+class VaultArchiveApi(AgentsApi):
     @extend_schema(operation_id="vaults_archive", request=None, responses=VaultOutputSerializer)
     def post(self, request, vault_id: str):
         return Response(vault_to_wire(vault_services.vault_archive(workspace=request.user, vault_id=vault_id)))
 
 
-class CredentialListCreateApi(BetaApi):
+class CredentialListCreateApi(AgentsApi):
     @extend_schema(
         operation_id="vaults_credentials_create",
         request=CredentialCreateInputSerializer,
@@ -98,7 +98,7 @@ class CredentialListCreateApi(BetaApi):
         return Response({"data": [credential_to_wire(row) for row in rows], "next_page": next_page})
 
 
-class CredentialDetailApi(BetaApi):
+class CredentialDetailApi(AgentsApi):
     @extend_schema(operation_id="vaults_credentials_retrieve", responses=CredentialOutputSerializer)
     def get(self, request, vault_id: str, credential_id: str):
         vault = vault_get(workspace=request.user, vault_id=vault_id)
@@ -124,7 +124,7 @@ class CredentialDetailApi(BetaApi):
         return Response({"id": credential_id, "type": "vault_credential_deleted"})
 
 
-class CredentialArchiveApi(BetaApi):
+class CredentialArchiveApi(AgentsApi):
     @extend_schema(operation_id="vaults_credentials_archive", request=None, responses=CredentialOutputSerializer)
     def post(self, request, vault_id: str, credential_id: str):
         credential = vault_services.credential_archive(
@@ -133,7 +133,7 @@ class CredentialArchiveApi(BetaApi):
         return Response(credential_to_wire(credential))
 
 
-class CredentialValidateApi(BetaApi):
+class CredentialValidateApi(AgentsApi):
     @extend_schema(
         operation_id="vaults_credentials_mcp_oauth_validate",
         request=None,

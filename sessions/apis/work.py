@@ -17,15 +17,15 @@ from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
+from agents.selectors import environment_get
 from core.api import Paging, query_int
-from core.apiview import BetaApi
+from core.apiview import AgentsApi
 from core.errors import AuthenticationFailed
 from core.serializers import validated
 from core.serving import release_database_connections
 from sessions import notify
 from sessions.auth import credential_kind
 from sessions.credentials import work_secret
-from sessions.selectors import environment_get
 from sessions.selectors.work import work_get, work_list, work_stats
 from sessions.serializers.work import (
     WorkHeartbeatOutputSerializer,
@@ -74,7 +74,7 @@ def poll_once(*, environment_id: str, worker_id: str, reclaim_older_than_ms: int
     return work_to_wire(item, secret=work_secret(work_id=item.id, session_id=item.session_id))
 
 
-class WorkApi(BetaApi):
+class WorkApi(AgentsApi):
     """A work route: the credentials it takes, and the environment the caller may reach."""
 
     accepts: tuple[str, ...] = ("api_key",)

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from django.conf import settings
 
 import sandboxes as sandbox
+from agents.configs import TOOLSET_TYPE
 from sessions import events as ev
-from sessions.events import SERVER_TOOL_TYPES, TOOLSET_TYPE, EventType
+from sessions.events import SERVER_TOOL_TYPES, EventType
 from sessions.models import Session, SessionEvent
 from sessions.runtime.builtins import SANDBOX_TOOLS, ToolOutcome, run_builtin
 from sessions.runtime.control import Stop, TurnControl, db_release

@@ -8,99 +8,12 @@ from datetime import datetime
 from typing import NamedTuple
 
 from django.db import connection
-from django.db.models import F, OuterRef, Subquery
 
-from agents.models import Agent, AgentVersion, Environment
 from core.errors import InvalidRequest, NotFound
 from core.lookups import row_or_not_found
-from core.pagination import keyset_page, rendered_bytes
+from core.pagination import in_range, keyset_page, rendered_bytes
 from sessions.events import TERMINAL_RESULTS, EventType
 from sessions.models import Session, SessionEvent, SessionMemoryStore, SessionResource
-
-
-def agent_get(*, workspace, agent_id: str, for_update: bool = False) -> Agent:
-    # Hand-written (core.lookups.joined_row): every session create and agent call reads it.
-    return row_or_not_found(
-        Agent,
-        where="t.workspace_id = %s AND t.id = %s",
-        params=[workspace.pk, agent_id],
-        for_update=for_update,
-        missing=NotFound(f"Agent {agent_id!r} not found."),
-    )
-
-
-def agent_version_get(*, agent: Agent, version: int | None = None) -> AgentVersion:
-    return row_or_not_found(
-        AgentVersion,
-        where="t.agent_id = %s AND t.version = %s",
-        params=[agent.pk, version or agent.version],
-        missing=NotFound(f"Agent {agent.id!r} has no version {version}."),
-    )
-
-
-def _in_range(queryset, field: str, bounds: dict[str, datetime]):
-    """Rows whose `field` is within the bounds of core.api.query_time_range."""
-    return queryset.filter(**{f"{field}__{op}": value for op, value in bounds.items()})
-
-
-def agent_list(*, workspace, limit: int, page: str | None, include_archived: bool, created: dict):
-    queryset = Agent.objects.filter(workspace=workspace)
-    if not include_archived:
-        queryset = queryset.filter(archived_at__isnull=True)
-    queryset = _in_range(queryset, "created_at", created)
-    rows, next_page, _ = keyset_page(
-        queryset, key="id", descending=True, limit=limit, page=page, purpose="agents", size=_agent_config_bytes()
-    )
-    versions = {row.agent_id: row for row in AgentVersion.objects.filter(agent__in=rows, version=F("agent__version"))}
-    return [(agent, versions[agent.id]) for agent in rows], next_page
-
-
-def _agent_config_bytes():
-    current = AgentVersion.objects.filter(agent=OuterRef("pk"), version=OuterRef("version"))
-    return Subquery(current.annotate(n=rendered_bytes("config")).values("n")[:1])
-
-
-def agent_version_list(*, agent: Agent, limit: int, page: str | None):
-    queryset = AgentVersion.objects.filter(agent=agent)
-    rows, next_page, _ = keyset_page(
-        queryset,
-        key="version",
-        descending=True,
-        limit=limit,
-        page=page,
-        purpose="agent_versions",
-        integer_key=True,
-        size=rendered_bytes("config"),
-    )
-    return rows, next_page
-
-
-def environment_get(*, workspace, environment_id: str, for_update: bool = False) -> Environment:
-    # Hand-written (core.lookups.joined_row): session creates and API-key work calls read it.
-    return row_or_not_found(
-        Environment,
-        where="t.workspace_id = %s AND t.id = %s",
-        params=[workspace.pk, environment_id],
-        for_update=for_update,
-        missing=NotFound(f"Environment {environment_id!r} not found.", code="environment_not_found"),
-    )
-
-
-def environment_list(*, workspace, limit: int, page: str | None, include_archived: bool):
-    queryset = Environment.objects.filter(workspace=workspace)
-    if not include_archived:
-        queryset = queryset.filter(archived_at__isnull=True)
-    rows, next_page, _ = keyset_page(
-        queryset,
-        key="id",
-        descending=True,
-        limit=limit,
-        page=page,
-        purpose="environments",
-        size=rendered_bytes("config", "metadata", "description", "name"),
-    )
-    return rows, next_page
-
 
 # What appending client events reads of the session it locks (services.events): its JSON
 # snapshots (agent, environment) are neither needed nor decoded there.
@@ -173,7 +86,7 @@ def session_list(
             queryset = queryset.filter(agent_version=agent_version)
     elif agent_version is not None:
         raise InvalidRequest("agent_version: only together with agent_id.")
-    queryset = _in_range(queryset, "created_at", created)
+    queryset = in_range(queryset, "created_at", created)
     return keyset_page(
         queryset,
         key="id",
@@ -191,7 +104,7 @@ def session_event_list(
     queryset = SessionEvent.objects.filter(session=session)
     if types:
         queryset = queryset.filter(type__in=types)
-    queryset = _in_range(queryset, "processed_at", processed)
+    queryset = in_range(queryset, "processed_at", processed)
     rows, next_page, _ = keyset_page(
         queryset,
         key="seq",

@@ -4,6 +4,8 @@ from django.utils import timezone
 from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
+from agents.serializers import ModelField, SkillSerializer
+from agents.tools import McpServersField, ToolsField
 from core.api import rfc3339
 from core.errors import InvalidRequest
 from core.limits import ID_MAX_CHARS, SKILLS_MAX, SYSTEM_MAX_CHARS, TITLE_MAX_CHARS, Metadata
@@ -22,9 +24,7 @@ from processors.memory import INSTRUCTIONS_MAX_CHARS, MAX_MEMORY_STORES_PER_SESS
 from processors.repositories import MAX_BRANCH_LENGTH, MAX_REPOSITORY_RESOURCES, MAX_TOKEN_LENGTH, MAX_URL_LENGTH
 from processors.resources import MAX_FILE_RESOURCES, MAX_MOUNT_PATH_LENGTH
 from sessions.events import usage_snapshot
-from sessions.serializers.agents import ModelField, SkillSerializer
 from sessions.serializers.events import InitialEventsField, initial_events
-from sessions.serializers.tools import McpServersField, ToolsField
 
 MAX_VAULTS_PER_SESSION = 20
 

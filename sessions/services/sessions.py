@@ -6,6 +6,8 @@ from django.utils import timezone
 
 import sandboxes as sandbox
 from agents.configs import agent_snapshot
+from agents.selectors import agent_get, agent_version_get, environment_get
+from agents.services import agent_skills_resolve
 from core.errors import InvalidRequest
 from core.ids import new_id
 from core.metadata import metadata_patch_apply
@@ -18,10 +20,9 @@ from sessions import notify, pricing
 from sessions.dispatch import sandbox_remove_enqueue
 from sessions.events import EventType
 from sessions.models import Session
-from sessions.selectors import agent_get, agent_version_get, environment_get, session_get
+from sessions.selectors import session_get
 from sessions.selectors.vaults import live_vault_ids
 from sessions.services.admission import events_admit
-from sessions.services.agents import agent_skills_resolve
 from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
 from sessions.services.memory import session_memory_stores_attach
 from sessions.services.repositories import repositories_admit, repository_rows_create

@@ -1,8 +1,7 @@
 import pytest
 
+from agents.services import agent_create, environment_create
 from sessions.models import Session
-from sessions.services.agents import agent_create
-from sessions.services.environments import environment_create
 from sessions.services.events import session_event_append
 from sessions.services.sessions import session_create
 

@@ -16,9 +16,9 @@ import redis
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from agents.tools import AgentToolsetSerializer
 from sessions.models import Session, SessionEvent
 from sessions.runtime import turn
-from sessions.serializers.tools import AgentToolsetSerializer
 from sessions.services.events import LeaseLost, events_append, runner_fence, session_events_send
 from tests.factories import TOOLSET, make_session
 from tests.scripted_model import text, tool_use, tool_uses

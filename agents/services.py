@@ -1,11 +1,13 @@
 from django.db import transaction
 from django.utils import timezone
 
-from agents.models import Agent, AgentVersion
+from agents.configs import environment_config_resolve
+from agents.models import Agent, AgentVersion, Environment
+from agents.selectors import agent_get, agent_version_get, environment_get
+from core import references
 from core.errors import Conflict, InvalidRequest, NotFound
 from core.metadata import metadata_patch_apply
-from sessions.selectors import agent_get, agent_version_get
-from sessions.selectors.skills import skill_versions_resolve
+from core.updates import model_update
 
 
 def agent_skills_resolve(*, workspace, skills: list[dict]) -> list[tuple[dict, object]]:
@@ -19,7 +21,7 @@ def agent_skills_resolve(*, workspace, skills: list[dict]) -> list[tuple[dict, o
                 " upload the skill's directory with POST /v1/skills and use it as a custom skill."
             )
     try:
-        return skill_versions_resolve(workspace=workspace, refs=skills)
+        return references.resolve("skill_versions", workspace=workspace, refs=skills)
     except NotFound as exc:
         raise InvalidRequest(f"skills: {exc.message}") from None
 
@@ -65,3 +67,46 @@ def agent_archive(*, workspace, agent_id: str) -> tuple[Agent, AgentVersion]:
     agent = agent_get(workspace=workspace, agent_id=agent_id, for_update=True)
     agent.archive()
     return agent, agent_version_get(agent=agent)
+
+
+def environment_create(
+    *, workspace, name: str, config: dict, description: str | None, metadata: dict, scope: str | None
+) -> Environment:
+    now = timezone.now()
+    return Environment.objects.create(
+        workspace=workspace,
+        name=name,
+        config=config,
+        description=description,
+        metadata=metadata,
+        scope=scope or "organization",
+        created_at=now,
+        updated_at=now,
+    )
+
+
+@transaction.atomic
+def environment_update(*, workspace, environment_id: str, changes: dict) -> Environment:
+    """Omitted fields keep their value; `config` keeps omitted networking/packages; metadata patches."""
+    environment = environment_get(workspace=workspace, environment_id=environment_id, for_update=True)
+    data = {key: changes[key] for key in ("name", "scope") if changes.get(key) is not None}
+    if "description" in changes:
+        data["description"] = changes["description"]
+    if changes.get("config") is not None:
+        data["config"] = environment_config_resolve(changes["config"], environment.config)
+    if "metadata" in changes:
+        data["metadata"] = metadata_patch_apply(environment.metadata, changes["metadata"], empty_deletes=True)
+    return model_update(instance=environment, data=data)
+
+
+@transaction.atomic
+def environment_archive(*, workspace, environment_id: str) -> Environment:
+    environment = environment_get(workspace=workspace, environment_id=environment_id, for_update=True)
+    environment.archive()
+    return environment
+
+
+def environment_delete(*, workspace, environment_id: str) -> None:
+    """Sessions keep a snapshot of the environment's config, so deleting it never breaks them."""
+    environment = environment_get(workspace=workspace, environment_id=environment_id)
+    environment.delete()

@@ -6,6 +6,7 @@ import re
 
 from rest_framework import serializers
 
+from agents.configs import TOOLSET_TYPE
 from core.limits import (
     HOST_MAX_CHARS,
     MCP_SERVERS_MAX,
@@ -18,7 +19,6 @@ from core.limits import (
     URL_MAX_CHARS,
 )
 from core.serializers import Array, Bool, FreeJson, InputSerializer, Int, Text, TypedUnion, validated
-from sessions.events import TOOLSET_TYPE
 
 TOOLSET_TOOL_NAMES = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
 PERMISSION_POLICIES = ("always_allow", "always_ask", "auto")
