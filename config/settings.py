@@ -346,7 +346,7 @@ MANGO_REPOSITORY_CLONE_TIMEOUT_SECONDS = env.float("MANGO_REPOSITORY_CLONE_TIMEO
 MANGO_WORKSPACE_REPOSITORY_CLONES = env.int("MANGO_WORKSPACE_REPOSITORY_CLONES", default=2)
 MANGO_WORKSPACE_REPOSITORY_DISK_BYTES = env.int("MANGO_WORKSPACE_REPOSITORY_DISK_BYTES", default=512 * 1024 * 1024)
 MANGO_REPOSITORY_SCRATCH_DIR = env.str("MANGO_REPOSITORY_SCRATCH_DIR", default="")
-# Vaults (sessions/services/vaults.py): per workspace, and credentials per vault.
+# Vaults (vaults/services.py): per workspace, and credentials per vault.
 MANGO_WORKSPACE_MAX_VAULTS = env.int("MANGO_WORKSPACE_MAX_VAULTS", default=100)
 MANGO_VAULT_MAX_CREDENTIALS = env.int("MANGO_VAULT_MAX_CREDENTIALS", default=100)
 # An OAuth access token is refreshed this long before its expiry (and on a 401).

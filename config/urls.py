@@ -13,6 +13,7 @@ urlpatterns = [
     path("openapi.json", SpectacularJSONAPIView.as_view(authentication_classes=[], permission_classes=[])),
     path("v1/", include("files.urls")),
     path("v1/", include("agents.urls")),
+    path("v1/", include("vaults.urls")),
     path("v1/", include("sessions.urls")),
 ]
 

@@ -48,3 +48,32 @@ def reencrypt(token: str) -> str:
 
 def generate_key() -> str:
     return Fernet.generate_key().decode()
+
+
+# Every column holding a secret sealed under MANGO_VAULT_KEY, registered by the app that owns it
+# (vaults: credential secrets; sessions: repository tokens): what a key rotation re-encrypts.
+_sealed_columns: list[tuple[type, str]] = []
+
+
+def sealed_column_register(model: type, column: str) -> None:
+    if (model, column) not in _sealed_columns:
+        _sealed_columns.append((model, column))
+
+
+def secrets_reencrypt() -> int:
+    """Every stored secret under MANGO_VAULT_KEY's first key (after a rotation). Returns how many
+    were re-encrypted. Each row in its own short transaction."""
+    from django.db import transaction
+
+    count = 0
+    for model, column in _sealed_columns:
+        sealed = model.objects.exclude(**{column: ""})
+        for row_id in sealed.values_list("pk", flat=True).iterator():
+            with transaction.atomic():
+                row = sealed.select_for_update().filter(pk=row_id).first()
+                if row is None:
+                    continue
+                setattr(row, column, reencrypt(getattr(row, column)))
+                row.save(update_fields=[column])
+                count += 1
+    return count

@@ -34,6 +34,21 @@ class SessionsConfig(AppConfig):
 
         references.resolver_install("skill_versions", skill_versions_resolve)
 
+        # Repository tokens are sealed like vault secrets (core/secrets.py: key rotation).
+        from core.secrets import sealed_column_register
+        from sessions.models import SessionResource
+
+        sealed_column_register(SessionResource, "authorization_token")
+
+        # A vault's secrets changed: running sandboxes lose their egress proxies after the commit.
+        from sessions.services.sandboxes import sandbox_proxies_revoke_on_commit
+        from vaults.signals import secrets_changed
+
+        def _vault_secrets_changed(sender, *, workspace_id, vault_id, **kwargs):
+            sandbox_proxies_revoke_on_commit(workspace_id=workspace_id, vault_id=vault_id)
+
+        secrets_changed.connect(_vault_secrets_changed, weak=False, dispatch_uid="sessions.vault_secrets_changed")
+
         from core import dashboard
         from sessions.dashboard import sessions_panel
 

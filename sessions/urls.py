@@ -3,7 +3,7 @@
 from django.urls import path
 
 from sessions import streams
-from sessions.apis import events, memory, resources, sessions, skills, threads, vaults, work
+from sessions.apis import events, memory, resources, sessions, skills, threads, work
 
 urlpatterns = [
     path("environments/<str:environment_id>/work", work.WorkListApi.as_view()),
@@ -43,15 +43,5 @@ urlpatterns = [
     path(
         "memory_stores/<str:memory_store_id>/memory_versions/<str:memory_version_id>/redact",
         memory.MemoryVersionRedactApi.as_view(),
-    ),
-    path("vaults", vaults.VaultListCreateApi.as_view()),
-    path("vaults/<str:vault_id>", vaults.VaultDetailApi.as_view()),
-    path("vaults/<str:vault_id>/archive", vaults.VaultArchiveApi.as_view()),
-    path("vaults/<str:vault_id>/credentials", vaults.CredentialListCreateApi.as_view()),
-    path("vaults/<str:vault_id>/credentials/<str:credential_id>", vaults.CredentialDetailApi.as_view()),
-    path("vaults/<str:vault_id>/credentials/<str:credential_id>/archive", vaults.CredentialArchiveApi.as_view()),
-    path(
-        "vaults/<str:vault_id>/credentials/<str:credential_id>/mcp_oauth_validate",
-        vaults.CredentialValidateApi.as_view(),
     ),
 ]

@@ -3,8 +3,8 @@
 from django.contrib import admin
 
 from core.adminkit import ReadOnlyInline, ReadOnlyModelAdmin
-from sessions.services.vaults import credential_revoke
 from vaults.models import Vault, VaultCredential
+from vaults.services import credential_revoke
 
 
 class VaultCredentialInline(ReadOnlyInline):

@@ -40,8 +40,8 @@ from mcp_types import REQUEST_TIMEOUT
 from core import oauth
 from core.outbound import AsyncGuardedTransport, OutboundRefused
 from core.secrets import SecretsUnavailable
-from sessions.selectors.vaults import session_credentials
-from sessions.services.vaults import (
+from vaults.selectors import session_credentials
+from vaults.services import (
     credential_mark_used,
     credential_needs_refresh,
     credential_refresh,

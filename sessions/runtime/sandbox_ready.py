@@ -16,14 +16,14 @@ from sessions.models import Session, SessionResource
 from sessions.runtime.control import TurnControl, db_release
 from sessions.runtime.repositories import repositories_place
 from sessions.selectors.runner import session_unplaced_resource_types
-from sessions.selectors.vaults import session_environment_credentials
 from sessions.services.events import events_append
 from sessions.services.memory_mounts import session_memory_place
 from sessions.services.resources import resources_place
 from sessions.services.runner import session_error_record, session_sandbox_failed, session_sandbox_running
 from sessions.services.sandboxes import sandbox_admit
 from sessions.services.skills import session_skills_place
-from sessions.services.vaults import credential_secrets
+from vaults.selectors import session_environment_credentials
+from vaults.services import credential_secrets
 
 
 def sandbox_ready(control: TurnControl, session: Session) -> None:

@@ -6,8 +6,9 @@ from rest_framework.response import Response
 
 from core.api import Paging, query_bool
 from core.apiview import AgentsApi
-from sessions.selectors.vaults import credential_get, credential_list, vault_get, vault_list
-from sessions.serializers.vaults import (
+from vaults import services as vault_services
+from vaults.selectors import credential_get, credential_list, vault_get, vault_list
+from vaults.serializers import (
     CredentialCreateInputSerializer,
     CredentialDeletedOutputSerializer,
     CredentialListOutputSerializer,
@@ -27,7 +28,6 @@ from sessions.serializers.vaults import (
     validation_to_wire,
     vault_to_wire,
 )
-from sessions.services import vaults as vault_services
 
 PAGES = Paging(maximum=100, default=20)
 _ARCHIVED = OpenApiParameter("include_archived", bool)

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from sessions.services.vaults import secrets_reencrypt
+from core.secrets import secrets_reencrypt
 
 
 class Command(BaseCommand):

@@ -13,8 +13,7 @@ credential's hosts (sessions/runtime/sandbox_ready.py sandbox_networking, docs/s
 """
 
 import json
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -23,12 +22,11 @@ from django.utils import timezone
 from core import oauth, secrets
 from core.errors import Conflict, InvalidRequest, ServiceUnavailable
 from core.metadata import metadata_patch_apply
-from core.outbound import OutboundRefused, check_url
 from core.updates import model_update
-from sessions.models import SessionResource
-from sessions.selectors.vaults import credential_by_id, credential_get, vault_get
-from sessions.services.sandboxes import sandbox_proxies_revoke_on_commit
+from vaults.auth import auth_split, future_time, injection_location, networking_public
 from vaults.models import Vault, VaultCredential
+from vaults.selectors import credential_by_id, credential_get, vault_get
+from vaults.signals import secrets_changed
 
 PROBE_TIMEOUT_SECONDS = 15.0
 
@@ -49,24 +47,9 @@ def credential_secrets(credential: VaultCredential) -> dict:
     return json.loads(secrets.decrypt(credential.secret))
 
 
-def _check_outbound(field: str, url: str) -> None:
-    try:
-        check_url(url)
-    except OutboundRefused as exc:
-        raise InvalidRequest(f"{field}: {exc.for_client()}.") from None
-
-
 def _writable(vault: Vault) -> None:
     if vault.archived_at is not None:
         raise InvalidRequest(f"Vault {vault.id!r} is archived: it is read-only.")
-
-
-def _future(field: str, value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    if value <= timezone.now():
-        raise InvalidRequest(f"{field}: must be in the future.")
-    return value.astimezone(UTC).isoformat()
 
 
 # --- vaults ----------------------------------------------------------------------------------
@@ -104,7 +87,7 @@ def vault_archive(*, workspace, vault_id: str) -> Vault:
     their sandboxes' egress proxies lose the secrets after the commit)."""
     vault = vault_get(workspace=workspace, vault_id=vault_id, for_update=True)
     vault.archive()
-    sandbox_proxies_revoke_on_commit(workspace_id=vault.workspace_id, vault_id=vault.id)
+    secrets_changed.send(sender=Vault, workspace_id=vault.workspace_id, vault_id=vault.id)
     return vault
 
 
@@ -113,98 +96,18 @@ def vault_delete(*, workspace, vault_id: str) -> None:
     """The vault and every credential (their ciphertexts with them) go, from running sandboxes'
     egress proxies too."""
     vault = vault_get(workspace=workspace, vault_id=vault_id, for_update=True)
-    sandbox_proxies_revoke_on_commit(workspace_id=vault.workspace_id, vault_id=vault.id)
+    secrets_changed.send(sender=Vault, workspace_id=vault.workspace_id, vault_id=vault.id)
     vault.delete()
 
 
 # --- credentials -----------------------------------------------------------------------------
 
 
-def _refresh_public(refresh: dict) -> dict:
-    return {
-        "client_id": refresh["client_id"],
-        "token_endpoint": refresh["token_endpoint"],
-        "token_endpoint_auth": {"type": refresh["token_endpoint_auth"]["type"]},
-        "resource": refresh.get("resource") or None,
-        "scope": refresh.get("scope") or None,
-    }
-
-
-# Variables the sandbox's own plumbing sets (sandboxes/policy.py): a credential cannot take them.
-RESERVED_SECRET_NAMES = frozenset(
-    {"PATH", "HOME", "TMPDIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
-     "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS"}
-)  # fmt: skip
-_HOST_ENTRY = re.compile(r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}\.)*[A-Za-z0-9-]{1,63}$")
-
-
-def _networking_public(field: str, networking: dict) -> dict:
-    """A credential's networking as stored: unrestricted, or limited to bare hostnames, IPv4
-    addresses or `*.` wildcards (no URLs, ports, paths or IPv6, as the SDK says)."""
-    if networking["type"] == "unrestricted":
-        if networking.get("allowed_hosts") is not None:
-            raise InvalidRequest(f"{field}.allowed_hosts: an unrestricted credential takes no host list.")
-        return {"type": "unrestricted"}
-    hosts = list(networking.get("allowed_hosts") or [])
-    if not hosts:
-        raise InvalidRequest(f"{field}.allowed_hosts: a limited credential names at least one host.")
-    for host in hosts:
-        if not _HOST_ENTRY.match(host):
-            raise InvalidRequest(
-                f"{field}.allowed_hosts: {host[:100]!r} is not a hostname, an IPv4 address or a *. wildcard."
-            )
-    return {"type": "limited", "allowed_hosts": [host.lower() for host in hosts]}
-
-
-def _injection_location(location: dict) -> dict:
-    if not (location["header"] or location["body"]):
-        raise InvalidRequest("auth.injection_location: at least one of header and body must be enabled.")
-    return location
-
-
-def _environment_variable_split(auth: dict) -> tuple[str, str, dict, dict]:
-    name = auth["secret_name"]
-    if name.upper() in RESERVED_SECRET_NAMES or name.upper().startswith("MANGO_"):
-        raise InvalidRequest(f"auth.secret_name: {name!r} is set by the sandbox itself; choose another name.")
-    location = auth.get("injection_location") or {}
-    public = {
-        "type": VaultCredential.AuthType.ENVIRONMENT_VARIABLE,
-        "secret_name": name,
-        "networking": _networking_public("auth.networking", auth["networking"]),
-        "injection_location": _injection_location(
-            {"header": location.get("header", True), "body": location.get("body", False)}
-        ),
-    }
-    return VaultCredential.AuthType.ENVIRONMENT_VARIABLE, "", public, {"secret_value": auth["secret_value"]}
-
-
-def _auth_split(auth: dict) -> tuple[str, str, dict, dict]:
-    """(type, server URL, public auth, secret parts) of a create's `auth`."""
-    kind = auth["type"]
-    if kind == VaultCredential.AuthType.ENVIRONMENT_VARIABLE:
-        return _environment_variable_split(auth)
-    url = auth["mcp_server_url"]
-    _check_outbound("auth.mcp_server_url", url)
-    if kind == VaultCredential.AuthType.STATIC_BEARER:
-        return kind, url, {"type": kind, "mcp_server_url": url}, {"token": auth["token"]}
-    public = {"type": kind, "mcp_server_url": url, "expires_at": _future("auth.expires_at", auth.get("expires_at"))}
-    secret = {"access_token": auth["access_token"]}
-    refresh = auth.get("refresh")
-    public["refresh"] = None
-    if refresh is not None:
-        _check_outbound("auth.refresh.token_endpoint", refresh["token_endpoint"])
-        public["refresh"] = _refresh_public(refresh)
-        secret["refresh_token"] = refresh["refresh_token"]
-        if refresh["token_endpoint_auth"]["type"] != "none":
-            secret["client_secret"] = refresh["token_endpoint_auth"]["client_secret"]
-    return kind, url, public, secret
-
-
 def credential_create(
     *, workspace, vault_id: str, auth: dict, display_name: str | None, metadata: dict
 ) -> VaultCredential:
     """Only ciphertext of the secret parts is stored. One live credential per server URL in a vault."""
-    kind, url, public, secret = _auth_split(auth)
+    kind, url, public, secret = auth_split(auth)
     ciphertext = _secret_store(secret)
     now = timezone.now()
     limit = settings.MANGO_VAULT_MAX_CREDENTIALS
@@ -269,7 +172,7 @@ def credential_update(*, workspace, vault_id: str, credential_id: str, changes: 
             data["secret"] = _secret_store(secret)
             if credential.auth_type == VaultCredential.AuthType.ENVIRONMENT_VARIABLE:
                 # Running sandboxes' proxies hold the old value (or hosts): they are made again.
-                sandbox_proxies_revoke_on_commit(workspace_id=vault.workspace_id, vault_id=vault.id)
+                secrets_changed.send(sender=Vault, workspace_id=vault.workspace_id, vault_id=vault.id)
         return model_update(instance=credential, data=data)
 
 
@@ -284,14 +187,14 @@ def _auth_changes(credential: VaultCredential, auth: dict) -> tuple[dict, dict]:
         if auth.get("secret_value") is not None:
             secret["secret_value"] = auth["secret_value"]
         if auth.get("networking") is not None:  # replaces the stored one as a whole
-            public["networking"] = _networking_public("auth.networking", auth["networking"])
+            public["networking"] = networking_public("auth.networking", auth["networking"])
         location = auth.get("injection_location") or {}
-        public["injection_location"] = _injection_location({**public["injection_location"], **location})
+        public["injection_location"] = injection_location({**public["injection_location"], **location})
         return public, secret
     if auth.get("access_token") is not None:
         secret["access_token"] = auth["access_token"]
     if "expires_at" in auth:
-        public["expires_at"] = _future("auth.expires_at", auth["expires_at"])
+        public["expires_at"] = future_time("auth.expires_at", auth["expires_at"])
     refresh = auth.get("refresh")
     if refresh is not None:
         current = public.get("refresh")
@@ -338,7 +241,7 @@ def credential_revoke(*, credential: VaultCredential) -> None:
 
 def _proxies_revoke(credential: VaultCredential) -> None:
     if credential.auth_type == VaultCredential.AuthType.ENVIRONMENT_VARIABLE:  # the only kind proxies hold
-        sandbox_proxies_revoke_on_commit(workspace_id=credential.workspace_id, vault_id=credential.vault_id)
+        secrets_changed.send(sender=Vault, workspace_id=credential.workspace_id, vault_id=credential.vault_id)
 
 
 @transaction.atomic
@@ -457,25 +360,3 @@ def credential_validate(*, workspace, vault_id: str, credential_id: str) -> dict
     result["refresh"] = {"status": "succeeded", "http_response": None}
     result["status"] = "unknown"  # a refresh succeeded, the new token is not tested yet
     return result
-
-
-# Every column holding a secret sealed under MANGO_VAULT_KEY: what a key rotation re-encrypts.
-SEALED_COLUMNS = ((VaultCredential, "secret"), (SessionResource, "authorization_token"))
-
-
-def secrets_reencrypt() -> int:
-    """Every stored secret (vault credentials, repository tokens) under MANGO_VAULT_KEY's first
-    key (after a rotation). Returns how many were re-encrypted. Each row in its own short
-    transaction."""
-    count = 0
-    for model, column in SEALED_COLUMNS:
-        sealed = model.objects.exclude(**{column: ""})
-        for row_id in sealed.values_list("pk", flat=True).iterator():
-            with transaction.atomic():
-                row = sealed.select_for_update().filter(pk=row_id).first()
-                if row is None:
-                    continue
-                setattr(row, column, secrets.reencrypt(getattr(row, column)))
-                row.save(update_fields=[column])
-                count += 1
-    return count
