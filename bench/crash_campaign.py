@@ -178,8 +178,9 @@ class Campaign:
         its sandbox, as at the session's first tool call."""
         from django.db import transaction
 
-        from sessions.services.memory import memory_create, memory_store_create, session_memory_stores_attach
+        from memory.services import memory_create, memory_store_create
         from sessions.services.memory_mounts import session_memory_place
+        from sessions.services.resources import session_memory_stores_attach
 
         store = memory_store_create(workspace=self.workspace, name="campaign memory", description="", metadata={})
         actor = {"type": "api_actor", "api_key_id": "apikey_campaign"}

@@ -38,10 +38,11 @@ def main() -> None:
 
     import sandboxes as sandbox
     from memory.models import Memory
+    from memory.services import memory_store_create
     from sessions.models import Session
-    from sessions.services.memory import memory_store_create, session_memory_stores_attach
     from sessions.services.memory_mounts import memory_writeback_at_idle, session_memory_place
     from sessions.services.outputs import outputs_publish_at_idle
+    from sessions.services.resources import session_memory_stores_attach
     from sessions.services.sessions import session_delete
     from tests.factories import make_session, with_sandbox
 

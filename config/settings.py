@@ -222,7 +222,7 @@ MANGO_SKILL_FILE_MAX_BYTES = env.int("MANGO_SKILL_FILE_MAX_BYTES", default=8 * 1
 MANGO_SKILL_MAX_BYTES = env.int("MANGO_SKILL_MAX_BYTES", default=32 * 1024 * 1024)
 MANGO_SKILL_MAX_VERSIONS = env.int("MANGO_SKILL_MAX_VERSIONS", default=100)
 MANGO_WORKSPACE_MAX_SKILLS = env.int("MANGO_WORKSPACE_MAX_SKILLS", default=1000)
-# Memory stores (sessions/services/memory.py): the beta header the SDK sends for them, stores per
+# Memory stores (memory/services.py): the beta header the SDK sends for them, stores per
 # workspace and memories per store. A memory's content (100 kB) and path (1,024 bytes) limits are
 # the SDK's, in processors/memory.py.
 MANGO_MEMORY_BETA = "agent-memory-2026-07-22"

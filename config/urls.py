@@ -14,6 +14,7 @@ urlpatterns = [
     path("v1/", include("files.urls")),
     path("v1/", include("agents.urls")),
     path("v1/", include("vaults.urls")),
+    path("v1/", include("memory.urls")),
     path("v1/", include("sessions.urls")),
 ]
 

@@ -22,7 +22,7 @@ def _memory_version_id() -> str:
 
 class MemoryStore(Archivable, models.Model):
     """A named container of memories (path-addressed UTF-8 text), scoped to a workspace. Its
-    memories and their version log live in PostgreSQL (sessions/services/memory.py says why)."""
+    memories and their version log live in PostgreSQL (memory/services.py says why)."""
 
     id = models.CharField(primary_key=True, max_length=64, default=_memory_store_id, editable=False)
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memory_stores")

@@ -3,7 +3,7 @@
 from django.urls import path
 
 from sessions import streams
-from sessions.apis import events, memory, resources, sessions, skills, threads, work
+from sessions.apis import events, resources, sessions, skills, threads, work
 
 urlpatterns = [
     path("environments/<str:environment_id>/work", work.WorkListApi.as_view()),
@@ -30,18 +30,4 @@ urlpatterns = [
     path("skills/<str:skill_id>/versions", skills.SkillVersionListCreateApi.as_view()),
     path("skills/<str:skill_id>/versions/<str:version>", skills.SkillVersionDetailApi.as_view()),
     path("skills/<str:skill_id>/versions/<str:version>/content", skills.SkillVersionContentApi.as_view()),
-    path("memory_stores", memory.MemoryStoreListCreateApi.as_view()),
-    path("memory_stores/<str:memory_store_id>", memory.MemoryStoreDetailApi.as_view()),
-    path("memory_stores/<str:memory_store_id>/archive", memory.MemoryStoreArchiveApi.as_view()),
-    path("memory_stores/<str:memory_store_id>/memories", memory.MemoryListCreateApi.as_view()),
-    path("memory_stores/<str:memory_store_id>/memories/<str:memory_id>", memory.MemoryDetailApi.as_view()),
-    path("memory_stores/<str:memory_store_id>/memory_versions", memory.MemoryVersionListApi.as_view()),
-    path(
-        "memory_stores/<str:memory_store_id>/memory_versions/<str:memory_version_id>",
-        memory.MemoryVersionDetailApi.as_view(),
-    ),
-    path(
-        "memory_stores/<str:memory_store_id>/memory_versions/<str:memory_version_id>/redact",
-        memory.MemoryVersionRedactApi.as_view(),
-    ),
 ]

@@ -7,8 +7,7 @@ from core.api import Paging
 from core.apiview import AgentsApi
 from core.errors import InvalidRequest
 from core.serializers import validated
-from sessions.selectors import session_get, session_resource_page
-from sessions.selectors.memory import session_memory_stores
+from sessions.selectors import session_get, session_memory_stores, session_resource_page
 from sessions.serializers.sessions import (
     RepositoryResourceParamSerializer,
     ResourceDeletedOutputSerializer,

@@ -10,11 +10,11 @@ from core.schema import time_range_parameters
 from sessions.selectors import (
     session_get,
     session_list,
+    session_memory_stores_by_session,
     session_outcome_evaluations,
     session_parts,
     session_resources_by_session,
 )
-from sessions.selectors.memory import session_memory_stores_by_session
 from sessions.serializers.sessions import (
     SESSION_STATUSES,
     SessionCreateInputSerializer,

@@ -26,7 +26,7 @@ from sessions.events import MESSAGE_TYPES, SERVER_TOOL_TYPES, WEB_FETCH_BETA, Er
 from sessions.models import Session
 from sessions.runtime.control import Stop, TurnControl
 from sessions.runtime.upstream import ModelError, PreviewPublisher, messages_create
-from sessions.selectors.memory import session_memory_stores
+from sessions.selectors import session_memory_stores
 from sessions.selectors.runner import EventRow, session_conversation_events
 from sessions.selectors.skills import session_skills
 from sessions.services.events import events_append, session_event_append

@@ -267,3 +267,24 @@ def session_outcome_evaluations(*, session_ids: list[str]) -> dict[str, list[dic
             if result in TERMINAL_RESULTS:
                 entry["completed_at"] = event.processed_at
     return {session_id: list(outcomes.values()) for session_id, outcomes in entries.items()}
+
+
+def session_memory_stores(*, session: Session) -> list[SessionMemoryStore]:
+    """The memory stores attached to `session`, in the order they were given (no query for a
+    session created without any)."""
+    if not session.memory_store_count:
+        return []
+    return list(SessionMemoryStore.objects.filter(session=session).order_by("position"))
+
+
+def session_memory_stores_by_session(*, session_ids: list[str]) -> dict[str, list[SessionMemoryStore]]:
+    found: dict[str, list[SessionMemoryStore]] = {session_id: [] for session_id in session_ids}
+    if not session_ids:
+        return found
+    for row in SessionMemoryStore.objects.filter(session_id__in=session_ids).order_by("session_id", "position"):
+        found[row.session_id].append(row)
+    return found
+
+
+def session_memory_store_get(*, pk: int) -> SessionMemoryStore:
+    return SessionMemoryStore.objects.get(pk=pk)

@@ -37,6 +37,16 @@ import sandboxes as sandbox
 from core.crashpoints import crash_point
 from core.streams import buffered_reader
 from memory.models import Memory, MemoryStore, MemoryVersion
+from memory.selectors import memory_store_contents, memory_store_for_session
+from memory.services import (
+    MEMORY_CONTENT_FIELDS,
+    MemoryQuotaExceeded,
+    memory_bytes_used_locked,
+    memory_content_set,
+    memory_quota_check,
+    memory_version_row,
+    session_actor,
+)
 from processors.memory import (
     CONTENT_MAX_BYTES,
     MEMORY_ROOT,
@@ -49,17 +59,8 @@ from processors.resources import tar_stream_for_files
 from sessions import events as ev
 from sessions.events import EventType
 from sessions.models import Session, SessionMemoryStore
-from sessions.selectors.memory import memory_store_contents, memory_store_for_session, session_memory_stores
+from sessions.selectors import session_memory_stores
 from sessions.services.events import session_event_append
-from sessions.services.memory import (
-    MEMORY_CONTENT_FIELDS,
-    MemoryQuotaExceeded,
-    memory_bytes_used_locked,
-    memory_content_set,
-    memory_quota_check,
-    memory_version_row,
-    session_actor,
-)
 
 logger = logging.getLogger(__name__)
 

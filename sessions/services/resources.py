@@ -20,7 +20,9 @@ from files import storage
 from files.models import File
 from files.selectors import file_get_for_admission, session_file_copy_get
 from files.services import file_copy, file_delete
+from memory.selectors import memory_store_for_session
 from processors.errors import ProcessorError
+from processors.memory import MAX_MEMORY_STORES_PER_SESSION, mount_path
 from processors.resources import (
     MAX_FILE_RESOURCES,
     check_mount_path_available,
@@ -28,7 +30,7 @@ from processors.resources import (
     resolve_mount_path,
     tar_stream_for_file,
 )
-from sessions.models import Session, SessionResource, resource_ids
+from sessions.models import Session, SessionMemoryStore, SessionResource, resource_ids
 from sessions.selectors import session_get
 
 logger = logging.getLogger(__name__)
@@ -224,3 +226,49 @@ def resources_place(*, session: Session, checked: bool = False) -> int:
         SessionResource.objects.filter(pk=row.pk).update(placed_ref=ref, updated_at=timezone.now())
         placed += 1
     return placed
+
+
+def session_memory_stores_attach(*, session, params: list[dict], field: str = "resources") -> list:
+    """Inside session_create's transaction: one SessionMemoryStore per `{memory_store_id, access,
+    instructions}`, snapshotting the store's name and description now (later edits do not
+    propagate). A missing or foreign store, an archived one, the same store twice, two stores
+    whose names give one mount path, or more than MAX_MEMORY_STORES_PER_SESSION: a 400, and the
+    caller's transaction (the session with it) rolls back."""
+    if len(params) > MAX_MEMORY_STORES_PER_SESSION:
+        raise InvalidRequest(f"{field}: a session mounts at most {MAX_MEMORY_STORES_PER_SESSION} memory stores.")
+    rows, seen, paths = [], set(), {}
+    now = timezone.now()
+    for position, param in enumerate(params):
+        where = f"{field}: memory_store {param['memory_store_id'][:80]!r}"
+        store = memory_store_for_session(workspace_id=session.workspace_id, memory_store_id=param["memory_store_id"])
+        if store is None:
+            raise InvalidRequest(f"{where} not found.")
+        if store.archived_at is not None:
+            raise InvalidRequest(f"{where} is archived and cannot be attached to new sessions.")
+        if store.id in seen:
+            raise InvalidRequest(f"{where} is attached twice.")
+        seen.add(store.id)
+        path = mount_path(store.name)
+        if path in paths:
+            raise InvalidRequest(
+                f"{where} would mount at {path}, as {paths[path]} does (their names give the same directory);"
+                " rename one of the stores."
+            )
+        paths[path] = store.id
+        rows.append(
+            SessionMemoryStore(
+                session=session,
+                memory_store_id=store.id,
+                access=param["access"],
+                name=store.name,
+                description=store.description,
+                instructions=param.get("instructions"),
+                mount_path=path,
+                position=position,
+                created_at=now,
+            )
+        )
+    if rows:
+        type(session).objects.filter(pk=session.pk).update(memory_store_count=len(rows))
+        session.memory_store_count = len(rows)
+    return SessionMemoryStore.objects.bulk_create(rows)

@@ -23,9 +23,13 @@ from sessions.models import Session
 from sessions.selectors import session_get
 from sessions.services.admission import events_admit
 from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
-from sessions.services.memory import session_memory_stores_attach
 from sessions.services.repositories import repositories_admit, repository_rows_create
-from sessions.services.resources import resource_rows_create, resources_admit, resources_copy
+from sessions.services.resources import (
+    resource_rows_create,
+    resources_admit,
+    resources_copy,
+    session_memory_stores_attach,
+)
 from sessions.services.work import session_work_ensure, session_work_stop
 from vaults.selectors import live_vault_ids
 

@@ -40,7 +40,7 @@ def test_admin_pages_show_sessions_events_and_errors(admin_client, api_key):
 
 
 def test_admin_lists_memory_stores_with_size_and_counts(admin_client, api_key):
-    from sessions.services.memory import api_actor, memory_create, memory_store_create, memory_update
+    from memory.services import api_actor, memory_create, memory_store_create, memory_update
 
     workspace = api_key.workspace
     store = memory_store_create(workspace=workspace, name="prefs", description="", metadata={})

@@ -11,7 +11,6 @@ from core.errors import NotFound
 from core.lookups import one_or_not_found
 from core.pagination import cursor_decode, cursor_encode, keyset_page, rendered_bytes
 from memory.models import Memory, MemoryStore, MemoryVersion
-from sessions.models import Session, SessionMemoryStore
 
 
 def memory_store_get(*, workspace, memory_store_id: str, for_update: bool = False) -> MemoryStore:
@@ -146,23 +145,6 @@ def memory_version_list(*, store: MemoryStore, limit: int, page: str | None, fil
     return rows, next_page
 
 
-def session_memory_stores(*, session: Session) -> list[SessionMemoryStore]:
-    """The memory stores attached to `session`, in the order they were given (no query for a
-    session created without any)."""
-    if not session.memory_store_count:
-        return []
-    return list(SessionMemoryStore.objects.filter(session=session).order_by("position"))
-
-
-def session_memory_stores_by_session(*, session_ids: list[str]) -> dict[str, list[SessionMemoryStore]]:
-    found: dict[str, list[SessionMemoryStore]] = {session_id: [] for session_id in session_ids}
-    if not session_ids:
-        return found
-    for row in SessionMemoryStore.objects.filter(session_id__in=session_ids).order_by("session_id", "position"):
-        found[row.session_id].append(row)
-    return found
-
-
 def memory_store_for_session(*, workspace_id: str, memory_store_id: str) -> MemoryStore | None:
     """The runner's read of an attached store (None once it is deleted)."""
     return MemoryStore.objects.filter(workspace_id=workspace_id, id=memory_store_id).first()
@@ -173,7 +155,3 @@ def memory_store_contents(*, store: MemoryStore):
     batches (a sandbox is filled without holding the whole store in memory)."""
     rows = Memory.objects.filter(store=store).order_by("path").values_list("id", "path", "content_sha256", "content")
     return rows.iterator(chunk_size=200)
-
-
-def session_memory_store_get(*, pk: int) -> SessionMemoryStore:
-    return SessionMemoryStore.objects.get(pk=pk)

@@ -6,8 +6,8 @@ from rest_framework.response import Response
 from core.api import Paging, query_bool, query_datetime, query_int
 from core.apiview import BetaApi
 from core.errors import InvalidRequest
-from processors.memory import PATH_MAX_SEGMENTS, MemoryRefused, check_path_prefix
-from sessions.selectors.memory import (
+from memory import services as memory_services
+from memory.selectors import (
     memory_get,
     memory_list,
     memory_store_get,
@@ -15,7 +15,7 @@ from sessions.selectors.memory import (
     memory_version_get,
     memory_version_list,
 )
-from sessions.serializers.memory import (
+from memory.serializers import (
     OPERATIONS,
     VIEWS,
     MemoryCreateInputSerializer,
@@ -39,7 +39,7 @@ from sessions.serializers.memory import (
     parse_memory_store_create,
     parse_memory_update,
 )
-from sessions.services import memory as memory_services
+from processors.memory import PATH_MAX_SEGMENTS, MemoryRefused, check_path_prefix
 
 PAGES = Paging(maximum=100, default=20)
 FULL_VIEW_MAX_LIMIT = 20

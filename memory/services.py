@@ -28,16 +28,13 @@ from core.metadata import metadata_patch_apply
 from core.models import Workspace
 from core.updates import model_update
 from memory.models import Memory, MemoryStore, MemoryVersion
+from memory.selectors import memory_get, memory_store_get, memory_version_get
 from processors.memory import (
-    MAX_MEMORY_STORES_PER_SESSION,
     MemoryRefused,
     check_content,
     check_path,
     check_store_name,
-    mount_path,
 )
-from sessions.models import SessionMemoryStore
-from sessions.selectors.memory import memory_get, memory_store_get, memory_version_get
 
 
 class MemoryPreconditionFailed(Conflict):
@@ -329,49 +326,3 @@ def memory_version_redact(*, workspace, memory_store_id: str, memory_version_id:
 
 
 # --- sessions --------------------------------------------------------------------------------
-
-
-def session_memory_stores_attach(*, session, params: list[dict], field: str = "resources") -> list:
-    """Inside session_create's transaction: one SessionMemoryStore per `{memory_store_id, access,
-    instructions}`, snapshotting the store's name and description now (later edits do not
-    propagate). A missing or foreign store, an archived one, the same store twice, two stores
-    whose names give one mount path, or more than MAX_MEMORY_STORES_PER_SESSION: a 400, and the
-    caller's transaction (the session with it) rolls back."""
-    if len(params) > MAX_MEMORY_STORES_PER_SESSION:
-        raise InvalidRequest(f"{field}: a session mounts at most {MAX_MEMORY_STORES_PER_SESSION} memory stores.")
-    rows, seen, paths = [], set(), {}
-    now = timezone.now()
-    for position, param in enumerate(params):
-        where = f"{field}: memory_store {param['memory_store_id'][:80]!r}"
-        store = MemoryStore.objects.filter(workspace_id=session.workspace_id, id=param["memory_store_id"]).first()
-        if store is None:
-            raise InvalidRequest(f"{where} not found.")
-        if store.archived_at is not None:
-            raise InvalidRequest(f"{where} is archived and cannot be attached to new sessions.")
-        if store.id in seen:
-            raise InvalidRequest(f"{where} is attached twice.")
-        seen.add(store.id)
-        path = mount_path(store.name)
-        if path in paths:
-            raise InvalidRequest(
-                f"{where} would mount at {path}, as {paths[path]} does (their names give the same directory);"
-                " rename one of the stores."
-            )
-        paths[path] = store.id
-        rows.append(
-            SessionMemoryStore(
-                session=session,
-                memory_store_id=store.id,
-                access=param["access"],
-                name=store.name,
-                description=store.description,
-                instructions=param.get("instructions"),
-                mount_path=path,
-                position=position,
-                created_at=now,
-            )
-        )
-    if rows:
-        type(session).objects.filter(pk=session.pk).update(memory_store_count=len(rows))
-        session.memory_store_count = len(rows)
-    return SessionMemoryStore.objects.bulk_create(rows)
