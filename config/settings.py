@@ -215,7 +215,7 @@ MANGO_MODEL_SERVER_WEB_TOOLS = env.bool("MANGO_MODEL_SERVER_WEB_TOOLS", default=
 # next model call; 0: the default, 150,000 (below every named model's window).
 MANGO_CONTEXT_COMPACT_TOKENS = env.int("MANGO_CONTEXT_COMPACT_TOKENS", default=0)
 
-# Skills (sessions/services/skills.py; docs/configuration.md): what one upload may hold, checked while
+# Skills (skills/services.py; docs/configuration.md): what one upload may hold, checked while
 # it streams and again before anything is stored; versions per skill and skills per workspace.
 MANGO_SKILL_MAX_FILES = env.int("MANGO_SKILL_MAX_FILES", default=500)
 MANGO_SKILL_FILE_MAX_BYTES = env.int("MANGO_SKILL_FILE_MAX_BYTES", default=8 * 1024 * 1024)

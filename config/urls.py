@@ -15,6 +15,7 @@ urlpatterns = [
     path("v1/", include("agents.urls")),
     path("v1/", include("vaults.urls")),
     path("v1/", include("memory.urls")),
+    path("v1/", include("skills.urls")),
     path("v1/", include("sessions.urls")),
 ]
 

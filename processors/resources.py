@@ -13,7 +13,7 @@ from processors.outputs import OUTPUTS_DIR
 MAX_FILE_RESOURCES = 100
 MAX_MOUNT_PATH_LENGTH = 1024
 UPLOADS_DIR = "/mnt/session/uploads"
-SKILLS_DIR = "/mnt/skills"  # skills are placed at /mnt/skills/<name>/ (sessions/services/skills.py)
+SKILLS_DIR = "/mnt/skills"  # skills are placed at /mnt/skills/<name>/ (sessions/services/skill_mounts.py)
 FILE_MODE = 0o444
 DIR_MODE = 0o755
 

@@ -29,11 +29,6 @@ class SessionsConfig(AppConfig):
 
         shares.workspace_resolver_install(worker_workspace_of)
 
-        from core import references
-        from sessions.selectors.skills import skill_versions_resolve
-
-        references.resolver_install("skill_versions", skill_versions_resolve)
-
         # Repository tokens are sealed like vault secrets (core/secrets.py: key rotation).
         from core.secrets import sealed_column_register
         from sessions.models import SessionResource

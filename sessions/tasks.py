@@ -16,7 +16,7 @@ from sessions.models import Session, SessionEvent
 from sessions.runtime import turn  # imported before the pool forks: children start warm (anthropic is slow to import)
 from sessions.runtime.fleet import fleet_connect
 from sessions.services.sessions import deleted_session_logs_purge, session_orphan_files_delete
-from sessions.services.skills import skills_unfinished_sweep
+from skills.services import skills_unfinished_sweep
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 from django.urls import path
 
 from sessions import streams
-from sessions.apis import events, resources, sessions, skills, threads, work
+from sessions.apis import events, resources, sessions, threads, work
 
 urlpatterns = [
     path("environments/<str:environment_id>/work", work.WorkListApi.as_view()),
@@ -25,9 +25,4 @@ urlpatterns = [
     path("sessions/<str:session_id>/threads/<str:thread_id>/archive", threads.SessionThreadArchiveApi.as_view()),
     path("sessions/<str:session_id>/threads/<str:thread_id>/events", threads.SessionThreadEventsApi.as_view()),
     path("sessions/<str:session_id>/threads/<str:thread_id>/stream", streams.event_stream_view),
-    path("skills", skills.SkillListCreateApi.as_view()),
-    path("skills/<str:skill_id>", skills.SkillDetailApi.as_view()),
-    path("skills/<str:skill_id>/versions", skills.SkillVersionListCreateApi.as_view()),
-    path("skills/<str:skill_id>/versions/<str:version>", skills.SkillVersionDetailApi.as_view()),
-    path("skills/<str:skill_id>/versions/<str:version>/content", skills.SkillVersionContentApi.as_view()),
 ]

@@ -28,7 +28,6 @@ from sessions.runtime.control import Stop, TurnControl
 from sessions.runtime.upstream import ModelError, PreviewPublisher, messages_create
 from sessions.selectors import session_memory_stores
 from sessions.selectors.runner import EventRow, session_conversation_events
-from sessions.selectors.skills import session_skills
 from sessions.services.events import events_append, session_event_append
 from sessions.services.runner import (
     session_error_record,
@@ -36,6 +35,7 @@ from sessions.services.runner import (
     session_events_refused,
     session_status_running_set,
 )
+from sessions.services.skill_mounts import session_skills
 
 logger = logging.getLogger(__name__)
 

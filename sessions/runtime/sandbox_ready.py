@@ -21,7 +21,7 @@ from sessions.services.memory_mounts import session_memory_place
 from sessions.services.resources import resources_place
 from sessions.services.runner import session_error_record, session_sandbox_failed, session_sandbox_running
 from sessions.services.sandboxes import sandbox_admit
-from sessions.services.skills import session_skills_place
+from sessions.services.skill_mounts import session_skills_place
 from vaults.selectors import session_environment_credentials
 from vaults.services import credential_secrets
 

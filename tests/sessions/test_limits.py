@@ -7,7 +7,7 @@ import pytest
 
 from agents.models import Agent, AgentVersion, Environment
 from sessions.models import Session, SessionEvent
-from sessions.serializers import common as limits
+from core import limits
 
 pytestmark = pytest.mark.django_db
 

@@ -19,13 +19,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-import sandboxes as sandbox
 from core.errors import InvalidRequest, RequestTooLarge
 from files import storage
-from processors.resources import SKILLS_DIR, tar_stream_for_files
 from processors.skills import SKILL_FILE, SkillRefused, check_paths, parse_manifest, zip_members
-from sessions.selectors.skills import session_skills, skill_get, skill_version_get
 from skills.models import Skill, SkillVersion
+from skills.selectors import skill_get, skill_version_get
 
 logger = logging.getLogger(__name__)
 
@@ -222,25 +220,3 @@ def skills_unfinished_sweep(*, older_than_seconds: float) -> int:
     for version in stale:
         _version_discard(version=version, drop_skill=True)
     return len(stale)
-
-
-def session_skills_place(*, session) -> int:
-    """Write the session's pinned skills into its (new) sandbox, read-only, at
-    /mnt/skills/<name>/: every file mode 0444 and every directory owned by RESOURCE_OWNER_UID,
-    so the sandbox user can read them and change nothing. Streamed from the store, one archive
-    per skill. Returns how many skills were placed."""
-    placed = 0
-    for version, _path in session_skills(session=session):
-        files = (
-            (
-                f"{version.name}/{entry['path']}",
-                entry["size"],
-                storage.iter_object(storage.open_object(key=entry["key"])),
-            )
-            for entry in version.files
-        )
-        owner = sandbox.RESOURCE_OWNER_UID
-        stream = tar_stream_for_files(files, root=SKILLS_DIR, uid=owner, gid=owner)
-        sandbox.put_archive(session_id=session.id, directory=SKILLS_DIR, chunks=stream)
-        placed += 1
-    return placed

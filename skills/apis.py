@@ -19,8 +19,9 @@ from core.bodies import content_length
 from core.errors import InvalidRequest
 from core.parsers import JSONParser
 from files import storage
-from sessions.selectors.skills import SOURCES, skill_get, skill_list, skill_version_get, skill_version_list
-from sessions.serializers.skills import (
+from skills import services as skill_services
+from skills.selectors import SOURCES, skill_get, skill_list, skill_version_get, skill_version_list
+from skills.serializers import (
     SkillDeletedOutputSerializer,
     SkillListOutputSerializer,
     SkillOutputSerializer,
@@ -31,7 +32,6 @@ from sessions.serializers.skills import (
     skill_to_wire,
     skill_version_to_wire,
 )
-from sessions.services import skills as skill_services
 
 PAGES = Paging(maximum=1000, default=20)
 # Multipart framing around the files: part headers, boundaries, display_name.

@@ -5,7 +5,6 @@ ready, a version once ready."""
 from core.errors import NotFound
 from core.lookups import one_or_not_found
 from core.pagination import keyset_page
-from processors.resources import SKILLS_DIR
 from skills.models import Skill, SkillVersion
 
 SOURCES = ("custom", "anthropic")
@@ -66,10 +65,3 @@ def skill_versions_by_ref(*, workspace_id: str, refs: list[dict]) -> list[SkillV
     ).select_related("skill")
     found = {(row.skill_id, row.version): row for row in rows}
     return [found[key] for key in wanted if key in found]
-
-
-def session_skills(*, session) -> list[tuple[SkillVersion, str]]:
-    """The session's pinned skill versions that still exist, each with its path in the sandbox."""
-    refs = session.agent_snapshot.get("skills") or []
-    versions = skill_versions_by_ref(workspace_id=session.workspace_id, refs=refs)
-    return [(version, f"{SKILLS_DIR}/{version.name}") for version in versions]
