@@ -6,8 +6,8 @@ import json
 import pytest
 
 from agents.models import Agent, AgentVersion, Environment
-from sessions.models import Session, SessionEvent
 from core import limits
+from sessions.models import Session, SessionEvent
 
 pytestmark = pytest.mark.django_db
 
