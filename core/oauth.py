@@ -18,7 +18,8 @@ from datetime import UTC, datetime, timedelta
 
 import httpx2
 
-from core.outbound import GuardedTransport, OutboundRefused, ResponseRefused
+from core.outbound import OutboundRefused
+from core.transports import GuardedTransport, ResponseRefused
 
 BODY_MAX_CHARS = 2048
 RESPONSE_MAX_BYTES = 64 * 1024

@@ -32,7 +32,8 @@ from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from core.outbound import AsyncGuardedTransport, OutboundRefused
+from core.outbound import OutboundRefused
+from core.transports import AsyncGuardedTransport
 
 logger = logging.getLogger(__name__)
 

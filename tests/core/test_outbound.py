@@ -15,7 +15,7 @@ import time
 import httpx2
 import pytest
 
-from core import outbound
+from core import outbound, transports
 from core.outbound import OutboundRefused
 
 
@@ -166,10 +166,10 @@ def test_check_url_refuses_what_is_not_a_plain_http_url(settings):
 def test_guarded_client_refuses_loopback_and_serves_it_when_listed(settings, server):
     port = server.server_address[1]
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = []
-    with httpx2.Client(transport=outbound.GuardedTransport()) as client, pytest.raises(OutboundRefused):
+    with httpx2.Client(transport=transports.GuardedTransport()) as client, pytest.raises(OutboundRefused):
         client.get(f"http://localhost:{port}/")
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [f"localhost:{port}"]
-    with httpx2.Client(transport=outbound.GuardedTransport()) as client:
+    with httpx2.Client(transport=transports.GuardedTransport()) as client:
         response = client.get(f"http://localhost:{port}/")
     assert response.status_code == 200
     assert response.text.startswith(f"host=localhost:{port} ")  # sent to the checked address, still naming its host
@@ -179,11 +179,11 @@ def test_each_redirect_is_checked(settings, server):
     port = server.server_address[1]
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [f"localhost:{port}"]
     server.redirect_to = f"http://127.0.0.1:{port}/"  # same server, by an address that is not listed
-    client = httpx2.Client(transport=outbound.GuardedTransport(), follow_redirects=True)
+    client = httpx2.Client(transport=transports.GuardedTransport(), follow_redirects=True)
     with client, pytest.raises(OutboundRefused, match=r"127\.0\.0\.1"):
         client.get(f"http://localhost:{port}/redirect")
     server.redirect_to = f"http://localhost:{port}/"
-    with httpx2.Client(transport=outbound.GuardedTransport(), follow_redirects=True) as client:
+    with httpx2.Client(transport=transports.GuardedTransport(), follow_redirects=True) as client:
         assert client.get(f"http://localhost:{port}/redirect").text.startswith(f"host=localhost:{port} ")
 
 
@@ -191,7 +191,7 @@ def test_async_transport_is_guarded_too(settings, server):
     port = server.server_address[1]
 
     async def fetch():
-        async with httpx2.AsyncClient(transport=outbound.AsyncGuardedTransport()) as client:
+        async with httpx2.AsyncClient(transport=transports.AsyncGuardedTransport()) as client:
             return (await client.get(f"http://localhost:{port}/")).text
 
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = []
@@ -206,7 +206,7 @@ def test_a_relative_redirect_keeps_the_name(settings, server):
     resolved against the name (which is allowed), not against the address (which is not)."""
     port = server.server_address[1]
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [f"localhost:{port}"]
-    with httpx2.Client(transport=outbound.GuardedTransport(), follow_redirects=True) as client:
+    with httpx2.Client(transport=transports.GuardedTransport(), follow_redirects=True) as client:
         response = client.get(f"http://localhost:{port}/relative")
     assert response.status_code == 200 and str(response.url) == f"http://localhost:{port}/landing"
     assert response.text.startswith(f"host=localhost:{port} ")
@@ -238,7 +238,7 @@ def test_https_keeps_the_name_for_sni_and_the_certificate_across_a_relative_redi
     httpd, trust = tls_server
     port = httpd.server_address[1]
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [f"localhost:{port}"]
-    with httpx2.Client(transport=outbound.GuardedTransport(verify=trust), follow_redirects=True) as client:
+    with httpx2.Client(transport=transports.GuardedTransport(verify=trust), follow_redirects=True) as client:
         response = client.get(f"https://localhost:{port}/relative")
     assert response.status_code == 200 and str(response.url) == f"https://localhost:{port}/landing"
     assert response.text.startswith(f"host=localhost:{port} ")
@@ -248,39 +248,39 @@ def test_a_response_body_is_read_up_to_the_limit(settings, server):
     port = server.server_address[1]
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [f"localhost:{port}"]
     settings.MANGO_OUTBOUND_RESPONSE_MAX_BYTES = 10_000
-    with httpx2.Client(transport=outbound.GuardedTransport()) as client:
+    with httpx2.Client(transport=transports.GuardedTransport()) as client:
         assert len(client.get(f"http://localhost:{port}/big/10000").content) == 10_000
-        with pytest.raises(outbound.ResponseRefused, match="over 10000 bytes"):
+        with pytest.raises(transports.ResponseRefused, match="over 10000 bytes"):
             client.get(f"http://localhost:{port}/big/10001")
         with (
             client.stream("GET", f"http://localhost:{port}/big/50000") as response,  # streamed alike
-            pytest.raises(outbound.ResponseRefused),
+            pytest.raises(transports.ResponseRefused),
         ):
             response.read()
         # Identity is asked for, and a compressed answer (which would grow after the count) refused.
         assert "accept-encoding=identity" in client.get(f"http://localhost:{port}/").text
-        with pytest.raises(outbound.ResponseRefused, match="compressed"):
+        with pytest.raises(transports.ResponseRefused, match="compressed"):
             client.get(f"http://localhost:{port}/gzip")
-    client = httpx2.Client(transport=outbound.GuardedTransport(max_response_bytes=100))
-    with client, pytest.raises(outbound.ResponseRefused, match="over 100 bytes"):
+    client = httpx2.Client(transport=transports.GuardedTransport(max_response_bytes=100))
+    with client, pytest.raises(transports.ResponseRefused, match="over 100 bytes"):
         client.get(f"http://localhost:{port}/big/101")
 
     async def fetch(path):
-        async with httpx2.AsyncClient(transport=outbound.AsyncGuardedTransport()) as client:
+        async with httpx2.AsyncClient(transport=transports.AsyncGuardedTransport()) as client:
             return (await client.get(f"http://localhost:{port}{path}")).content
 
     # An event stream is held one event at a time: its events count each, not all together; but a
     # redirect's or an error's body is read whole, so it counts whole whatever its type.
-    with httpx2.Client(transport=outbound.GuardedTransport()) as client:
+    with httpx2.Client(transport=transports.GuardedTransport()) as client:
         assert len(client.get(f"http://localhost:{port}/events/200/6000,6000,6000").content) > 18_000
-        with pytest.raises(outbound.ResponseRefused, match="event is over 10000 bytes"):
+        with pytest.raises(transports.ResponseRefused, match="event is over 10000 bytes"):
             client.get(f"http://localhost:{port}/events/200/6000,10000")
-        with pytest.raises(outbound.ResponseRefused, match="body is over 10000 bytes"):
+        with pytest.raises(transports.ResponseRefused, match="body is over 10000 bytes"):
             client.get(f"http://localhost:{port}/events/400/6000,6000")
 
     assert len(asyncio.run(fetch("/big/10000"))) == 10_000
     assert len(asyncio.run(fetch("/events/200/6000,6000,6000"))) > 18_000
-    with pytest.raises(outbound.ResponseRefused, match="over 10000 bytes"):
+    with pytest.raises(transports.ResponseRefused, match="over 10000 bytes"):
         asyncio.run(fetch("/big/10001"))
 
 
@@ -289,13 +289,13 @@ def test_total_timeout_ends_a_trickling_response(settings, server):
     port = server.server_address[1]
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = [f"localhost:{port}"]
     started = time.monotonic()
-    client = httpx2.Client(transport=outbound.GuardedTransport(total_timeout=1.5), timeout=1)
+    client = httpx2.Client(transport=transports.GuardedTransport(total_timeout=1.5), timeout=1)
     with client, pytest.raises(httpx2.ReadTimeout):
         client.get(f"http://localhost:{port}/trickle")
     assert time.monotonic() - started < 3
 
     async def fetch():
-        transport = outbound.AsyncGuardedTransport(total_timeout=1.5)
+        transport = transports.AsyncGuardedTransport(total_timeout=1.5)
         async with httpx2.AsyncClient(transport=transport, timeout=1) as client:
             await client.get(f"http://localhost:{port}/trickle")
 
