@@ -1,20 +1,20 @@
 """The API's one opaque `page_…` cursor (api-contract.md §8) and the keyset page built on it.
 
-A cursor is `page_` + base64url(signature ‖ compact JSON payload). The signature is an HMAC of
-the payload under a key derived from SECRET_KEY and the listing's `purpose`, so a cursor is only
-accepted by the listing that issued it, and a hand-made or edited one is a 400 — never a query
-built from client-chosen values. Decoded payloads are still checked field by field.
+A cursor is `page_` + base64url(compact JSON payload) + `.` + its signature, made by
+django.core.signing with the listing's `purpose` as the salt: a cursor is only accepted by the
+listing that issued it (and, after a key rotation, under SECRET_KEY_FALLBACKS), and a hand-made or
+edited one is a 400 — never a query built from client-chosen values. Decoded payloads are still
+checked field by field.
 """
 
 import base64
 import binascii
-import hashlib
-import hmac
 import json
 from collections.abc import Callable
 from datetime import datetime
 
 from django.conf import settings
+from django.core import signing
 from django.db.models import Func, IntegerField, TextField, Value
 from django.db.models.functions import Cast, Coalesce
 
@@ -22,17 +22,15 @@ from core.errors import InvalidRequest
 
 CURSOR_PREFIX = "page_"
 MAX_CURSOR_CHARS = 512
-_SIGNATURE_BYTES = 12
 
 
-def _signature(purpose: str, payload: bytes) -> bytes:
-    key = hashlib.sha256(f"mango.cursor:{purpose}:".encode() + settings.SECRET_KEY.encode()).digest()
-    return hmac.new(key, payload, hashlib.sha256).digest()[:_SIGNATURE_BYTES]
+def _signer(purpose: str) -> signing.Signer:
+    return signing.Signer(salt=f"mango.cursor:{purpose}", sep=".")
 
 
 def cursor_encode(payload: dict, *, purpose: str) -> str:
     raw = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
-    return CURSOR_PREFIX + base64.urlsafe_b64encode(_signature(purpose, raw) + raw).decode().rstrip("=")
+    return CURSOR_PREFIX + _signer(purpose).sign(base64.urlsafe_b64encode(raw).decode().rstrip("="))
 
 
 def cursor_decode(value: str, *, purpose: str, fields: dict[str, Callable[[object], bool]]) -> dict:
@@ -41,13 +39,10 @@ def cursor_decode(value: str, *, purpose: str, fields: dict[str, Callable[[objec
     error = InvalidRequest("page: unknown or malformed page cursor.")
     if not isinstance(value, str) or not value.startswith(CURSOR_PREFIX) or len(value) > MAX_CURSOR_CHARS:
         raise error
-    token = value[len(CURSOR_PREFIX) :]
     try:
-        blob = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-    except (ValueError, binascii.Error):
-        raise error
-    signature, raw = blob[:_SIGNATURE_BYTES], blob[_SIGNATURE_BYTES:]
-    if len(signature) != _SIGNATURE_BYTES or not hmac.compare_digest(signature, _signature(purpose, raw)):
+        token = _signer(purpose).unsign(value[len(CURSOR_PREFIX) :])
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    except (signing.BadSignature, ValueError, binascii.Error):
         raise error
     try:
         payload = json.loads(raw)

@@ -25,12 +25,12 @@ its network, as plain data for ``docker.py`` (issue #10). No I/O here.
 """
 
 import hashlib
-import hmac
 import ipaddress
 import json
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.utils.crypto import salted_hmac
 
 from processors.memory import MEMORY_ROOT
 from sandboxes.base import OUTPUTS_PATH, WORKDIR
@@ -178,7 +178,7 @@ def proxy_fingerprint(hosts: list[str], credentials: list[dict]) -> str:
     for its label: another value means the proxy is out of date. Reveals nothing of the secrets
     without SECRET_KEY."""
     data = json.dumps({"hosts": sorted(hosts), "credentials": json.loads(proxy_secrets(credentials))}, sort_keys=True)
-    return hmac.new(settings.SECRET_KEY.encode(), data.encode(), "sha256").hexdigest()
+    return salted_hmac("mango.proxy-fingerprint", data, algorithm="sha256").hexdigest()
 
 
 def _upstream_ca() -> str | None:

@@ -4,18 +4,18 @@
   environment's workers. Stored as its SHA-256 only (sessions.models.EnvironmentKey).
 - A **work token** (`mango-worktoken-<work id>.<mac>`): the `sessions_token` inside a work
   item's `secret`, as the SDK's EnvironmentWorker decodes it (lib/environments/_worker.py
-  `_sessions_token_from_secret`). It names its work item and carries an HMAC of it under
+  `_sessions_token_from_secret`). It names its work item and carries a signature of it (django.core.signing) under
   SECRET_KEY, so it is stored nowhere and a poll that hands the item out again can hand out the
   same token; it authorizes only that item's session calls, until the item stops.
 """
 
 import base64
 import hashlib
-import hmac
 import json
 import secrets
 
-from django.conf import settings
+from django.core import signing
+from django.utils.crypto import constant_time_compare
 
 ENVIRONMENT_KEY_PREFIX = "mango-envkey-"
 WORK_TOKEN_PREFIX = "mango-worktoken-"
@@ -29,15 +29,13 @@ def environment_key_generate() -> str:
     return ENVIRONMENT_KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-def _mac(work_id: str, session_id: str) -> str:
-    digest = hmac.new(
-        settings.SECRET_KEY.encode(), f"mango-work-token:{work_id}:{session_id}".encode(), hashlib.sha256
-    ).digest()
-    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+def _signer() -> signing.Signer:
+    return signing.Signer(salt="mango.work-token")
 
 
-def work_token(*, work_id: str, session_id: str) -> str:
-    return f"{WORK_TOKEN_PREFIX}{work_id}.{_mac(work_id, session_id)}"
+def work_token(*, work_id: str, session_id: str, key: str | None = None) -> str:
+    """The token of a work item, signed by django.core.signing (SECRET_KEY, or `key`)."""
+    return f"{WORK_TOKEN_PREFIX}{work_id}.{_signer().signature(f'{work_id}:{session_id}', key=key)}"
 
 
 def work_token_work_id(raw: str) -> str | None:
@@ -51,7 +49,12 @@ def work_token_work_id(raw: str) -> str | None:
 
 
 def work_token_valid(raw: str, *, work_id: str, session_id: str) -> bool:
-    return hmac.compare_digest(raw.encode(), work_token(work_id=work_id, session_id=session_id).encode())
+    """Signed under SECRET_KEY or, after a rotation, one of SECRET_KEY_FALLBACKS."""
+    signer = _signer()
+    return any(
+        constant_time_compare(raw, work_token(work_id=work_id, session_id=session_id, key=key))
+        for key in (signer.key, *signer.fallback_keys)
+    )
 
 
 def work_secret(*, work_id: str, session_id: str) -> str:

@@ -3,9 +3,7 @@ workspace's cap, created (from the environment's packages image) with its networ
 vault credentials its egress proxy substitutes, then given its skills, memory stores, file
 resources and repositories."""
 
-import hmac
-
-from django.conf import settings
+from django.utils.crypto import salted_hmac
 
 import sandboxes as sandbox
 from core.secrets import SecretsUnavailable
@@ -124,7 +122,7 @@ def _credential_hosts_check(session: Session, networking: dict | None, unreadabl
 def _proxy_credential(session: Session, credential) -> dict:
     auth = credential.auth
     networking = auth["networking"]
-    digest = hmac.new(settings.SECRET_KEY.encode(), f"{session.id}:{credential.id}".encode(), "sha256").hexdigest()
+    digest = salted_hmac("mango.vault-placeholder", f"{session.id}:{credential.id}", algorithm="sha256").hexdigest()
     return {
         "credential_id": credential.id,
         "vault_id": credential.vault_id,
