@@ -62,7 +62,9 @@ def joined_row(
     would); `for_update`: lock the row (select_for_update). One hand-written statement whose
     columns come from the models' metadata: for lookups every request makes (credentials, the
     session an event is appended to), where compiling the equivalent queryset costs more CPU
-    than the database spends answering it (~0.4-1 ms)."""
+    than the database spends answering it (~0.4-1 ms). Manager.raw() maps a row but loads no joined
+    row: measured on one agent lookup, 434 us here, 700 us through raw(), 3.5 ms as a queryset
+    (3,000 rounds each, side by side on a loaded 2-core machine, 2026-12-04)."""
     alias = router.db_for_write(model) if for_update else router.db_for_read(model)
     with connections[alias].cursor() as cursor:
         cursor.execute(_joined_sql(alias, model, joins, where, fields, for_update), params)
