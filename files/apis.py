@@ -18,7 +18,7 @@ from core.apiview import BetaApi
 from core.errors import InvalidRequest, RequestTooLarge
 from core.serializers import deleted_output, page_output
 from files import naming, selectors, services, storage, uploads
-from files.exceptions import FileNotDownloadable, RangeNotSatisfiable
+from files.exceptions import FileNotDownloadable, RangeNotSatisfiable, StoredObjectMissing
 
 EXPIRES_MIN_SECONDS = 3600
 EXPIRES_MAX_SECONDS = 7_776_000
@@ -236,7 +236,10 @@ def _object_response(file, *, status: int, first: int | None = None, last: int |
     """The object's bytes as a streaming response. The open stream is also the response's
     `file_to_stream`: a server that offers wsgi.file_wrapper (config.asgi's download path,
     gunicorn) reads it in DOWNLOAD_CHUNK_BYTES pieces itself; Django closes it either way."""
-    stream = storage.open_object(key=file.object_key, first=first, last=last, chunk_size=DOWNLOAD_CHUNK_BYTES)
+    try:
+        stream = storage.open_object(key=file.object_key, first=first, last=last, chunk_size=DOWNLOAD_CHUNK_BYTES)
+    except storage.StorageObjectMissing:
+        raise StoredObjectMissing() from None
     response = StreamingHttpResponse(stream, content_type=file.mime_type, status=status)
     response.file_to_stream = stream
     response.block_size = DOWNLOAD_CHUNK_BYTES

@@ -11,7 +11,7 @@ from core.crashpoints import crash_point
 from core.database import connection_live
 from core.errors import ServiceUnavailable
 from files import liveness, storage
-from files.models import File, StorageIntent
+from files.models import File, OwnedObject, StorageIntent
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,8 @@ def upload_discard(*, intent_id: int, key: str, upload_id: str | None) -> None:
 
 
 def delete_finish(intent: StorageIntent, *, defer: bool = True, crash_at: str = "delete_object_deleted") -> bool:
-    """Delete the object, then (in one transaction) the row and the intent. If the store is
+    """Delete the object, then (in one transaction) the row (the File the intent names, else the
+    OwnedObject of its key) and the intent. If the store is
     unreachable: with `defer`, False, the intent left open for reconciliation (given up);
     without (reconciliation itself), the store's error is raised."""
     try:
@@ -86,13 +87,17 @@ def delete_finish(intent: StorageIntent, *, defer: bool = True, crash_at: str = 
     except Exception as exc:
         if not defer:
             raise
-        logger.warning("file delete deferred to reconciliation", extra={"file_id": intent.file_id})
+        where = {"file_id": intent.file_id, "object_key": intent.object_key}
+        logger.warning("object delete deferred to reconciliation", extra=where)
         intent_disown(intent.pk, exc)
         return False
     crash_point(crash_at)
     try:
         with transaction.atomic():
-            File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
+            if intent.file_id:
+                File.objects.filter(pk=intent.file_id, state=File.State.DELETING).delete()
+            else:
+                OwnedObject.objects.filter(object_key=intent.object_key, state=OwnedObject.State.DELETING).delete()
             intent_close(intent.pk, state=StorageIntent.State.COMMITTED)
     except DatabaseError:
         liveness.give_up_later(intent.pk)  # the File stays hidden; reconciliation removes the row
@@ -100,20 +105,20 @@ def delete_finish(intent: StorageIntent, *, defer: bool = True, crash_at: str = 
     return True
 
 
-def hide_for_delete(files) -> list[StorageIntent]:
-    """Within the caller's transaction: mark the (locked, ready) files `deleting` and record
-    one delete intent each."""
+def hide_for_delete(rows) -> list[StorageIntent]:
+    """Within the caller's transaction: mark the (locked, ready) Files or OwnedObjects `deleting`
+    and record one delete intent each."""
     intents = []
-    owner = liveness.owner_id() if files else None
-    for file in files:
-        file.state = File.State.DELETING
-        file.save(update_fields=["state"])
+    owner = liveness.owner_id() if rows else None
+    for row in rows:
+        row.state = row.State.DELETING
+        row.save(update_fields=["state"])
         intents.append(
             StorageIntent(
                 kind=StorageIntent.Kind.DELETE,
-                workspace_id=file.workspace_id,
-                object_key=file.object_key,
-                file_id=file.id,
+                workspace_id=row.workspace_id,
+                object_key=row.object_key,
+                file_id=row.id if isinstance(row, File) else None,
                 owner=owner,
             )
         )

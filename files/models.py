@@ -1,8 +1,10 @@
 """Files: metadata in PostgreSQL, bytes in the object store, and the intents that bind the two.
 
 A File row is visible (`ready`) only once its object is complete; a `deleting` row is hidden
-from every route while its object is removed. StorageIntent is the durable record of an
-operation on the object store that a crash may interrupt; reconciliation finishes it.
+from every route while its object is removed. An OwnedObject is the same for an object that is
+not a File (a skill version's file, a sandbox checkpoint): every object in the store is a File's
+or an OwnedObject's, or has an open intent. StorageIntent is the durable record of an operation
+on the object store that a crash may interrupt; reconciliation finishes it.
 """
 
 from datetime import UTC, datetime
@@ -135,6 +137,48 @@ class File(models.Model):
         )
 
 
+class OwnedObject(models.Model):
+    """An object in the store that is not a File, held by a row of another app: its owner is named
+    by kind and id (the owner's app keeps its own rows; files imports none of them). Its key is
+    under `<owner_kind>/<workspace>/`. The row is created in the transaction that closes the
+    object's upload intent and removed with its delete intent (files/services.py), so the orphan
+    scan never collects an object a row names."""
+
+    class OwnerKind(models.TextChoices):
+        # owner_id: the SkillVersion's primary key.
+        SKILL_VERSION = "skill_version"
+
+    class State(models.TextChoices):
+        READY = "ready"
+        DELETING = "deleting"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="owned_objects")
+    owner_kind = models.CharField(max_length=32, choices=OwnerKind.choices)
+    owner_id = models.CharField(max_length=64)
+    object_key = models.CharField(max_length=512, unique=True)
+    size_bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.READY)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(size_bytes__gte=0), name="files_owned_size_nonnegative"),
+            models.CheckConstraint(condition=Q(state__in=["ready", "deleting"]), name="files_owned_state_valid"),
+            # The kind names the key prefix: a slug, never a path.
+            models.CheckConstraint(condition=Q(owner_kind__regex=r"^[a-z][a-z_]*$"), name="files_owned_kind_slug"),
+        ]
+        indexes = [models.Index("owner_kind", "owner_id", name="files_owned_by_owner")]
+
+    def __str__(self) -> str:
+        return f"{self.owner_kind} {self.owner_id}: {self.object_key}"
+
+
+def owned_key_prefix(owner_kind: str) -> str:
+    """Where the objects of one owner kind live in the store."""
+    return f"{owner_kind}/"
+
+
 class StorageIntent(models.Model):
     """An object-store operation recorded (and committed) before it starts.
 
@@ -161,6 +205,8 @@ class StorageIntent(models.Model):
     workspace = models.ForeignKey(Workspace, on_delete=models.PROTECT, related_name="storage_intents")
     object_key = models.CharField(max_length=512)
     upload_id = models.CharField(max_length=1024, null=True, blank=True)  # noqa: DJ001 — NULL = single PUT
+    # Set at commit of a File's upload, and on a File's delete; NULL for an OwnedObject's (its
+    # object_key names it).
     file_id = models.CharField(max_length=40, null=True, blank=True)  # noqa: DJ001 — set at commit
     # files.liveness owner id of the process working on it; NULL = unknown (grace window applies).
     owner = models.BigIntegerField(null=True, blank=True)

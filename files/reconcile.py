@@ -35,7 +35,7 @@ from core.crashpoints import crash_point
 from files import liveness, storage
 from files import metrics as files_metrics
 from files.intents import delete_finish, intent_close
-from files.models import File, StorageIntent
+from files.models import File, OwnedObject, StorageIntent, owned_key_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -114,8 +114,19 @@ def _claim(*, cutoff, dead: set[int], batch_size: int, intent_ids=None) -> list[
     return intents
 
 
+def _store_prefixes() -> list[str]:
+    """Every prefix the store holds our objects under: the Files' and each owner kind's."""
+    return [storage.KEY_PREFIX, *(owned_key_prefix(kind) for kind in OwnedObject.OwnerKind.values)]
+
+
+def _keys_held(keys: list[str]) -> set[str]:
+    """Those of `keys` that a File or an OwnedObject names (in any state): never orphans."""
+    held = set(File.objects.filter(object_key__in=keys).values_list("object_key", flat=True))
+    return held | set(OwnedObject.objects.filter(object_key__in=keys).values_list("object_key", flat=True))
+
+
 def _finish_upload(intent: StorageIntent, report: Report) -> None:
-    if File.objects.filter(object_key=intent.object_key).exists():
+    if _keys_held([intent.object_key]):
         # Defensive: the row and the intent close are one transaction, so this means the
         # intent was closed by hand or by an older build. The object is in use: keep it.
         intent_close(intent.pk, state=StorageIntent.State.COMMITTED)
@@ -154,7 +165,7 @@ def reconcile(
 ) -> Report:
     """Finish open intents whose owner is dead at once, and ownerless ones idle for longer than
     the grace window; abort stale multipart uploads that no open intent owns; optionally
-    delete orphan objects (no row, no intent)."""
+    delete orphan objects (no File, no OwnedObject, no open intent)."""
     report = Report(dry_run=dry_run)
     if not storage.is_configured():
         return report
@@ -227,7 +238,7 @@ def _abort_stale_multipart(*, cutoff, dry_run: bool, report: Report) -> None:
     is never going to be completed (the short age only covers an intent not yet visible to this
     transaction). The uploads are listed before the intents are read, so an upload started
     meanwhile is never taken for an unowned one."""
-    uploads = list(storage.list_multipart_uploads(prefix=storage.KEY_PREFIX))
+    uploads = [upload for prefix in _store_prefixes() for upload in storage.list_multipart_uploads(prefix=prefix)]
     keys = sorted({upload["key"] for upload in uploads})
     owned = set()
     for start in range(0, len(keys), 1000):
@@ -247,16 +258,22 @@ def _abort_stale_multipart(*, cutoff, dry_run: bool, report: Report) -> None:
 
 
 def _delete_orphans(*, cutoff, dry_run: bool, report: Report) -> None:
+    """Delete the objects under our prefixes that no File, no OwnedObject and no open intent
+    names, once older than the grace window. An intent commits before its object is written and
+    closes in the transaction that creates the row, and the objects are listed before the intents
+    and then the rows are read, so a live object is never taken for an orphan."""
     batch: list[dict] = []
 
     def flush():
         keys = [item["key"] for item in batch]
-        known = set(File.objects.filter(object_key__in=keys).values_list("object_key", flat=True))
-        known |= set(
+        # Open intents first: an intent closes in the transaction that creates its row, so a key
+        # whose intent closed after this read has a row by the next one.
+        known = set(
             StorageIntent.objects.filter(object_key__in=keys, state=StorageIntent.State.OPEN).values_list(
                 "object_key", flat=True
             )
         )
+        known |= _keys_held(keys)
         for item in batch:
             if item["key"] in known or item["last_modified"] >= cutoff:
                 continue
@@ -266,9 +283,10 @@ def _delete_orphans(*, cutoff, dry_run: bool, report: Report) -> None:
                 report.orphan_objects_deleted += 1
         batch.clear()
 
-    for item in storage.list_objects(prefix=storage.KEY_PREFIX):
-        batch.append(item)
-        if len(batch) >= 1000:
-            flush()
+    for prefix in _store_prefixes():
+        for item in storage.list_objects(prefix=prefix):
+            batch.append(item)
+            if len(batch) >= 1000:
+                flush()
     if batch:
         flush()

@@ -1,5 +1,7 @@
-"""Reads for Files. `file_get` is the only way any code obtains a File by id."""
+"""Reads for Files. `file_get` is the only way any code obtains a File by id. Also the streaming
+read of every object in the store (Files' and owned objects')."""
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -10,9 +12,11 @@ from core import pagination
 from core.errors import InvalidRequest, NotFound
 from core.models import Workspace
 from files import storage
-from files.models import File, file_id_time
+from files.exceptions import StoredObjectMissing
+from files.models import File, OwnedObject, file_id_time
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+STREAM_CHUNK_BYTES = storage.DEFAULT_CHUNK_BYTES
 
 
 def _not_found(file_id: str) -> NotFound:
@@ -45,9 +49,16 @@ def file_get(*, workspace: Workspace, file_id: str, allow_expired: bool = False)
 def file_read_bounded(*, file: File, max_bytes: int) -> bytes:
     """At most max_bytes + 1 bytes of the File's content (admission reads: callers compare the
     length with max_bytes, and with file.size_bytes / file.sha256 to verify a full read).
-    Raises storage.StorageObjectMissing if the object is gone, storage.StorageUnavailable (a
-    503 ApiError) if the store cannot be reached."""
-    return storage.read_bounded(key=file.object_key, max_bytes=max_bytes)
+    Raises StoredObjectMissing (a 404 object_missing) if the object is gone,
+    storage.StorageUnavailable (a 503 ApiError) if the store cannot be reached."""
+    return _read_bounded(key=file.object_key, max_bytes=max_bytes)
+
+
+def _read_bounded(*, key: str, max_bytes: int) -> bytes:
+    try:
+        return storage.read_bounded(key=key, max_bytes=max_bytes)
+    except storage.StorageObjectMissing:
+        raise StoredObjectMissing() from None
 
 
 def file_get_for_admission(*, workspace: Workspace, file_id: str) -> File | None:
@@ -71,7 +82,41 @@ def session_file_copy_get(*, file_id: str) -> File | None:
 def event_snapshot_read(*, file_id: str, max_bytes: int) -> bytes:
     """The bytes of a PDF or image an event admitted (its private copy), for the model call."""
     file = File.objects.get(pk=file_id, origin=File.Origin.EVENT_SNAPSHOT, state=File.State.READY)
-    return storage.read_bounded(key=file.object_key, max_bytes=max_bytes)
+    return _read_bounded(key=file.object_key, max_bytes=max_bytes)
+
+
+def _stream(*, key: str, chunk_size: int) -> Iterator[bytes]:
+    """The object, opened now, as an iterator of `chunk_size` chunks that closes it however
+    iteration ends. A missing object is StoredObjectMissing (an ApiError: a clear 404 in the
+    envelope, never a 500)."""
+    try:
+        stream = storage.open_object(key=key, chunk_size=chunk_size)
+    except storage.StorageObjectMissing:
+        raise StoredObjectMissing() from None
+    return storage.iter_object(stream)
+
+
+def file_stream(*, file: File, chunk_size: int = STREAM_CHUNK_BYTES) -> Iterator[bytes]:
+    """A File's content (obtained through the gate above), streamed with bounded memory."""
+    return _stream(key=file.object_key, chunk_size=chunk_size)
+
+
+def owned_object_stream(
+    *, owner_kind: str, owner_id: str, object_key: str, chunk_size: int = STREAM_CHUNK_BYTES
+) -> Iterator[bytes]:
+    """An owned object's content, streamed with bounded memory: only if the owner holds that key
+    (and it is not being deleted); otherwise, or if the store lost it, StoredObjectMissing."""
+    held = OwnedObject.objects.filter(
+        owner_kind=owner_kind, owner_id=owner_id, object_key=object_key, state=OwnedObject.State.READY
+    ).exists()
+    if not held:
+        raise StoredObjectMissing()
+    return _stream(key=object_key, chunk_size=chunk_size)
+
+
+def store_is_configured() -> bool:
+    """Whether an object store is configured (MANGO_FILE_S3_BUCKET)."""
+    return storage.is_configured()
 
 
 def session_outputs_current(*, workspace: Workspace, session_id: str) -> dict[str, File]:

@@ -1,7 +1,9 @@
 """Writes for Files. Each service states its invariant; object-store calls never run inside a
 database transaction, and every one of them is preceded by a committed StorageIntent so that a
 crash at any point leaves something reconciliation can finish (files/reconcile.py). The bytes
-themselves move through files/transfers.py; intents open and close through files/intents.py."""
+themselves move through files/transfers.py; intents open and close through files/intents.py.
+Objects that are not Files (skill files, sandbox checkpoints) are written and deleted here too,
+through the same intents (owned_object_write, owned_objects_delete)."""
 
 from collections.abc import Iterable
 from datetime import datetime
@@ -22,10 +24,26 @@ from files.intents import (
     intent_error,
     upload_discard,
 )
-from files.models import File, StorageIntent
+from files.models import File, OwnedObject, StorageIntent, owned_key_prefix
 from files.quotas import quota_enforce
 from files.transfers import StagedObject, stage_stream
 from processors.filenames import filename_strip
+
+
+def _intent_claim_for_commit(intent_id: int) -> StorageIntent:
+    """Within the caller's transaction: the upload intent, locked, unless reconciliation has
+    claimed it (it is deleting the object): then UploadReclaimed."""
+    intent = StorageIntent.objects.select_for_update().get(pk=intent_id)
+    if intent.state != StorageIntent.State.OPEN or intent.attempts:
+        raise UploadReclaimed()
+    return intent
+
+
+def _intent_commit(intent: StorageIntent, *, file_id: str | None = None) -> None:
+    intent.state = StorageIntent.State.COMMITTED
+    intent.file_id = file_id
+    intent.closed_at = timezone.now()
+    intent.save(update_fields=["state", "file_id", "closed_at", "updated_at"])
 
 
 def create_visible_file(*, intent_id: int, workspace: Workspace, **fields) -> File:
@@ -34,22 +52,22 @@ def create_visible_file(*, intent_id: int, workspace: Workspace, **fields) -> Fi
     crash_point("upload_before_commit")
     connection_live()  # the body may have streamed through a database restart
     with transaction.atomic():
-        intent = StorageIntent.objects.select_for_update().get(pk=intent_id)
-        if intent.state != StorageIntent.State.OPEN or intent.attempts:
-            raise UploadReclaimed()
+        intent = _intent_claim_for_commit(intent_id)
         file = File.new_ready(workspace=workspace, object_key=intent.object_key, **fields)
         file.save(force_insert=True)
-        intent.state = StorageIntent.State.COMMITTED
-        intent.file_id = file.id
-        intent.closed_at = timezone.now()
-        intent.save(update_fields=["state", "file_id", "closed_at", "updated_at"])
+        _intent_commit(intent, file_id=file.id)
         quota_enforce(workspace_id=workspace.id)
     crash_point("upload_after_commit")
     return file
 
 
 def object_stage_stream(
-    *, workspace: Workspace, chunks: Iterable[bytes], mime_type: str, max_bytes: int | None = None
+    *,
+    workspace: Workspace,
+    chunks: Iterable[bytes],
+    mime_type: str,
+    max_bytes: int | None = None,
+    key_prefix: str = storage.KEY_PREFIX,
 ) -> StagedObject:
     """Stream `chunks` into a new object under a committed, still-open upload intent; make
     nothing visible. Memory stays bounded whatever the size; more than `max_bytes` (default
@@ -58,7 +76,7 @@ def object_stage_stream(
     intent is left for reconciliation."""
     storage.require_configured()
     max_bytes = settings.MANGO_FILE_MAX_BYTES if max_bytes is None else max_bytes
-    key = storage.new_object_key(workspace_id=workspace.id)
+    key = storage.new_object_key(workspace_id=workspace.id, prefix=key_prefix)
     intent = StorageIntent.objects.create(
         kind=StorageIntent.Kind.UPLOAD, workspace=workspace, object_key=key, owner=liveness.owner_id()
     )
@@ -156,6 +174,72 @@ def file_copy(
     except BaseException:
         upload_discard(intent_id=intent.pk, key=key, upload_id=None)
         raise
+
+
+def owned_object_write(
+    *,
+    workspace: Workspace,
+    owner_kind: str,
+    owner_id: str,
+    chunks: Iterable[bytes],
+    max_bytes: int,
+    content_type: str = "application/octet-stream",
+) -> OwnedObject:
+    """Stream `chunks` into a new object under `<owner_kind>/<workspace>/`, held by the owner
+    (`owner_kind`, `owner_id`). Invariant, as for an upload: the intent commits before the first
+    byte goes to the store, and the OwnedObject row is created in the transaction that closes it.
+    So a crash mid-write leaves an open intent that reconciliation rolls back (no orphan), and an
+    object that was committed always has the row the orphan scan keeps it for. Bounded memory;
+    more than `max_bytes` raises RequestTooLarge; a failure leaves no object and no row."""
+    owner_kind = OwnedObject.OwnerKind(owner_kind)
+    staged = object_stage_stream(
+        workspace=workspace,
+        chunks=chunks,
+        mime_type=content_type,
+        max_bytes=max_bytes,
+        key_prefix=owned_key_prefix(owner_kind),
+    )
+    try:
+        crash_point("owned_object_before_commit")
+        connection_live()
+        with transaction.atomic():
+            intent = _intent_claim_for_commit(staged.intent_id)
+            owned = OwnedObject.objects.create(
+                workspace=workspace,
+                owner_kind=owner_kind,
+                owner_id=owner_id,
+                object_key=intent.object_key,
+                size_bytes=staged.size_bytes,
+                sha256=staged.sha256,
+            )
+            _intent_commit(intent)
+    except BaseException:
+        object_stage_discard(staged)
+        raise
+    return owned
+
+
+def owned_objects_delete(*, owner_kind: str, owner_ids: list[str]) -> int:
+    """Delete every object these owners hold. Call it in the transaction that deletes the owners:
+    the objects are hidden and a delete intent each is recorded in it, and the objects are removed
+    once it commits, so the owner and its objects go together (after a crash, reconciliation
+    finishes the open intents). Returns how many objects were hidden."""
+    with transaction.atomic():
+        rows = list(
+            OwnedObject.objects.select_for_update().filter(
+                owner_kind=owner_kind, owner_id__in=owner_ids, state=OwnedObject.State.READY
+            )
+        )
+        intents = hide_for_delete(rows)
+
+    def finish() -> None:
+        for intent in intents:
+            delete_finish(intent)
+
+    # Robust: the owner's change is committed whatever happens here; an intent left open is
+    # reconciliation's to finish.
+    transaction.on_commit(finish, robust=True)
+    return len(intents)
 
 
 def file_delete(*, file: File) -> None:

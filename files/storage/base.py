@@ -38,12 +38,13 @@ def unavailable(reason: str, cause: BaseException | None = None) -> StorageUnava
     return error
 
 
-def workspace_prefix(workspace_id: str) -> str:
-    return f"{KEY_PREFIX}{workspace_id}/"
+def workspace_prefix(workspace_id: str, *, prefix: str = KEY_PREFIX) -> str:
+    return f"{prefix}{workspace_id}/"
 
 
-def new_object_key(*, workspace_id: str) -> str:
-    return f"{workspace_prefix(workspace_id)}{secrets.token_hex(16)}"
+def new_object_key(*, workspace_id: str, prefix: str = KEY_PREFIX) -> str:
+    """A new random key under `prefix` (Files' by default) and the workspace."""
+    return f"{workspace_prefix(workspace_id, prefix=prefix)}{secrets.token_hex(16)}"
 
 
 def body_checksum(body) -> str:

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from core.errors import InvalidRequest
 from core.models import Workspace
-from files import storage
+from files.exceptions import StoredObjectMissing
 from files.models import File
 from files.selectors import file_get_for_admission, file_read_bounded
 from files.services import file_copy, file_delete
@@ -47,7 +47,7 @@ def _file_access(
         try:
             # file_read_bounded returns up to max_bytes + 1 bytes; admission asks for at most `limit`.
             return file_read_bounded(file=rows[ref.file_id], max_bytes=limit - 1)
-        except storage.StorageObjectMissing:
+        except StoredObjectMissing:
             raise FileNotFoundError(ref.file_id)
 
     return lookup, read_bytes, rows

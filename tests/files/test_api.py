@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from core.errors import RequestTooLarge
-from files import selectors, services
+from files import selectors, services, storage
 from files.models import File, StorageIntent, file_id_time, new_file_id
 from tests.files.conftest import (
     assert_store_consistent,
@@ -250,6 +250,14 @@ def test_unsatisfiable_range_is_416_envelope(api, downloadable, header):
     response = api.get(f"/v1/files/{downloadable.id}/content", headers={"range": header})
     assert_error(response, 416, "invalid_request_error", "range_not_satisfiable")
     assert response["Content-Range"] == "bytes */10"
+
+
+def test_a_download_whose_object_was_lost_is_a_clear_404(api, downloadable):
+    storage.delete_object(key=downloadable.object_key)
+    for headers in ({}, {"range": "bytes=2-5"}):
+        response = api.get(f"/v1/files/{downloadable.id}/content", headers=headers)
+        body = assert_error(response, 404, "not_found_error", "object_missing")
+        assert body["error"]["message"] == "The stored content is missing from the object store."
 
 
 def test_etag_revalidation_and_if_range(api, downloadable):

@@ -13,6 +13,7 @@ from django.utils import timezone
 from config.celery import app as celery_app
 from core.errors import NotFound, RequestTooLarge, ServiceUnavailable
 from files import liveness, reconcile, selectors, services, storage, transfers
+from files.exceptions import StoredObjectMissing
 from files.models import File, StorageIntent
 from files.tasks import files_expire, files_reconcile
 from tests.files.conftest import assert_store_consistent, bucket_keys, make_file, multipart_uploads
@@ -273,7 +274,7 @@ def test_file_read_bounded_reads_at_most_one_byte_past_the_limit(workspace):
     empty = make_file(workspace, b"")
     assert selectors.file_read_bounded(file=empty, max_bytes=100) == b""
     storage.delete_object(key=file.object_key)
-    with pytest.raises(storage.StorageObjectMissing):
+    with pytest.raises(StoredObjectMissing):
         selectors.file_read_bounded(file=file, max_bytes=4)
 
 

@@ -21,7 +21,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--scan-orphans",
             action="store_true",
-            help="Also list the bucket and delete objects that have neither a File row nor an open intent.",
+            help=(
+                "Also list the bucket and delete objects that no File, no owned object (skill files, ...) "
+                "and no open intent names."
+            ),
         )
 
     def handle(self, *args, dry_run=False, grace_seconds=None, scan_orphans=False, **options):
