@@ -18,9 +18,15 @@ from core.apiview import BetaApi
 from core.bodies import content_length
 from core.errors import InvalidRequest
 from core.parsers import JSONParser
-from files import storage
 from skills import services as skill_services
-from skills.selectors import SOURCES, skill_get, skill_list, skill_version_get, skill_version_list
+from skills.selectors import (
+    SOURCES,
+    skill_file_stream,
+    skill_get,
+    skill_list,
+    skill_version_get,
+    skill_version_list,
+)
 from skills.serializers import (
     SkillDeletedOutputSerializer,
     SkillListOutputSerializer,
@@ -210,7 +216,7 @@ class SkillVersionContentApi(SkillsApi):
         with zipfile.ZipFile(spool, "w", compression=zipfile.ZIP_DEFLATED) as archive:
             for entry in row.files:
                 with archive.open(f"{row.name}/{entry['path']}", "w") as member:
-                    for chunk in storage.iter_object(storage.open_object(key=entry["key"])):
+                    for chunk in skill_file_stream(version=row, entry=entry):
                         member.write(chunk)
         spool.seek(0)
         response = FileResponse(spool, content_type="application/zip")

@@ -2,9 +2,13 @@
 same 404 as a missing one). Only finished uploads are visible: a skill once its first version is
 ready, a version once ready."""
 
+from collections.abc import Iterator
+
 from core.errors import NotFound
 from core.lookups import one_or_not_found
 from core.pagination import keyset_page
+from files.models import OwnedObject
+from files.selectors import owned_object_stream
 from skills.models import Skill, SkillVersion
 
 SOURCES = ("custom", "anthropic")
@@ -34,6 +38,14 @@ def skill_version_get(*, skill: Skill, version: str) -> SkillVersion:
     if row is None:
         raise NotFound(f"Version {version!r} of skill {skill.id!r} not found.")
     return row
+
+
+def skill_file_stream(*, version: SkillVersion, entry: dict) -> Iterator[bytes]:
+    """One of the version's files (an entry of `version.files`), streamed from the object the
+    version owns; a lost object is files' StoredObjectMissing (a 404, never a 500)."""
+    return owned_object_stream(
+        owner_kind=OwnedObject.OwnerKind.SKILL_VERSION, owner_id=str(version.pk), object_key=entry["key"]
+    )
 
 
 def skill_version_list(*, skill: Skill, limit: int, page: str | None):

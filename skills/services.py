@@ -2,12 +2,12 @@
 object per file, metadata in PostgreSQL; placed read-only in sandboxes at /mnt/skills/<name>/.
 
 An upload is checked whole before anything is stored (processors/skills.py: one top-level
-directory, SKILL.md with valid frontmatter, safe paths, the limits). Then, intents first: the
-version row commits (not ready) naming the keys its objects will have, the objects are written,
-and one transaction makes it ready and the skill's latest. A failure deletes what was written;
-a crash leaves a not-ready row that skills_unfinished_sweep finishes (nothing is left behind)."""
+directory, SKILL.md with valid frontmatter, safe paths, the limits). Then the version row commits
+(not ready), each file is written as an object the version owns (files.services.owned_object_write:
+intent-backed, so the orphan scan keeps it and a crash mid-write leaves nothing), and one
+transaction makes it ready and the skill's latest. A failure deletes what was written; a crash
+leaves a not-ready row that skills_unfinished_sweep finishes (nothing is left behind)."""
 
-import hashlib
 import io
 import logging
 import time
@@ -20,12 +20,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import InvalidRequest, RequestTooLarge
-from files import storage
+from files.models import OwnedObject
+from files.services import owned_object_write, owned_objects_delete
 from processors.skills import SKILL_FILE, SkillRefused, check_paths, parse_manifest, zip_members
 from skills.models import Skill, SkillVersion
 from skills.selectors import skill_get, skill_version_get
 
 logger = logging.getLogger(__name__)
+
+OWNER = OwnedObject.OwnerKind.SKILL_VERSION
+_READ_CHUNK_BYTES = 1024 * 1024
 
 
 @dataclass
@@ -98,7 +102,7 @@ def skill_create(*, workspace, files: list[UploadedFile], display_name: str | No
             workspace=workspace, display_name=display_name or name, name=name, created_at=now, updated_at=now
         )
         version = _version_begin(skill=skill, files=files, top=top, name=name, description=description)
-    _version_store(version=version, files=files, top=top, drop_skill=True)
+    _version_store(workspace=workspace, version=version, files=files, drop_skill=True)
     skill.refresh_from_db()
     return skill
 
@@ -113,21 +117,14 @@ def skill_version_create(*, workspace, skill_id: str, files: list[UploadedFile])
         if skill.versions.count() >= settings.MANGO_SKILL_MAX_VERSIONS:
             raise InvalidRequest(f"A skill holds at most {settings.MANGO_SKILL_MAX_VERSIONS} versions.")
         version = _version_begin(skill=skill, files=files, top=top, name=name, description=description)
-    return _version_store(version=version, files=files, top=top, drop_skill=False)
+    return _version_store(workspace=workspace, version=version, files=files, drop_skill=False)
 
 
 def _version_begin(*, skill: Skill, files: list[UploadedFile], top: str, name: str, description: str) -> SkillVersion:
-    """Inside the caller's transaction (skill row locked or new): the not-ready row, naming the
-    object keys before any object exists."""
+    """Inside the caller's transaction (skill row locked or new): the not-ready row, before any
+    object exists (the objects it will own are found by its id)."""
     previous = skill.versions.order_by("-version").values_list("version", flat=True).first()
-    planned = [
-        {
-            "path": item.path[len(top) + 1 :],
-            "size": item.size,
-            "key": storage.new_object_key(workspace_id=skill.workspace_id),
-        }
-        for item in files
-    ]
+    planned = [{"path": item.path[len(top) + 1 :], "size": item.size} for item in files]
     return SkillVersion.objects.create(
         skill=skill,
         version=_next_version(previous),
@@ -139,16 +136,21 @@ def _version_begin(*, skill: Skill, files: list[UploadedFile], top: str, name: s
     )
 
 
-def _version_store(*, version: SkillVersion, files: list[UploadedFile], top: str, drop_skill: bool) -> SkillVersion:
+def _version_store(*, workspace, version: SkillVersion, files: list[UploadedFile], drop_skill: bool) -> SkillVersion:
     """Write the version's objects, then make it ready and its skill's latest in one commit."""
     try:
         for entry, item in zip(version.files, files, strict=True):
             item.body.seek(0)
-            data = item.body.read(settings.MANGO_SKILL_FILE_MAX_BYTES + 1)
-            if len(data) != item.size:
+            owned = owned_object_write(
+                workspace=workspace,
+                owner_kind=OWNER,
+                owner_id=str(version.pk),
+                chunks=iter(lambda body=item.body: body.read(_READ_CHUNK_BYTES), b""),
+                max_bytes=settings.MANGO_SKILL_FILE_MAX_BYTES,
+            )
+            entry["key"], entry["sha256"] = owned.object_key, owned.sha256
+            if owned.size_bytes != item.size:
                 raise InvalidRequest(f"files: {item.path[:200]!r} changed size while it was read.")
-            entry["sha256"] = hashlib.sha256(data).hexdigest()
-            storage.put_object(key=entry["key"], body=data, content_type="application/octet-stream")
         with transaction.atomic():
             skill = Skill.objects.select_for_update().get(pk=version.skill_id)
             version.ready = True
@@ -166,11 +168,11 @@ def _version_discard(*, version: SkillVersion, drop_skill: bool) -> None:
     """Delete a version's objects (those written) and its row; with drop_skill, a skill left
     without a version too. Best effort: what fails here the sweep finishes."""
     try:
-        for entry in version.files:
-            storage.delete_object(key=entry["key"])
-        SkillVersion.objects.filter(pk=version.pk).delete()
-        if drop_skill:
-            Skill.objects.filter(pk=version.skill_id, latest_version="").delete()
+        with transaction.atomic():
+            owned_objects_delete(owner_kind=OWNER, owner_ids=[str(version.pk)])
+            SkillVersion.objects.filter(pk=version.pk).delete()
+            if drop_skill:
+                Skill.objects.filter(pk=version.skill_id, latest_version="").delete()
     except Exception:
         logger.exception(
             "could not discard a skill upload; the sweep finishes it", extra={"skill_id": version.skill_id}
@@ -186,11 +188,11 @@ def skill_version_delete(*, workspace, skill_id: str, version: str) -> str:
         remaining = skill.versions.filter(ready=True).exclude(pk=row.pk).order_by("-version").first()
         if remaining is None:
             raise InvalidRequest(f"Version {row.version} is the skill's only version; delete the skill instead.")
+        owned_objects_delete(owner_kind=OWNER, owner_ids=[str(row.pk)])
         row.delete()
         skill.latest_version = remaining.version
         skill.updated_at = timezone.now()
         skill.save(update_fields=["latest_version", "updated_at"])
-    _objects_delete(row.files)
     return row.version
 
 
@@ -199,17 +201,9 @@ def skill_delete(*, workspace, skill_id: str) -> None:
     keep nothing of it: their sandboxes hold their own copy of the files."""
     with transaction.atomic():
         skill = skill_get(workspace=workspace, skill_id=skill_id, for_update=True)
-        files = [entry for row in skill.versions.all() for entry in row.files]
+        versions = [str(pk) for pk in skill.versions.values_list("pk", flat=True)]
+        owned_objects_delete(owner_kind=OWNER, owner_ids=versions)
         skill.delete()
-    _objects_delete(files)
-
-
-def _objects_delete(files: list[dict]) -> None:
-    for entry in files:
-        try:
-            storage.delete_object(key=entry["key"])
-        except Exception:  # noqa: BLE001 — a store error of any kind: logged, the row is gone already
-            logger.warning("could not delete a skill object", extra={"key": entry["key"]})
 
 
 def skills_unfinished_sweep(*, older_than_seconds: float) -> int:

@@ -2,10 +2,9 @@
 skills directory when the sandbox is made ready (sessions/runtime/sandbox_ready.py)."""
 
 import sandboxes as sandbox
-from files import storage
 from processors.resources import SKILLS_DIR, tar_stream_for_files
 from skills.models import SkillVersion
-from skills.selectors import skill_versions_by_ref
+from skills.selectors import skill_file_stream, skill_versions_by_ref
 
 
 def session_skills(*, session) -> list[tuple[SkillVersion, str]]:
@@ -26,7 +25,7 @@ def session_skills_place(*, session) -> int:
             (
                 f"{version.name}/{entry['path']}",
                 entry["size"],
-                storage.iter_object(storage.open_object(key=entry["key"])),
+                skill_file_stream(version=version, entry=entry),
             )
             for entry in version.files
         )

@@ -4,6 +4,8 @@ to a version sees exactly that version's files read-only at /mnt/skills/<name>/ 
 prompt lists the skill; the SDK's own self-hosted skill download works against Mango."""
 
 import asyncio
+import hashlib
+import importlib
 import io
 import re
 import zipfile
@@ -12,9 +14,15 @@ import anthropic
 import pytest
 from anthropic.lib import files_from_dir
 from anthropic.lib.tools._skills import download_session_skills
+from django.apps import apps as django_apps
+from django.core.management import call_command
+from django.utils import timezone
 
 from files import storage
+from files.models import OwnedObject, StorageIntent, owned_key_prefix
 from skills.models import Skill, SkillVersion
+from skills.services import skills_unfinished_sweep
+from tests.files.server import GunicornServer, run_manage
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for
 
@@ -36,7 +44,13 @@ def make_skill(root, *, name="pdf-tools", description="Tools for PDFs. Use for a
 
 
 def bucket_keys(workspace_id: str) -> set[str]:
-    return {item["key"] for item in storage.list_objects(prefix=storage.workspace_prefix(workspace_id))}
+    """The workspace's objects under every prefix: Files' and the skill versions' own."""
+    prefixes = (storage.KEY_PREFIX, owned_key_prefix(OwnedObject.OwnerKind.SKILL_VERSION))
+    return {
+        item["key"]
+        for prefix in prefixes
+        for item in storage.list_objects(prefix=storage.workspace_prefix(workspace_id, prefix=prefix))
+    }
 
 
 def test_the_sdk_drives_every_skills_method(sdk, api_key, s3_bucket, tmp_path):
@@ -79,6 +93,38 @@ def test_the_sdk_drives_every_skills_method(sdk, api_key, s3_bucket, tmp_path):
         sdk.beta.skills.retrieve(skill.id)
     assert bucket_keys(api_key.workspace.id) == set()
     assert not Skill.objects.exists() and not SkillVersion.objects.exists()
+
+
+def test_the_orphan_scan_keeps_every_skill_object(sdk, api_key, s3_bucket, tmp_path):
+    """Issue 41: the documented orphan scan deleted every skill's objects (they had neither a File
+    row nor an open intent) and the download then answered 500."""
+    directory = make_skill(tmp_path)
+    skill = sdk.beta.skills.create(files=files_from_dir(directory))
+    keys = bucket_keys(api_key.workspace.id)
+    assert len(keys) == 2
+
+    out = io.StringIO()
+    call_command("reconcile_files", "--scan-orphans", "--grace-seconds", "0", stdout=out)
+    # (The bucket is shared with earlier tests' workspaces: only this one's objects are the test's.)
+    assert [line for line in out.getvalue().splitlines() if api_key.workspace.id in line] == []
+    assert bucket_keys(api_key.workspace.id) == keys
+
+    download = sdk.beta.skills.versions.download("latest", skill_id=skill.id).read()
+    archive = zipfile.ZipFile(io.BytesIO(download))
+    assert archive.read("pdf-tools/scripts/hello.sh") == b"echo hello from the skill\n"
+    assert archive.read("pdf-tools/SKILL.md") == (directory / "SKILL.md").read_bytes()
+
+
+def test_a_skill_object_lost_from_the_store_is_a_clear_404(sdk, api_key, s3_bucket, tmp_path):
+    skill = sdk.beta.skills.create(files=files_from_dir(make_skill(tmp_path)))
+    for key in bucket_keys(api_key.workspace.id):
+        storage.delete_object(key=key)
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        sdk.beta.skills.versions.download("latest", skill_id=skill.id)
+    assert missing.value.status_code == 404
+    assert missing.value.body["error"]["type"] == "not_found_error"
+    assert missing.value.body["error"]["details"]["error_code"] == "object_missing"
+    assert "missing from the object store" in missing.value.message
 
 
 def test_display_name_and_a_second_upload_must_keep_the_name(sdk, s3_bucket, tmp_path):
@@ -273,3 +319,62 @@ def test_a_zip_upload_is_the_skill_directory_and_its_symlinks_are_refused(sdk, a
     with pytest.raises(anthropic.BadRequestError, match="not a valid zip"):
         sdk.beta.skills.create(files=[("broken.zip", b"PK not really", "application/zip")])
     assert not Skill.objects.exists() and bucket_keys(api_key.workspace.id) == set()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["owned_object_before_commit", "owned_object_before_commit@2"])
+def test_a_crash_mid_upload_leaves_nothing_once_reconciled_and_swept(api_key, s3_bucket, tmp_path, point):
+    """The server is killed with the second file's object (and, at @2, the first one committed)
+    in the store: the scan keeps the committed object (its version may still finish), the dead
+    upload's intent is rolled back, and the sweep removes the unfinished version and its objects."""
+    server = GunicornServer(log_path=tmp_path / "gunicorn.log", env={"MANGO_TEST_CRASH_POINT": point}).start()
+    try:
+        client = anthropic.Anthropic(base_url=server.url, api_key=str(api_key), max_retries=0, timeout=60)
+        with pytest.raises(anthropic.APIConnectionError):
+            client.beta.skills.create(files=files_from_dir(make_skill(tmp_path)))
+    finally:
+        server.stop()
+    workspace_id = api_key.workspace.id
+    committed = set(OwnedObject.objects.values_list("object_key", flat=True))
+    assert len(committed) == (1 if point.endswith("@2") else 0)
+    (open_intent,) = StorageIntent.objects.filter(state="open")
+    assert bucket_keys(workspace_id) == committed | {open_intent.object_key}
+    assert SkillVersion.objects.get().ready is False
+
+    result = run_manage("reconcile_files", "--scan-orphans", "--grace-seconds", "0", env=server.env)
+    assert result.returncode == 0, result.stderr
+    assert StorageIntent.objects.get(pk=open_intent.pk).state == "rolled_back"
+    assert bucket_keys(workspace_id) == committed
+
+    assert skills_unfinished_sweep(older_than_seconds=0) == 1
+    assert bucket_keys(workspace_id) == set()
+    assert not OwnedObject.objects.exists() and not Skill.objects.exists() and not SkillVersion.objects.exists()
+    assert not StorageIntent.objects.filter(state="open").exists()
+
+
+def test_skills_stored_before_owned_objects_are_owned_by_the_migration(sdk, api_key, s3_bucket):
+    """A skill version written by the previous build: its objects under files/, no OwnedObject."""
+    workspace = api_key.workspace
+    skill_md = SKILL_MD.format(name="old-skill", description="From before.").encode()
+    entries = []
+    for path, data in (("SKILL.md", skill_md), ("notes.txt", b"old notes")):
+        key = storage.new_object_key(workspace_id=workspace.id)
+        storage.put_object(key=key, body=data, content_type="application/octet-stream")
+        entries.append({"path": path, "size": len(data), "key": key, "sha256": hashlib.sha256(data).hexdigest()})
+    now = timezone.now()
+    names = {"name": "old-skill", "created_at": now}
+    skill = Skill.objects.create(
+        workspace=workspace, display_name="old-skill", latest_version="1", updated_at=now, **names
+    )
+    SkillVersion.objects.create(skill=skill, version="1", description="Before.", files=entries, ready=True, **names)
+    with pytest.raises(anthropic.NotFoundError, match="missing from the object store"):
+        sdk.beta.skills.versions.download("1", skill_id=skill.id)
+
+    importlib.import_module("skills.migrations.0002_skill_objects_owned").own_skill_objects(django_apps, None)
+    call_command("reconcile_files", "--scan-orphans", "--grace-seconds", "0", stdout=io.StringIO())
+    assert {entry["key"] for entry in entries} <= bucket_keys(workspace.id)
+    archive = zipfile.ZipFile(io.BytesIO(sdk.beta.skills.versions.download("1", skill_id=skill.id).read()))
+    assert archive.read("old-skill/notes.txt") == b"old notes"
+
+    sdk.beta.skills.delete(skill.id)
+    assert bucket_keys(workspace.id) == set() and not OwnedObject.objects.exists()
