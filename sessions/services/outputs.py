@@ -18,11 +18,10 @@ from django.conf import settings
 
 import sandboxes as sandbox
 from core.streams import buffered_reader
-from files import storage
 from files.models import File
 from files.outputs import OutputsApplied, session_outputs_swap
 from files.quotas import StorageQuotaExceeded
-from files.selectors import session_outputs_current
+from files.selectors import session_outputs_current, store_is_configured
 from files.transfers import ObjectStager
 from processors.outputs import (
     ARCHIVE_ROOT,
@@ -90,7 +89,7 @@ def _relative_link_target(linkname: str) -> str | None:
 def publication_applies(*, session: Session) -> bool:
     """Outputs are published only for Docker sandboxes of cloud environments with Files storage
     configured, and only once a sandbox exists: a text-only session never gets one just to look."""
-    if not storage.is_configured() or settings.MANGO_SANDBOX != "docker":
+    if not store_is_configured() or settings.MANGO_SANDBOX != "docker":
         return False
     if (session.environment_config or {}).get("type") == "self_hosted":
         return False

@@ -16,9 +16,8 @@ from django.utils import timezone
 import sandboxes as sandbox
 from core.errors import InvalidRequest, NotFound
 from core.models import Workspace
-from files import storage
 from files.models import File
-from files.selectors import file_get_for_admission, session_file_copy_get
+from files.selectors import file_get_for_admission, file_stream, session_file_copy_get
 from files.services import file_copy, file_delete
 from memory.selectors import memory_store_for_session
 from processors.errors import ProcessorError
@@ -209,8 +208,7 @@ def resources_place(*, session: Session, checked: bool = False) -> int:
         if copy is None:
             continue
         parent = posixpath.dirname(row.mount_path)
-        body = storage.open_object(key=copy.object_key)
-        chunks = storage.iter_object(body, chunk_size=PLACE_CHUNK)
+        chunks = file_stream(file=copy, chunk_size=PLACE_CHUNK)
         # Read-only: mode 0444, owned by a user that is not the sandbox's (root without
         # CAP_DAC_OVERRIDE / CAP_FOWNER can neither write it nor chmod it back).
         stream = tar_stream_for_file(
