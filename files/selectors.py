@@ -1,5 +1,11 @@
-"""Reads for Files. `file_get` is the only way any code obtains a File by id. Also the streaming
-read of every object in the store (Files' and owned objects')."""
+"""Reads for Files, and the streaming read of every object in the store.
+
+Every File obtained by id passes one gate, `_file_gate`: a well-formed id, the caller's workspace
+(unless the caller holds the row that names the File), and the visibility its purpose allows. The
+purposes have a name each: `file_get` (the Files API), `file_get_for_admission` (documents,
+rubrics, resources: a File being deleted is told apart), `session_file_copy_get` (a session's own
+copy) and `event_snapshot_read` (an admitted PDF or image, for the model call). A missing or
+foreign id is the same not-found for every purpose."""
 
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,18 +38,74 @@ def _unexpired(now: datetime) -> Q:
     return Q(expires_at__isnull=True) | Q(expires_at__gt=now)
 
 
+@dataclass(frozen=True)
+class _Purpose:
+    """What one purpose may see of a File: its states, whether it is a client's File (event
+    snapshots are not) or must be an event snapshot, or a session's own copy."""
+
+    states: tuple[str, ...] = (File.State.READY,)
+    event_snapshot: bool | None = False  # None: either
+    session_scoped: bool = False
+
+
+_API = _Purpose()
+_ADMISSION = _Purpose(states=(File.State.READY, File.State.DELETING))
+_SESSION_COPY = _Purpose(event_snapshot=None, session_scoped=True)
+_EVENT_SNAPSHOT = _Purpose(event_snapshot=True)
+
+
+def _file_gate(*, purpose: _Purpose, file_id: str, workspace: Workspace | None) -> File | None:
+    """The one lookup of a File by id. `workspace` None only where the caller holds the row
+    that names the File (a session's resource, an event), which is the access check."""
+    if not isinstance(file_id, str) or file_id_time(file_id) is None:
+        return None
+    rows = File.objects.filter(pk=file_id, state__in=purpose.states)
+    if workspace is not None:
+        rows = rows.filter(workspace=workspace)
+    if purpose.event_snapshot is True:
+        rows = rows.filter(origin=File.Origin.EVENT_SNAPSHOT)
+    elif purpose.event_snapshot is False:
+        rows = rows.exclude(origin=File.Origin.EVENT_SNAPSHOT)
+    if purpose.session_scoped:
+        rows = rows.filter(scope_session_id__isnull=False)
+    return rows.first()
+
+
+def _expired(file: File) -> bool:
+    return file.expires_at is not None and file.expires_at <= timezone.now()
+
+
 def file_get(*, workspace: Workspace, file_id: str, allow_expired: bool = False) -> File:
     """The File with this id in this workspace, if it is visible (ready). Missing, foreign,
     malformed and deleting ids are all the same 404. An expired File (not yet swept) is a 404
     with error_code `file_expired` unless `allow_expired` (delete may still act on it)."""
-    if file_id_time(file_id) is None:
-        raise _not_found(file_id)
-    file = _visible(workspace).filter(pk=file_id).first()
+    file = _file_gate(purpose=_API, file_id=file_id, workspace=workspace)
     if file is None:
         raise _not_found(file_id)
-    if not allow_expired and file.expires_at is not None and file.expires_at <= timezone.now():
+    if not allow_expired and _expired(file):
         raise NotFound(f"File {file_id!r} has expired.", code="file_expired")
     return file
+
+
+def file_get_for_admission(*, workspace: Workspace, file_id: str) -> File | None:
+    """The same gate as file_get, for admission reads that must tell a File being deleted apart
+    from a missing one: the workspace's File with this id if it is ready or deleting and not
+    expired; None for missing, foreign, malformed and expired ids alike."""
+    file = _file_gate(purpose=_ADMISSION, file_id=file_id, workspace=workspace)
+    return None if file is None or _expired(file) else file
+
+
+def session_file_copy_get(*, file_id: str) -> File | None:
+    """A session's own File (a resource copy it holds by id), if still ready; None otherwise.
+    The session row that names it is the access check (the caller holds it)."""
+    return _file_gate(purpose=_SESSION_COPY, file_id=file_id, workspace=None)
+
+
+def _read_bounded(*, key: str, max_bytes: int) -> bytes:
+    try:
+        return storage.read_bounded(key=key, max_bytes=max_bytes)
+    except storage.StorageObjectMissing:
+        raise StoredObjectMissing() from None
 
 
 def file_read_bounded(*, file: File, max_bytes: int) -> bytes:
@@ -54,34 +116,12 @@ def file_read_bounded(*, file: File, max_bytes: int) -> bytes:
     return _read_bounded(key=file.object_key, max_bytes=max_bytes)
 
 
-def _read_bounded(*, key: str, max_bytes: int) -> bytes:
-    try:
-        return storage.read_bounded(key=key, max_bytes=max_bytes)
-    except storage.StorageObjectMissing:
-        raise StoredObjectMissing() from None
-
-
-def file_get_for_admission(*, workspace: Workspace, file_id: str) -> File | None:
-    """The same gate as file_get, for admission reads that must tell a File being deleted apart
-    from a missing one: the workspace's File with this id if it is ready or deleting and not
-    expired; None for missing, foreign, malformed and expired ids alike."""
-    if file_id_time(file_id) is None:
-        return None
-    file = File.objects.filter(workspace=workspace, pk=file_id).exclude(origin=File.Origin.EVENT_SNAPSHOT).first()
-    if file is None or (file.expires_at is not None and file.expires_at <= timezone.now()):
-        return None
-    return file
-
-
-def session_file_copy_get(*, file_id: str) -> File | None:
-    """A session's own File (a resource copy it holds by id), if still ready; None otherwise.
-    The session row that names it is the access check (the caller holds it)."""
-    return File.objects.filter(pk=file_id, state=File.State.READY, scope_session_id__isnull=False).first()
-
-
 def event_snapshot_read(*, file_id: str, max_bytes: int) -> bytes:
-    """The bytes of a PDF or image an event admitted (its private copy), for the model call."""
-    file = File.objects.get(pk=file_id, origin=File.Origin.EVENT_SNAPSHOT, state=File.State.READY)
+    """The bytes of a PDF or image an event admitted (its private copy), for the model call. The
+    event that names it is the access check; a missing one raises File.DoesNotExist."""
+    file = _file_gate(purpose=_EVENT_SNAPSHOT, file_id=file_id, workspace=None)
+    if file is None:
+        raise File.DoesNotExist(f"No event snapshot {file_id!r}.")
     return _read_bounded(key=file.object_key, max_bytes=max_bytes)
 
 
@@ -222,7 +262,7 @@ def file_list(
 
 def file_list_by_ids(*, workspace: Workspace, ids: list[str], scope_id: str | None = None) -> list[File]:
     """The visible, unexpired Files among `ids`, newest first; the others are silently left out."""
-    valid = [file_id for file_id in ids if file_id_time(file_id) is not None]
+    valid = [file_id for file_id in ids if file_id_time(file_id) is not None]  # the gate's id check
     queryset = _visible(workspace).filter(_unexpired(timezone.now()), pk__in=valid)
     if scope_id is not None:
         queryset = queryset.filter(scope_session_id=scope_id)
