@@ -1,7 +1,7 @@
 """The import contracts in .importlinter (STYLE.md §20, §23): processors and core import no app, files
 does not import sessions, imports inside sessions run one way and form no cycle, the apps import no
-server package (nor config/), and the object store's backends are reached only through files.storage.
-CI runs this."""
+server package (nor config/), the object store's backends are reached only through files.storage, and
+nothing outside files imports files.storage (files owns every object in the store). CI runs this."""
 
 import subprocess
 import sys
