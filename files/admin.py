@@ -10,8 +10,9 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from core.adminkit import ReadOnlyModelAdmin
 from files import reconcile, services, storage
-from files.models import File, StorageIntent
+from files.models import File, OwnedObject, StorageIntent
 
 
 class ScopeFilter(admin.SimpleListFilter):
@@ -202,3 +203,16 @@ class StorageIntentAdmin(admin.ModelAdmin):
             f"{skipped} skipped (owner alive, or ownerless and still within the grace window).",
             messages.SUCCESS if not report.deferred else messages.WARNING,
         )
+
+
+@admin.register(OwnedObject)
+class OwnedObjectAdmin(ReadOnlyModelAdmin):
+    """Objects other apps own (skill files): shown, never changed here (their owner deletes them)."""
+
+    list_display = ("object_key", "owner_kind", "owner_id", "state", "size", "workspace", "created_at")
+    list_filter = ("owner_kind", "state")
+    search_fields = ("object_key", "owner_id", "sha256")
+
+    @admin.display(description="size", ordering="size_bytes")
+    def size(self, obj: OwnedObject) -> str:
+        return filesizeformat(obj.size_bytes)

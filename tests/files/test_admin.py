@@ -5,7 +5,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from files.models import File, StorageIntent
+from files import services
+from files.models import File, OwnedObject, StorageIntent
 from tests.files.conftest import assert_store_consistent, bucket_keys, make_file
 from tests.files.test_services import _age, interrupted_put
 
@@ -73,3 +74,20 @@ def test_intents_reconcile_now(admin_client, workspace):
     StorageIntent.objects.filter(pk=fresh.pk).update(updated_at="2000-01-01T00:00:00Z")
     admin_client.post("/admin/files/storageintent/", {"action": "reconcile_now", "_selected_action": [fresh.pk]})
     assert_store_consistent(workspace.id)
+
+
+def test_owned_objects_are_listed_read_only(admin_client, workspace):
+    owned = services.owned_object_write(
+        workspace=workspace,
+        owner_kind=OwnedObject.OwnerKind.SKILL_VERSION,
+        owner_id="42",
+        chunks=[b"skill file"],
+        max_bytes=10,
+    )
+    page = admin_client.get("/admin/files/ownedobject/?owner_kind__exact=skill_version").content.decode()
+    assert owned.object_key in page and "skill_version" in page
+    assert admin_client.get("/admin/files/ownedobject/?q=42").content.decode().count(owned.object_key) == 1
+    assert admin_client.get(f"/admin/files/ownedobject/{owned.pk}/change/").status_code == 200
+    assert admin_client.get("/admin/files/ownedobject/add/").status_code == 403
+    admin_client.post(f"/admin/files/ownedobject/{owned.pk}/delete/", {"post": "yes"})
+    assert OwnedObject.objects.filter(pk=owned.pk).exists()
