@@ -6,6 +6,7 @@ import json
 from rest_framework import serializers
 
 from agents.configs import agent_snapshot, environment_config_resolve
+from agents.multiagent import multiagent_parse
 from agents.tools import McpServersField, ToolsField
 from core.api import rfc3339
 from core.errors import InvalidRequest
@@ -132,9 +133,7 @@ class AgentCreateInputSerializer(InputSerializer):
     metadata = Metadata()
 
     def validate_multiagent(self, value):
-        if value is not None:
-            raise serializers.ValidationError("not supported by this server.")
-        return value
+        return multiagent_parse(value)  # its shape; merged and resolved by the service
 
 
 class AgentUpdateInputSerializer(AgentCreateInputSerializer):

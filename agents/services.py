@@ -3,6 +3,7 @@ from django.utils import timezone
 
 from agents.configs import environment_config_resolve
 from agents.models import Agent, AgentVersion, Environment
+from agents.multiagent import multiagent_merge, multiagent_refusal, roster_entries, roster_replace
 from agents.selectors import agent_get, agent_version_get, environment_get
 from core import references
 from core.errors import Conflict, InvalidRequest, NotFound
@@ -26,12 +27,55 @@ def agent_skills_resolve(*, workspace, skills: list[dict]) -> list[tuple[dict, o
         raise InvalidRequest(f"skills: {exc.message}") from None
 
 
+def agent_multiagent_resolve(*, workspace, agent_id: str, version: int, config: dict | None) -> dict | None:
+    """The roster of a (merged) multiagent configuration resolved as the agent stores it: each
+    entry a concrete `{type: agent, id, version}` (an id alone, or no version, is the latest
+    version now; `self` is this agent at the version being written). Refused with a 400 naming
+    the entry: an unknown or archived agent or version, one that has `multiagent` itself (the
+    depth limit of 1, which also rules out cycles), the same agent twice, a second `self`; and
+    what this server does not act on (sessions.multiagent.multiagent_refusal)."""
+    if config is None:
+        return None
+    multiagent_refusal(config)
+    resolved, seen, selves = [], set(), 0
+    for field, entry in roster_entries(config):
+        if entry["type"] == "self":
+            selves += 1
+            if selves > 1:
+                raise InvalidRequest(f"{field}: at most one {{type: self}} entry.")
+            ref = {"type": "agent", "id": agent_id, "version": version}
+        else:
+            try:
+                row = agent_get(workspace=workspace, agent_id=entry["id"])
+                if row.id == agent_id:
+                    raise InvalidRequest(f"{field}: the agent itself is named with {{type: self}}.")
+                row_version = agent_version_get(agent=row, version=entry.get("version"))
+            except NotFound as exc:
+                raise InvalidRequest(f"{field}: {exc.message}") from None
+            if row.archived_at is not None:
+                raise InvalidRequest(f"{field}: agent {row.id!r} is archived.")
+            if row_version.config.get("multiagent"):
+                raise InvalidRequest(
+                    f"{field}: agent {row.id!r} (version {row_version.version}) has multiagent itself;"
+                    " a roster's agents must not (depth limit 1)."
+                )
+            ref = {"type": "agent", "id": row.id, "version": row_version.version}
+        if ref["id"] in seen:
+            raise InvalidRequest(f"{field}: agent {ref['id']!r} is in the roster twice.")
+        seen.add(ref["id"])
+        resolved.append(ref)
+    return roster_replace(config, resolved)
+
+
 @transaction.atomic
 def agent_create(*, workspace, fields: dict) -> tuple[Agent, AgentVersion]:
     """An agent starts at version 1; its configuration is stored as an immutable version row."""
     agent_skills_resolve(workspace=workspace, skills=fields.get("skills") or [])
     now = timezone.now()
     agent = Agent.objects.create(workspace=workspace, version=1, created_at=now, updated_at=now)
+    fields["multiagent"] = agent_multiagent_resolve(
+        workspace=workspace, agent_id=agent.id, version=1, config=multiagent_merge(None, fields.get("multiagent"))
+    )
     version = AgentVersion.objects.create(agent=agent, version=1, config=fields, created_at=now)
     return agent, version
 
@@ -51,6 +95,11 @@ def agent_update(*, workspace, agent_id: str, fields: dict, expected_version: in
     current = agent_version_get(agent=agent)
     config = dict(current.config)
     patch = fields.pop("metadata", None)
+    if "multiagent" in fields:
+        merged = multiagent_merge(current.config.get("multiagent"), fields["multiagent"])
+        fields["multiagent"] = agent_multiagent_resolve(
+            workspace=workspace, agent_id=agent.id, version=agent.version + 1, config=merged
+        )
     config.update(fields)
     if patch is not None:
         config["metadata"] = metadata_patch_apply(current.config.get("metadata", {}), patch)

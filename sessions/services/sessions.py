@@ -1,3 +1,4 @@
+import json
 import logging
 from datetime import timedelta
 
@@ -6,9 +7,10 @@ from django.utils import timezone
 
 import sandboxes as sandbox
 from agents.configs import agent_snapshot
+from agents.multiagent import roster_entries, roster_replace
 from agents.selectors import agent_get, agent_version_get, environment_get
 from agents.services import agent_skills_resolve
-from core.errors import InvalidRequest
+from core.errors import InvalidRequest, NotFound
 from core.ids import new_id
 from core.metadata import metadata_patch_apply
 from core.models import Workspace
@@ -153,6 +155,8 @@ def _session_create(
     snapshot["skills"] = [
         {"type": "custom", "skill_id": ref["skill_id"], "version": row.version} for ref, row in resolved
     ]
+    if snapshot.get("multiagent"):
+        snapshot["multiagent"] = _session_multiagent(workspace=workspace, snapshot=snapshot, environment=environment)
     if vault_ids:
         live = live_vault_ids(workspace=workspace, vault_ids=vault_ids)
         unknown = [vault_id for vault_id in vault_ids if vault_id not in live]
@@ -185,6 +189,56 @@ def _session_create(
     # A new self_hosted session needs a worker (a no-op if its initial events queued one).
     session_work_ensure(session=session)
     return session
+
+
+def _thread_agent(*, workspace, snapshot: dict, ref: dict, field: str) -> dict:
+    """The full definition (SessionThreadAgent) of one roster entry as the session keeps it: the
+    session's own agent (overrides applied) for `self`, else the pinned version, its skills
+    pinned. Refused with a 400 naming the entry: an agent gone or given multiagent since the
+    roster was saved, and tools this server cannot route from a subagent thread to the client
+    (custom tools, always_ask permissions)."""
+    if ref["id"] == snapshot["id"]:
+        definition = {key: value for key, value in snapshot.items() if key != "multiagent"}
+    else:
+        try:
+            row = agent_get(workspace=workspace, agent_id=ref["id"])
+            version = agent_version_get(agent=row, version=ref["version"])
+        except NotFound as exc:
+            raise InvalidRequest(f"agent.{field}: {exc.message}") from None
+        if version.config.get("multiagent"):
+            raise InvalidRequest(
+                f"agent.{field}: agent {row.id!r} (version {version.version}) has multiagent itself (depth limit 1)."
+            )
+        definition = agent_snapshot(agent_id=row.id, version=version.version, config=version.config)
+        definition.pop("multiagent", None)
+        resolved = agent_skills_resolve(workspace=workspace, skills=definition.get("skills") or [])
+        definition["skills"] = [
+            {"type": "custom", "skill_id": skill["skill_id"], "version": skill_row.version}
+            for skill, skill_row in resolved
+        ]
+    tools = definition.get("tools") or []
+    if any(tool.get("type") == "custom" for tool in tools) or '"always_ask"' in json.dumps(tools):
+        raise InvalidRequest(
+            f"agent.{field}: agent {definition['id']!r} has custom tools or always_ask permissions; a subagent"
+            " thread's client-side tool calls are not routed to the client by this server."
+        )
+    return definition
+
+
+def _session_multiagent(*, workspace, snapshot: dict, environment) -> dict:
+    """The agent's multiagent configuration as the session shows it (SessionMultiagent): each
+    roster entry's full definition, resolved now and kept for the session's life."""
+    config = snapshot["multiagent"]
+    if (environment.config or {}).get("type") == "self_hosted":
+        raise InvalidRequest(
+            "agent.multiagent: multiagent sessions need a cloud environment here (subagent threads run their"
+            " tools in the session's sandbox).",
+        )
+    definitions = [
+        _thread_agent(workspace=workspace, snapshot=snapshot, ref=entry, field=field)
+        for field, entry in roster_entries(config)
+    ]
+    return roster_replace(config, definitions)
 
 
 # session.updated names the agent; the row keeps it as its snapshot.
