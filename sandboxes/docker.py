@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 OUTPUTS_MOUNT_VERSION = "1"
 LABEL_SESSION = "mango.session"
+# How long a sandbox another creator is making at once may take to become visible by name.
+CONCURRENT_CREATE_SECONDS = 10.0
 LABEL_WORKSPACE = "mango.workspace"
 LABEL_OUTPUTS_MOUNT = "mango.outputs_mount_version"
 LABEL_PROXY_HOLDS = "mango.proxy_holds"  # the egress proxy's policy.proxy_fingerprint
@@ -143,6 +145,16 @@ class DockerBackend(SandboxBackend):
             raise SandboxError("the sandbox container is gone")
         return container
 
+    def _concurrent_container(self, session_id: str):
+        """The container another creator made at the same time (the name was taken): dockerd
+        reserves the name before the container can be read by it, so it is looked for a while."""
+        deadline = time.monotonic() + CONCURRENT_CREATE_SECONDS
+        while (container := self._get_container(session_id)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if container is None:
+            raise SandboxError("the sandbox container is gone")
+        return container
+
     @_translated
     def ensure(self, *, session_id: str, workspace_id: str, networking: dict | None, image: str | None = None) -> str:
         container = self._get_container(session_id)
@@ -150,7 +162,7 @@ class DockerBackend(SandboxBackend):
             container = self._create(session_id, workspace_id, networking, image or settings.MANGO_SANDBOX_IMAGE)
             if container is not None:
                 return container.id  # created and started
-            container = self._require_container(session_id)  # created concurrently
+            container = self._concurrent_container(session_id)
         if container.status != "running":
             container.start()
         self._proxy_current(session_id, container, networking)
@@ -558,6 +570,10 @@ class DockerBackend(SandboxBackend):
                 return name
             except APIError as exc:
                 if exc.status_code == 409 or "already exists" in str(exc):
+                    return name
+                # Two creators at once (a multiagent session's threads): dockerd may refuse the
+                # second with "networks have same bridge name" rather than a 409.
+                if client.networks.list(names=[name], filters={"label": f"{LABEL_SESSION}={session_id}"}):
                     return name
                 if "overlaps" not in str(exc):
                     raise SandboxError(f"could not create the sandbox network: {exc}") from exc
