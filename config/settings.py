@@ -373,6 +373,9 @@ MANGO_SESSION_LEASE_SECONDS = env.int("MANGO_SESSION_LEASE_SECONDS", default=60)
 # the answer continues the turn without a new task (0: the runner lets the session go at once).
 # At most half of a threads-pool worker's threads wait so at a time (prefork and solo: none).
 MANGO_RUNNER_LINGER_SECONDS = env.float("MANGO_RUNNER_LINGER_SECONDS", default=5.0)
+# A multiagent session's threads, its primary counted: a coordinator's spawn past it is an error
+# result for its model (docs/multiagent.md).
+MANGO_SESSION_THREADS_MAX = env.int("MANGO_SESSION_THREADS_MAX", default=25)
 # Self-hosted work queue (sessions/services/work.py): a work item's lease when a heartbeat asks
 # for no TTL, and the most a heartbeat's desired_ttl_seconds may ask for.
 MANGO_WORK_LEASE_SECONDS = env.int("MANGO_WORK_LEASE_SECONDS", default=60)

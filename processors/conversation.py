@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import Protocol
 
-USER_SIDE = ("user.message", "user.define_outcome", "span.outcome_evaluation_end")
+USER_SIDE = ("user.message", "agent.thread_message_received", "user.define_outcome", "span.outcome_evaluation_end")
 TOOL_USES = ("agent.tool_use", "agent.custom_tool_use", "agent.mcp_tool_use")
 TOOL_RESULTS = ("agent.tool_result", "agent.mcp_tool_result", "user.tool_result", "user.custom_tool_result")
 EVALUATION_END = "span.outcome_evaluation_end"

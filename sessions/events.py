@@ -32,6 +32,8 @@ class EventType(models.TextChoices):
     AGENT_MCP_TOOL_USE = "agent.mcp_tool_use"
     AGENT_MCP_TOOL_RESULT = "agent.mcp_tool_result"
     AGENT_THREAD_CONTEXT_COMPACTED = "agent.thread_context_compacted"
+    AGENT_THREAD_MESSAGE_SENT = "agent.thread_message_sent"
+    AGENT_THREAD_MESSAGE_RECEIVED = "agent.thread_message_received"
     SESSION_STATUS_RUNNING = "session.status_running"
     SESSION_STATUS_IDLE = "session.status_idle"
     SESSION_STATUS_RESCHEDULED = "session.status_rescheduled"
@@ -40,6 +42,11 @@ class EventType(models.TextChoices):
     SESSION_UPDATED = "session.updated"
     SESSION_DELETED = "session.deleted"
     SESSION_USAGE = "session.usage"
+    SESSION_THREAD_CREATED = "session.thread_created"
+    SESSION_THREAD_STATUS_RUNNING = "session.thread_status_running"
+    SESSION_THREAD_STATUS_IDLE = "session.thread_status_idle"
+    SESSION_THREAD_STATUS_RESCHEDULED = "session.thread_status_rescheduled"
+    SESSION_THREAD_STATUS_TERMINATED = "session.thread_status_terminated"
     SPAN_MODEL_REQUEST_START = "span.model_request_start"
     SPAN_MODEL_REQUEST_END = "span.model_request_end"
     SPAN_OUTCOME_EVALUATION_START = "span.outcome_evaluation_start"
@@ -70,7 +77,9 @@ CLIENT_EVENT_TYPES = _values(
     E.USER_DEFINE_OUTCOME,
     E.SYSTEM_MESSAGE,
 )
-RUNNER_INPUT_TYPES = CLIENT_EVENT_TYPES
+# What the runner acts on: the client's events and, in a multiagent session, another thread's
+# message (processed_at null until a turn took it).
+RUNNER_INPUT_TYPES = (*CLIENT_EVENT_TYPES, E.AGENT_THREAD_MESSAGE_RECEIVED.value)
 # Client answers to tool uses handed over with stop_reason requires_action.
 CLIENT_ANSWER_TYPES = _values(E.USER_CUSTOM_TOOL_RESULT, E.USER_TOOL_RESULT, E.USER_TOOL_CONFIRMATION)
 # Events that give a tool use its result.
@@ -78,12 +87,13 @@ TOOL_RESULT_TYPES = _values(E.AGENT_TOOL_RESULT, E.AGENT_MCP_TOOL_RESULT, E.USER
 # Tool uses a user.tool_confirmation may answer (always_ask built-ins and MCP tools).
 CONFIRMABLE_TOOL_USE_TYPES = _values(E.AGENT_TOOL_USE, E.AGENT_MCP_TOOL_USE)
 # Client messages a running turn absorbs at its next model call.
-MESSAGE_TYPES = _values(E.USER_MESSAGE, E.SYSTEM_MESSAGE, E.USER_DEFINE_OUTCOME)
+MESSAGE_TYPES = _values(E.USER_MESSAGE, E.SYSTEM_MESSAGE, E.USER_DEFINE_OUTCOME, E.AGENT_THREAD_MESSAGE_RECEIVED)
 # What the transcript for the model is built from (processors.conversation renders them).
 CONVERSATION_TYPES = _values(
     E.AGENT_THREAD_CONTEXT_COMPACTED,
     E.AGENT_THINKING,
     E.USER_MESSAGE,
+    E.AGENT_THREAD_MESSAGE_RECEIVED,
     E.SYSTEM_MESSAGE,
     E.USER_DEFINE_OUTCOME,
     E.AGENT_MESSAGE,
@@ -294,5 +304,57 @@ def session_usage(totals: dict, budget: dict | None) -> dict:
 
 
 def primary_thread_id(session_id: str) -> str:
-    """Every session has one primary thread (no child threads here): its id follows the session's."""
+    """A session's primary thread: its id follows the session's. A child thread of a multiagent
+    session is a session row of its own (Session.primary), whose id its thread id follows too."""
     return "sthr_" + session_id.split("_", 1)[-1]
+
+
+thread_id_of = primary_thread_id  # the thread a session row runs (its primary, or a child thread)
+
+
+def thread_session_id(thread_id: str) -> str:
+    """The session row that runs `thread_id` (the inverse of thread_id_of)."""
+    return "sesn_" + thread_id.split("_", 1)[-1]
+
+
+# The status events of a session, and of a child thread (on its own log, cross-posted to the
+# primary's): session.status_X there is session.thread_status_X here.
+THREAD_STATUS_TYPES = {
+    E.SESSION_STATUS_RUNNING.value: E.SESSION_THREAD_STATUS_RUNNING.value,
+    E.SESSION_STATUS_IDLE.value: E.SESSION_THREAD_STATUS_IDLE.value,
+    E.SESSION_STATUS_RESCHEDULED.value: E.SESSION_THREAD_STATUS_RESCHEDULED.value,
+    E.SESSION_STATUS_TERMINATED.value: E.SESSION_THREAD_STATUS_TERMINATED.value,
+}
+
+
+def status_item(event_type: str, session, payload: dict | None = None) -> dict:
+    """A status event of the session row `session` (a Session: only its id, primary_id and
+    thread_agent_name are read): session.status_* for a primary; for a child thread its
+    session.thread_status_* naming the thread and its agent, marked to be cross-posted to its
+    primary's log (services.events appends the copy)."""
+    if getattr(session, "primary_id", None) is None:
+        return item(event_type, payload)
+    named = {"session_thread_id": thread_id_of(session.id), "agent_name": session.thread_agent_name}
+    return item(THREAD_STATUS_TYPES[str(event_type)], {**named, **(payload or {})}, crosspost=session.primary_id)
+
+
+def thread_message_received(*, content: list[dict], from_thread_id: str, from_agent_name: str | None) -> dict:
+    """agent.thread_message_received's payload (from_agent_name absent when from the primary)."""
+    payload = {"content": content, "from_session_thread_id": from_thread_id}
+    if from_agent_name:
+        payload["from_agent_name"] = from_agent_name
+    return payload
+
+
+def thread_message_sent(*, content: list[dict], to_thread_id: str, to_agent_name: str | None) -> dict:
+    payload = {"content": content, "to_session_thread_id": to_thread_id}
+    if to_agent_name:
+        payload["to_agent_name"] = to_agent_name
+    return payload
+
+
+def thread_message_model_content(*, content: list[dict], from_thread_id: str, from_agent_name: str | None) -> list:
+    """What the receiving agent's model reads of a thread message: who sent it, then its text."""
+    sender = f"the agent {from_agent_name!r} (thread {from_thread_id})" if from_agent_name else "the coordinator"
+    text = "".join(block.get("text", "") for block in content if block.get("type") == "text")
+    return [{"type": "text", "text": f"[Message from {sender}]\n{text}"}]

@@ -81,6 +81,11 @@ class Session(Archivable, models.Model):
     # Vaults given at creation, in order (the first one holding a credential for a server's URL
     # wins); each was the workspace's and live then.
     vault_ids = models.JSONField(default=list)
+    # A multiagent session's child thread is a row of its own (its own log, lease, turn loop and
+    # usage) whose `primary` is the session; routes see only primaries (selectors.session_get),
+    # and reach a child as a thread of its primary. `thread_agent_name`: the agent it runs.
+    primary = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="child_threads")
+    thread_agent_name = models.CharField(max_length=255, blank=True, default="")
 
     class Meta:
         indexes = [

@@ -8,6 +8,7 @@ from core.apiview import AgentsApi, query_order
 from core.errors import InvalidRequest
 from core.schema import time_range_parameters
 from sessions.selectors import (
+    session_family_usage,
     session_get,
     session_list,
     session_memory_stores_by_session,
@@ -48,6 +49,9 @@ def sessions_wire(sessions: list) -> list[dict]:
             resources=[resource_to_wire(row) for row in resources.get(session.id, ())]
             + [memory_store_resource_to_wire(row) for row in memory_stores.get(session.id, ())],
             outcome_evaluations=evaluations.get(session.id, []),
+            # A multiagent session's usage and active time are its threads' together (no query
+            # for any other session).
+            family=session_family_usage(session=session),
         )
         for session in sessions
     ]

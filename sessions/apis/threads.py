@@ -1,7 +1,8 @@
-"""/v1/sessions/{id}/threads: a session's threads. Every session here has exactly one, its
-primary thread (multiagent child threads are refused at agent create), which carries all of the
-session's events: list, retrieve, archive (refused: it is archived with its session), and its
-events (the stream, .../threads/{id}/stream, is sessions/streams)."""
+"""/v1/sessions/{id}/threads: a session's threads. Every session has its primary thread, whose
+log is the session's; a multiagent session also has the child threads its coordinator spawned,
+each a session row of its own (Session.primary) with its own log: list, retrieve, archive (a
+child thread; the primary is archived with its session), and each thread's events (the stream,
+.../threads/{id}/stream, is sessions/streams)."""
 
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -10,13 +11,14 @@ from rest_framework.response import Response
 
 from core.api import Paging, query_list, rfc3339
 from core.apiview import AgentsApi
-from core.errors import InvalidRequest, NotFound
+from core.errors import InvalidRequest
 from core.serializers import page_output
 from sessions.apis.events import EVENT_LIST_PARAMETERS, events_page
-from sessions.events import primary_thread_id, usage_snapshot
-from sessions.selectors import session_first_running_at, session_get
+from sessions.events import thread_id_of, usage_snapshot
+from sessions.selectors import session_first_running_at, session_get, session_thread_get, session_threads
 from sessions.serializers.events import EventListOutputSerializer
 from sessions.serializers.sessions import SESSION_STATUSES, SessionStatsOutputSerializer
+from sessions.services.threads import thread_archive
 
 PAGES = Paging(maximum=1000, default=1000)
 
@@ -37,6 +39,7 @@ class ThreadOutputSerializer(serializers.Serializer):
     archived_at = serializers.DateTimeField(allow_null=True)
     stats = ThreadStatsOutputSerializer(allow_null=True)
     usage = serializers.DictField(allow_null=True)
+    workflow_run_id = serializers.CharField(allow_null=True)
 
 
 ThreadListOutputSerializer = page_output("ThreadListOutputSerializer", ThreadOutputSerializer)
@@ -50,10 +53,10 @@ def thread_to_wire(session) -> dict:
     moved = session.status != "idle" or session.active_seconds > 0
     first_running = session_first_running_at(session_id=session.id) if moved else None
     return {
-        "id": primary_thread_id(session.id),
+        "id": thread_id_of(session.id),
         "type": "session_thread",
-        "session_id": session.id,
-        "parent_thread_id": None,
+        "session_id": session.primary_id or session.id,
+        "parent_thread_id": thread_id_of(session.primary_id) if session.primary_id else None,
         "agent": session.agent_snapshot,
         "status": session.status,
         "created_at": rfc3339(session.created_at),
@@ -71,14 +74,13 @@ def thread_to_wire(session) -> dict:
         "usage": usage_snapshot(session.usage or {}, active_seconds=session.active_seconds)
         if session.active_seconds > 0
         else None,
+        "workflow_run_id": None,
     }
 
 
 def _thread_session(request, session_id: str, thread_id: str):
-    session = session_get(workspace=request.user, session_id=session_id)
-    if thread_id != primary_thread_id(session.id):
-        raise NotFound(f"Thread {thread_id!r} not found.")
-    return session
+    """The session row that runs the thread (the session itself for its primary thread)."""
+    return session_thread_get(session=session_get(workspace=request.user, session_id=session_id), thread_id=thread_id)
 
 
 class SessionThreadsApi(AgentsApi):
@@ -94,7 +96,11 @@ class SessionThreadsApi(AgentsApi):
         for status in statuses:
             if status not in SESSION_STATUSES:
                 raise InvalidRequest(f"statuses: {status[:40]!r} is not one of {', '.join(SESSION_STATUSES)}.")
-        threads = [thread_to_wire(session)] if not statuses or session.status in statuses else []
+        threads = [
+            thread_to_wire(thread)
+            for thread in session_threads(session=session)
+            if not statuses or thread.status in statuses
+        ]
         return Response({"data": threads, "next_page": None})
 
 
@@ -107,10 +113,13 @@ class SessionThreadDetailApi(AgentsApi):
 class SessionThreadArchiveApi(AgentsApi):
     @extend_schema(operation_id="sessions_threads_archive", request=None, responses=ThreadOutputSerializer)
     def post(self, request, session_id: str, thread_id: str):
-        _thread_session(request, session_id, thread_id)
-        raise InvalidRequest(
-            "The primary thread cannot be archived on its own; archive the session (POST /v1/sessions/{id}/archive)."
-        )
+        thread = _thread_session(request, session_id, thread_id)
+        if thread.primary_id is None:
+            raise InvalidRequest(
+                "The primary thread cannot be archived on its own;"
+                " archive the session (POST /v1/sessions/{id}/archive)."
+            )
+        return Response(thread_to_wire(thread_archive(thread=thread)))
 
 
 class SessionThreadEventsApi(AgentsApi):

@@ -18,6 +18,7 @@ from sessions.runtime.builtins import SANDBOX_TOOLS, ToolOutcome, run_builtin
 from sessions.runtime.control import Stop, TurnControl, db_release
 from sessions.runtime.mcp import McpFailure, McpTool, SessionMcp
 from sessions.runtime.sandbox_ready import sandbox_ready
+from sessions.runtime.threads import THREAD_TOOLS, thread_tool_definitions, thread_tool_run
 from sessions.selectors.runner import (
     session_answered_tool_use_ids,
     session_last_idle_seq,
@@ -104,10 +105,16 @@ class ToolSpec:
     mcp: McpTool | None = None
 
 
-def session_tools(agent_snapshot: dict, mcp: SessionMcp | None = None) -> tuple[list[dict], dict[str, ToolSpec]]:
+def session_tools(
+    agent_snapshot: dict, mcp: SessionMcp | None = None, roster: list[dict] | None = None
+) -> tuple[list[dict], dict[str, ToolSpec]]:
     """The tool list sent to the model and a name → spec map for dispatch (keyed by the name the
-    model uses: MCP tools get names that collide with no other tool)."""
+    model uses: MCP tools get names that collide with no other tool). A coordinator (a primary
+    thread with a `roster`) is offered the thread tools too (runtime.threads)."""
     definitions, specs = [], {}
+    for definition in thread_tool_definitions(roster or []):
+        definitions.append(definition)
+        specs[definition["name"]] = ToolSpec(definition["name"], "builtin", ev.ToolPermission.ALWAYS_ALLOW)
     for tool in agent_snapshot.get("tools", []):
         if tool["type"] == TOOLSET_TYPE:
             for config in tool["configs"]:
@@ -219,6 +226,10 @@ def tool_run(*, control: TurnControl, session: Session, event: SessionEvent, mcp
             return
         return mcp_tool_run(control=control, session=session, event=event, mcp=mcp)
     name = event.payload["name"]
+    if name in THREAD_TOOLS:  # offered to a coordinator only (session_tools)
+        text, is_error = thread_tool_run(session=session, name=name, tool_input=event.payload.get("input") or {})
+        _answer(control.session_id, event.id, text, is_error=is_error, stop_if_deleted=True)
+        return
     try:
         if name in SANDBOX_TOOLS:
             sandbox_ready(control, session)

@@ -47,6 +47,7 @@ from sessions.runtime.model import (
     system_prompt,
 )
 from sessions.runtime.responses import response_items
+from sessions.runtime.threads import thread_roster
 from sessions.runtime.tools import (
     ToolSpec,
     mcp_failure_item,
@@ -56,7 +57,14 @@ from sessions.runtime.tools import (
     tools_run_confirmed,
 )
 from sessions.runtime.upstream import ModelError
-from sessions.selectors.runner import session_by_id, session_is_deleted
+from sessions.selectors.runner import (
+    session_by_id,
+    session_family_list_cost,
+    session_is_deleted,
+    session_thread_messages_pending,
+    session_threads_busy,
+    session_turn_reply,
+)
 from sessions.services.events import LeaseLost, SessionGone, events_append, runner_fence, session_event_append
 from sessions.services.memory_mounts import memory_writeback_at_idle
 from sessions.services.outputs import outputs_publish_at_idle
@@ -66,11 +74,15 @@ from sessions.services.runner import (
     session_last_error_set,
     session_turn_begin,
 )
+from sessions.services.threads import ThreadRefused, thread_message_send
 
 logger = logging.getLogger(__name__)
 
 # A runaway tool loop ends the turn with tool_use_limit_reached_error.
 MAX_MODEL_CALLS_PER_TURN = 200
+# A coordinator waiting for its threads looks at them at least this often (their messages wake it
+# at once through the input flag).
+THREAD_WAIT_SECONDS = 1.0
 
 
 class _Lingering:
@@ -188,6 +200,7 @@ class Runner:
         # What that idle handed the client, answered since (next_work need not read it back).
         self.wait: ClientWait | None = None
         self.turn_session: Session | None = None  # the running turn's, as next_work read it
+        self.sandbox_session: Session | None = None  # whose sandbox the turn's tools use
 
     # --- waiting for the client ----------------------------------------------------------------
 
@@ -231,6 +244,7 @@ class Runner:
             return None
         self.wait = None  # a turn starts (or an interrupt ends the wait): nothing handed out any more
         if begun.interrupted:
+            self.turn_session = begun.session
             self.go_idle(ev.stop_end_turn(), interrupted=True)
             return self.next_work()
         return _Work(resume=begun.resume, session=begun.session, confirmations=begun.confirmations)
@@ -239,6 +253,8 @@ class Runner:
 
     def run_turn(self, work: _Work) -> None:
         session = self.turn_session = work.session
+        # A child thread of a multiagent session runs its tools in its primary's sandbox.
+        self.sandbox_session = session if session.primary_id is None else session_by_id(session_id=session.primary_id)
         # The turn's MCP connections (none unless a toolset references one of the agent's
         # servers), closed when the turn ends whatever way it ends.
         mcp = SessionMcp(
@@ -273,12 +289,13 @@ class Runner:
 
     def _loop(self, session: Session, mcp: SessionMcp) -> None:
         self._mcp_open(mcp)
-        definitions, specs = session_tools(session.agent_snapshot, mcp)
+        roster = thread_roster(session)
+        definitions, specs = session_tools(session.agent_snapshot, mcp, roster)
         self_hosted = session.environment_config.get("type") == "self_hosted"
         model_calls = 0
         conversation = Conversation(self.session_id)
         system = system_prompt(session)
-        spend = Spend(session)
+        spend = Spend(session, primary=self.sandbox_session)
         threshold = compaction_threshold(session.agent_snapshot["model"]["id"])
         compact_next = just_compacted = False
         while True:
@@ -287,7 +304,7 @@ class Runner:
             if spend.reached():  # the cap: no more model requests
                 return self.go_idle(ev.stop_budget_reached())
             if mcp.stale():  # a server's tools changed (tools/list_changed): offer the new list
-                definitions, specs = session_tools(session.agent_snapshot, mcp)
+                definitions, specs = session_tools(session.agent_snapshot, mcp, roster)
             if compact_next:
                 # A call right after a compaction that is still over the threshold: nothing left to compact.
                 if just_compacted or not self._compact(session, definitions, conversation, system):
@@ -321,6 +338,8 @@ class Runner:
                 # needs revision (its verdict joins the conversation).
                 if outcome_evaluate(session=session, call=self.control.interruptible):
                     continue
+                if roster and self._await_threads():  # a thread's reply came: the model reads it
+                    continue
                 return self.go_idle(ev.stop_end_turn())
             model_calls += 1
             if model_calls >= MAX_MODEL_CALLS_PER_TURN:
@@ -333,9 +352,34 @@ class Runner:
                 if mode is ToolMode.CLIENT:
                     waiting.append(event.id)
                 elif mode is ToolMode.RUN:
-                    tool_run(control=self.control, session=session, event=event, mcp=mcp)
+                    tool_run(control=self.control, session=self.sandbox_session, event=event, mcp=mcp)
             if waiting:
                 return self.go_idle(ev.stop_requires_action(waiting))
+
+    def _await_threads(self) -> bool:
+        """A coordinator's turn ends only once its threads are done: while one is at work, wait
+        (no database connection held; woken by the input flag a thread's message raises, or an
+        interrupt) for a message. True when one arrived (the next model call reads it), False
+        when no thread works and none wrote. Busy is read before pending: a thread seen done had
+        committed its report before its idle."""
+        while True:
+            busy = session_threads_busy(session_id=self.session_id)
+            if session_thread_messages_pending(session_id=self.session_id):
+                return True
+            if not busy:
+                return False
+            db_release()
+            woken = threading.Event()
+            watch.wake_on_input(self.session_id, woken)
+            watch.wake_on_flag(self.session_id, woken)
+            try:
+                woken.wait(THREAD_WAIT_SECONDS)
+            finally:
+                watch.unwake(self.session_id, woken)
+                watch.unwake_input(self.session_id)
+            notify.clear_input(self.session_id)
+            self.control.check_handback()
+            self.control.check_stop()
 
     def _compact(self, session: Session, definitions, conversation, system) -> bool:
         return context_compact(
@@ -375,7 +419,7 @@ class Runner:
             for item in handed:
                 item["id"] = item.get("id") or new_id("sevt")
             stop_reason = ev.stop_requires_action([item["id"] for item in handed])
-            idle = ev.item(EventType.SESSION_STATUS_IDLE, ev.status_idle(stop_reason))
+            idle = ev.status_item(EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason))
         try:
             rows = events_append(
                 session_id=self.session_id,
@@ -402,12 +446,26 @@ class Runner:
                 return
             outputs_publish_at_idle(session=session, interrupted=interrupted)
             memory_writeback_at_idle(session=session)
-        idle = ev.item(EventType.SESSION_STATUS_IDLE, ev.status_idle(stop_reason))
+        thread = self.turn_session if self.turn_session is not None and self.turn_session.primary_id else None
+        if thread is not None and not interrupted:
+            self._report(thread, stop_reason)
+        idle = ev.status_item(EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason))
         try:
             events_append(session_id=self.session_id, items=[idle], end_turn=True, unless_deleted=True)
         except SessionGone:
             return
         self._idled(stop_reason, interrupted=interrupted)
+
+    def _report(self, thread: Session, stop_reason: dict) -> None:
+        """A child thread's idle wakes its primary: the text of its turn's messages (or why it
+        stopped without one) as a message to the primary, committed before the idle."""
+        text = session_turn_reply(session_id=self.session_id)
+        if not text:
+            text = f"(The thread ended its turn without a reply: {stop_reason.get('type')}.)"
+        try:
+            thread_message_send(sender=thread, target_id=thread.primary_id, content=[{"type": "text", "text": text}])
+        except ThreadRefused:
+            logger.info("a thread's report found its primary gone", extra={"session_id": self.session_id})
 
     def _idled(self, stop_reason: dict, *, interrupted: bool) -> None:
         """The session went idle: what it handed its client, if anything, for linger and next_work."""
@@ -433,17 +491,24 @@ class Runner:
 def _idle_hooks_apply(session: Session) -> bool:
     """Whether outputs publication or memory write-back may have work at idle: both need a Docker
     sandbox of ours, which a self_hosted session never has."""
-    return settings.MANGO_SANDBOX == "docker" and (session.environment_config or {}).get("type") != "self_hosted"
+    return (
+        settings.MANGO_SANDBOX == "docker"
+        and (session.environment_config or {}).get("type") != "self_hosted"
+        and session.primary_id is None  # a child thread's files are published at its primary's idle
+    )
 
 
 class Spend:
     """The session's usage totals during a turn (the runner is their only writer: it holds the
     lease), its list price, and its budget: `reached()` before each model request."""
 
-    def __init__(self, session: Session):
+    def __init__(self, session: Session, primary: Session | None = None):
+        primary = primary or session
         self.price = pricing.price_for(session.agent_snapshot["model"]["id"])
         self.totals = dict(session.usage or {})
-        self.budget = session.budget if (session.budget or {}).get("type") == "limit" else None
+        self.budget = primary.budget if (primary.budget or {}).get("type") == "limit" else None
+        # A multiagent session's budget holds all its threads' spend together.
+        self.family = primary.id if (primary.agent_snapshot or {}).get("multiagent") else None
 
     def add(self, delta: dict) -> dict:
         """Add one call's usage; returns the session.usage event of the new totals."""
@@ -455,4 +520,6 @@ class Spend:
         if not self.budget:
             return False
         cap = pricing.amount_nanousd(self.budget["max_list_cost"]["amount"])
+        if self.family is not None:
+            return session_family_list_cost(primary_id=self.family) >= cap
         return int(self.totals.get("list_cost_nanousd") or 0) >= cap

@@ -12,7 +12,7 @@ from django.db import connection
 from core.errors import InvalidRequest, NotFound
 from core.lookups import row_or_not_found
 from core.pagination import in_range, keyset_page, rendered_bytes
-from sessions.events import TERMINAL_RESULTS, EventType
+from sessions.events import TERMINAL_RESULTS, EventType, thread_id_of, thread_session_id
 from sessions.models import Session, SessionEvent, SessionMemoryStore, SessionResource
 
 # What appending client events reads of the session it locks (services.events): its JSON
@@ -38,13 +38,13 @@ def session_get(*, workspace, session_id: str, for_update: bool = False, fields:
     if fields:  # the event appends' read (APPEND_FIELDS): one hand-written statement
         return row_or_not_found(
             Session,
-            where="t.workspace_id = %s AND t.id = %s AND t.deleted_at IS NULL",
+            where="t.workspace_id = %s AND t.id = %s AND t.deleted_at IS NULL AND t.primary_id IS NULL",
             params=[getattr(workspace, "pk", workspace), session_id],
             fields=fields,
             for_update=for_update,
             missing=NotFound(f"Session {session_id!r} not found."),
         )
-    queryset = Session.objects.filter(workspace=workspace, id=session_id, deleted_at__isnull=True)
+    queryset = Session.objects.filter(workspace=workspace, id=session_id, deleted_at__isnull=True, primary__isnull=True)
     if for_update:
         queryset = queryset.select_for_update()
     if fields:
@@ -70,8 +70,9 @@ def session_list(
     none: bool = False,
     memory_store_id: str | None = None,
 ):
-    """`none`: a filter that cannot match here (a deployment_id) leaves the page empty."""
-    queryset = Session.objects.filter(workspace=workspace, deleted_at__isnull=True)
+    """`none`: a filter that cannot match here (a deployment_id) leaves the page empty. A
+    multiagent session's child threads are not sessions of their own (session_threads)."""
+    queryset = Session.objects.filter(workspace=workspace, deleted_at__isnull=True, primary__isnull=True)
     if none:
         queryset = queryset.none()
     if memory_store_id:
@@ -221,10 +222,44 @@ def session_resource_page(*, session: Session, limit: int | None, page: str | No
     return rows, next_page
 
 
+def session_threads(*, session: Session) -> list[Session]:
+    """A session's threads: the primary (the session itself), then its child threads (session
+    rows of their own) in the order they were spawned."""
+    return [session, *Session.objects.filter(primary=session, deleted_at__isnull=True).order_by("created_at", "id")]
+
+
+def session_thread_get(*, session: Session, thread_id: str) -> Session:
+    """The session row that runs `thread_id` of `session` (the session itself for its primary
+    thread): the only way a route reaches a child thread. Another session's thread is not found."""
+    if thread_id == thread_id_of(session.id):
+        return session
+    child = Session.objects.filter(id=thread_session_id(thread_id), primary=session, deleted_at__isnull=True).first()
+    if child is None:
+        raise NotFound(f"Thread {thread_id!r} not found.")
+    return child
+
+
+def session_family_usage(*, session: Session) -> tuple[dict, float]:
+    """The usage totals and active seconds of a session and all its child threads (what the
+    session's usage and stats show, and what its budget is held against)."""
+    totals, active = dict(session.usage or {}), session.active_seconds
+    if not (session.agent_snapshot or {}).get("multiagent"):
+        return totals, active
+    for usage, seconds in Session.objects.filter(primary=session).values_list("usage", "active_seconds"):
+        for key, value in (usage or {}).items():
+            totals[key] = int(totals.get(key) or 0) + int(value or 0)
+        active += seconds
+    return totals, active
+
+
 def session_first_running_at(*, session_id: str) -> datetime | None:
-    """When the session's first turn started (its first session.status_running), or None."""
+    """When the thread's first turn started (its first session.status_running, or a child
+    thread's first session.thread_status_running), or None."""
     return (
-        SessionEvent.objects.filter(session_id=session_id, type=EventType.SESSION_STATUS_RUNNING)
+        SessionEvent.objects.filter(
+            session_id=session_id,
+            type__in=(EventType.SESSION_STATUS_RUNNING, EventType.SESSION_THREAD_STATUS_RUNNING),
+        )
         .order_by("seq")
         .values_list("created_at", flat=True)
         .first()

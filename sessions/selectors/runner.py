@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection
+from django.db.models import Exists, OuterRef, Q
 
 from core.lookups import columns_of
 from sessions.events import (
@@ -189,3 +190,50 @@ def session_repositories_unplaced(*, session_id: str, ref: str | None) -> list[R
         .values_list("id", "url", "checkout", "mount_path", "authorization_token")
     )
     return [RepositoryToClone(*row) for row in rows]
+
+
+# --- multiagent threads ------------------------------------------------------------------------
+
+
+def session_threads_busy(*, session_id: str) -> bool:
+    """Whether a child thread of the session is at work: running (or rescheduling), or given
+    input it has not taken yet. A coordinator's turn waits for them before it goes idle."""
+    pending = SessionEvent.objects.filter(
+        session_id=OuterRef("pk"), processed_at__isnull=True, type__in=RUNNER_INPUT_TYPES
+    )
+    return (
+        Session.objects.filter(primary_id=session_id, deleted_at__isnull=True, archived_at__isnull=True)
+        .filter(Q(status__in=(Session.Status.RUNNING, Session.Status.RESCHEDULING)) | Q(Exists(pending)))
+        .exists()
+    )
+
+
+def session_thread_messages_pending(*, session_id: str) -> bool:
+    """Whether another thread's message awaits this thread's model (the next call absorbs it)."""
+    return SessionEvent.objects.filter(
+        session_id=session_id, type=EventType.AGENT_THREAD_MESSAGE_RECEIVED, processed_at__isnull=True
+    ).exists()
+
+
+def session_turn_reply(*, session_id: str) -> str:
+    """The text of a child thread's agent.message events since its turn started: what its idle
+    reports to the thread that messaged it."""
+    started = (
+        SessionEvent.objects.filter(session_id=session_id, type=EventType.SESSION_THREAD_STATUS_RUNNING)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    ) or 0
+    rows = SessionEvent.objects.filter(
+        session_id=session_id, type=EventType.AGENT_MESSAGE, seq__gt=started
+    ).values_list("payload", flat=True)
+    return "\n\n".join(
+        "".join(block.get("text", "") for block in payload.get("content") or [] if block.get("type") == "text")
+        for payload in rows
+    ).strip()
+
+
+def session_family_list_cost(*, primary_id: str) -> int:
+    """The list cost (nano-USD) of a session and all its child threads: what its budget holds."""
+    rows = Session.objects.filter(Q(id=primary_id) | Q(primary_id=primary_id)).values_list("usage", flat=True)
+    return sum(int((usage or {}).get("list_cost_nanousd") or 0) for usage in rows)

@@ -24,7 +24,8 @@ USER_EVENT_TYPES = CLIENT_EVENT_TYPES
 INITIAL_EVENT_TYPES = ("user.message", "user.define_outcome")
 MAX_INITIAL_EVENTS = INITIAL_EVENTS_MAX
 # Client events whose object types processed_at as a required datetime (not nullable).
-PROCESSED_AT_REQUIRED = ("user.define_outcome",)
+# Types whose SDK event requires processed_at: an unprocessed one shows when it was received.
+PROCESSED_AT_REQUIRED = ("user.define_outcome", "agent.thread_message_received")
 
 
 # --- content blocks (stored as sent, after these checks) -------------------------------------

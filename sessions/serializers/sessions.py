@@ -282,8 +282,17 @@ def memory_store_resource_to_wire(attachment) -> dict:
     }
 
 
-def session_to_wire(session, *, resources: list | None = None, outcome_evaluations: list | None = None) -> dict:
-    usage = usage_snapshot(session.usage or {}, active_seconds=session.active_seconds)
+def session_to_wire(
+    session,
+    *,
+    resources: list | None = None,
+    outcome_evaluations: list | None = None,
+    family: tuple[dict, float] | None = None,
+) -> dict:
+    """`family`: the usage totals and active seconds of the session with its child threads
+    (selectors.session_family_usage); the session's own without."""
+    totals, active_seconds = family or (session.usage or {}, session.active_seconds)
+    usage = usage_snapshot(totals, active_seconds=active_seconds)
     return {
         "id": session.id,
         "type": "session",
@@ -302,7 +311,7 @@ def session_to_wire(session, *, resources: list | None = None, outcome_evaluatio
             for evaluation in outcome_evaluations or []
         ],
         "stats": {
-            "active_seconds": round(session.active_seconds, 3),
+            "active_seconds": round(active_seconds, 3),
             "duration_seconds": round((timezone.now() - session.created_at).total_seconds(), 3),
         },
         "usage": usage,

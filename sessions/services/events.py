@@ -28,6 +28,7 @@ from sessions.events import (
     USAGE_TOTAL_KEYS,
     EventType,
     primary_thread_id,
+    thread_session_id,
 )
 from sessions.models import Session, SessionEvent
 from sessions.selectors import APPEND_FIELDS, session_get
@@ -89,7 +90,20 @@ def events_append_locked(*, session: Session, items: list[dict], also_save: tupl
     session.__dict__.pop("event_bytes")  # deferred again: a later read loads the new total
     session_id = session.id
     transaction.on_commit(lambda: notify.events_committed(session_id, rows, payload_bytes=payload_bytes))
+    _crosspost(items)
     return rows
+
+
+def _crosspost(items: list[dict]) -> None:
+    """A child thread's status events (sessions.events.status_item) are copied to its primary's
+    log, where clients watching the session see them (the SDK: "cross-posted to the primary
+    stream for child threads"). Unfenced: the primary is another runner's."""
+    targets: dict[str, list[dict]] = {}
+    for item in items:
+        if item.get("crosspost"):
+            targets.setdefault(item["crosspost"], []).append({"type": item["type"], "payload": item["payload"]})
+    for target, copies in targets.items():
+        events_append(session_id=target, items=copies)
 
 
 def _json_bytes(value: dict) -> int:
@@ -265,6 +279,7 @@ def events_append(
     for offset, row in enumerate(rows):
         row.seq = last_seq - len(rows) + offset + 1
     transaction.on_commit(lambda: notify.events_committed(session_id, rows, payload_bytes=payload_bytes))
+    _crosspost(items)
     return rows
 
 
@@ -332,7 +347,8 @@ def _validate_references(*, session: Session, parsed: list[dict]) -> None:
     for item in parsed:
         payload = item["payload"]
         thread_id = payload.get("session_thread_id") if item["type"] == EventType.USER_INTERRUPT else None
-        if thread_id is not None and thread_id != primary_thread_id(session.id):
+        named = thread_id is not None and thread_id != primary_thread_id(session.id)
+        if named and not _child_thread(session, thread_id):
             raise InvalidRequest(f"session_thread_id: no thread {thread_id!r} in this session.")
         if item["type"] == EventType.USER_CUSTOM_TOOL_RESULT:
             wanted[payload["custom_tool_use_id"]] = (EventType.AGENT_CUSTOM_TOOL_USE.value,)
@@ -348,6 +364,42 @@ def _validate_references(*, session: Session, parsed: list[dict]) -> None:
     for event_id, types in wanted.items():
         if found.get(event_id) not in types:
             raise InvalidRequest(f"No {' or '.join(types)} event {event_id!r} in this session.")
+
+
+def _child_thread(session: Session, thread_id: str) -> bool:
+    """Whether `thread_id` is a live child thread of the (primary) session."""
+    return Session.objects.filter(
+        id=thread_session_id(thread_id), primary_id=session.id, deleted_at__isnull=True
+    ).exists()
+
+
+def _interrupt_threads(*, session: Session, interrupt: SessionEvent) -> bool:
+    """A user.interrupt sent to a multiagent session reaches its child threads: every one that
+    is not archived when it names no thread, else the one it names (then the primary is not
+    interrupted: the event is marked processed on its log). Each child gets the interrupt as
+    input of its own and its flag. Returns whether the primary is interrupted."""
+    target = interrupt.payload.get("session_thread_id")
+    children = Session.objects.filter(primary_id=session.id, deleted_at__isnull=True, archived_at__isnull=True)
+    if target is not None and target != primary_thread_id(session.id):
+        children = children.filter(id=thread_session_id(target))
+    for child_id in children.values_list("id", flat=True):
+        child_interrupt = {"type": EventType.USER_INTERRUPT, "payload": {"session_thread_id": None}}
+        events_append(session_id=child_id, items=[child_interrupt], pending=True)
+        transaction.on_commit(lambda child_id=child_id: notify.set_interrupt(child_id))
+    if target is not None and target != primary_thread_id(session.id):
+        SessionEvent.objects.filter(id=interrupt.id).update(processed_at=timezone.now())
+        return False
+    return True
+
+
+def session_runner_wake_on_commit(*, session: Session) -> None:
+    """New input for a session whose row the caller holds locked: its runner, if one holds the
+    lease, takes it before it lets the session go (the flag wakes it if it waits); else a task."""
+    session_id = session.id
+    if _runner_holds(session):
+        transaction.on_commit(lambda: notify.set_input(session_id))
+    else:
+        session_run_enqueue_on_commit(session_id=session_id)
 
 
 def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[SessionEvent]:
@@ -366,16 +418,14 @@ def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[S
     rows = events_append(session_id=session.id, items=items, pending=True)
     session.last_seq, session.updated_at = rows[-1].seq, rows[-1].created_at
     session_id = session.id
-    if any(item["type"] == EventType.USER_INTERRUPT for item in parsed):
+    interrupts = [row for row in rows if row.type == EventType.USER_INTERRUPT]
+    if any([_interrupt_threads(session=session, interrupt=row) for row in interrupts]):
         transaction.on_commit(lambda: notify.set_interrupt(session_id))
     if any(item["type"] in RUNNER_INPUT_TYPES for item in parsed):
-        if _runner_holds(session):
-            # Its runner reads the log under this lock before it lets the session go: it takes
-            # this input (a task would find the lease held and end); the flag wakes it if it
-            # waits for the client (sessions.runtime.turn, Runner.linger).
-            transaction.on_commit(lambda: notify.set_input(session_id))
-        else:
-            session_run_enqueue_on_commit(session_id=session_id)
+        # Its runner reads the log under this lock before it lets the session go: it takes
+        # this input (a task would find the lease held and end); the flag wakes it if it
+        # waits for the client (sessions.runtime.turn, Runner.linger).
+        session_runner_wake_on_commit(session=session)
         # A self_hosted session given input needs a worker for its tools: a work item, unless open.
         session_work_ensure(session=session)
     return rows

@@ -178,7 +178,7 @@ def _turn_start(session: Session, pending: list[SessionEvent], *, resume: bool) 
     if resume:
         message = "The worker running this session stopped; resuming the turn."
         items.append(ev.item(EventType.SESSION_ERROR, ev.session_error(message=message, retrying=True)))
-    items.append(ev.item(EventType.SESSION_STATUS_RUNNING))
+    items.append(ev.status_item(EventType.SESSION_STATUS_RUNNING, session))
     rows = events_append(session_id=session.id, items=items, start_turn=True, processed_ids=[e.id for e in pending])
     session.status = Session.Status.RUNNING
     session.turn_started_at = session.turn_started_at or rows[-1].created_at
@@ -215,7 +215,7 @@ def session_error_record(*, session_id: str, payload: dict, last_error: str, res
         session.last_error = last_error
         fields = ["last_error"]
         if rescheduling:
-            items.append(ev.item(EventType.SESSION_STATUS_RESCHEDULED))
+            items.append(ev.status_item(EventType.SESSION_STATUS_RESCHEDULED, session))
             session.status = Session.Status.RESCHEDULING
             fields.append("status")
         session.save(update_fields=fields)
@@ -230,7 +230,7 @@ def session_status_running_set(*, session_id: str) -> None:
             return
         session.status = Session.Status.RUNNING
         session.save(update_fields=["status"])
-        events_append_locked(session=session, items=[ev.item(EventType.SESSION_STATUS_RUNNING)])
+        events_append_locked(session=session, items=[ev.status_item(EventType.SESSION_STATUS_RUNNING, session)])
 
 
 def session_last_error_set(*, session_id: str, text: str) -> None:

@@ -216,6 +216,11 @@ def _thread_agent(*, workspace, snapshot: dict, ref: dict, field: str) -> dict:
             {"type": "custom", "skill_id": skill["skill_id"], "version": skill_row.version}
             for skill, skill_row in resolved
         ]
+    if ref["id"] != snapshot["id"] and definition.get("skills"):
+        raise InvalidRequest(
+            f"agent.{field}: agent {definition['id']!r} has skills; this server places only the session's own"
+            " agent's skills in the sandbox, not a subagent's."
+        )
     tools = definition.get("tools") or []
     if any(tool.get("type") == "custom" for tool in tools) or '"always_ask"' in json.dumps(tools):
         raise InvalidRequest(
@@ -311,6 +316,7 @@ def session_update(*, workspace, session_id: str, changes: dict) -> Session:
 def session_archive(*, workspace, session_id: str) -> Session:
     session = session_get(workspace=workspace, session_id=session_id, for_update=True)
     session.archive()
+    Session.objects.filter(primary=session, archived_at__isnull=True).update(archived_at=session.archived_at)
     return session
 
 
@@ -323,9 +329,16 @@ def session_delete(*, workspace, session_id: str) -> None:
         session.save(update_fields=["deleted_at"])
         events_append_locked(session=session, items=[ev.item(EventType.SESSION_DELETED)])
         session_work_stop(session_id=session_id)
+        # A multiagent session's child threads go with it (their turns stop: their flags).
+        threads = list(Session.objects.filter(primary=session, deleted_at__isnull=True).values_list("id", flat=True))
+        Session.objects.filter(id__in=threads).update(deleted_at=session.deleted_at)
     notify.set_interrupt(session_id)
+    for thread_id in threads:
+        notify.set_interrupt(thread_id)
     session_resources_cleanup(workspace=workspace, session_id=session_id)
     try:
+        for thread_id in threads:
+            session_events_purge(session_id=thread_id)
         session_events_purge(session_id=session_id)
     except Exception:
         logger.exception("event log purge failed; the sweep retries it", extra={"session_id": session_id})

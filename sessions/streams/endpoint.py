@@ -14,7 +14,6 @@ from core.auth import api_key_authenticate_meta
 from core.errors import (
     ApiError,
     InvalidRequest,
-    NotFound,
     ServiceUnavailable,
     api_error_for,
     error_json,
@@ -23,8 +22,7 @@ from core.errors import (
 )
 from core.serving import db_call
 from sessions.auth import worker_credential_authenticate
-from sessions.events import primary_thread_id
-from sessions.selectors import session_get
+from sessions.selectors import session_get, session_thread_get
 from sessions.streams.hub import draining, event_frames
 
 logger = logging.getLogger(__name__)
@@ -94,8 +92,11 @@ def _authenticate(*, meta: dict, path: str) -> str:
     return api_key_authenticate_meta(meta).workspace_id
 
 
-def _session_check(*, workspace_id: str, session_id: str) -> str:
-    return session_get(workspace=workspace_id, session_id=session_id).id
+def _session_check(*, workspace_id: str, session_id: str, thread_id: str | None = None) -> str:
+    """The session row whose log the stream follows: the session's, or its thread's (a child
+    thread of a multiagent session has a log of its own)."""
+    session = session_get(workspace=workspace_id, session_id=session_id)
+    return session.id if thread_id is None else session_thread_get(session=session, thread_id=thread_id).id
 
 
 async def _admit(scope) -> tuple[str, list[str], caps.Slot | None]:
@@ -113,9 +114,9 @@ async def _admit(scope) -> tuple[str, list[str], caps.Slot | None]:
     slot = await caps.gate().take(kind="streams", workspace_id=workspace_id, limit=settings.MANGO_WORKSPACE_MAX_STREAMS)
     try:
         session_id, thread_id = _stream_target(scope["path"])
-        session_id = await db_call(_session_check, workspace_id=workspace_id, session_id=session_id)
-        if thread_id is not None and thread_id != primary_thread_id(session_id):
-            raise NotFound(f"Thread {thread_id!r} not found.")
+        session_id = await db_call(
+            _session_check, workspace_id=workspace_id, session_id=session_id, thread_id=thread_id
+        )
     except BaseException:
         await caps.gate().release(slot)
         raise

@@ -1,0 +1,103 @@
+"""A multiagent session's child threads: spawned by the coordinator's model (a tool of its
+turn), messaged by it, reporting back at their idle, archived by the client. A child thread is a
+session row of its own (Session.primary): its own log, lease, turn loop and usage, run by any
+worker like a session; it shares its primary's sandbox (sessions.runtime.turn).
+
+Messages between threads are events: agent.thread_message_sent on the sender's log, and
+agent.thread_message_received on the receiver's, as input its runner takes (it wakes the
+receiver like a client's message). The receiver's event is committed first (under its row lock,
+never with the sender's held: the two rows are locked one at a time), so a thread that is seen
+idle has already delivered its report."""
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from core.ids import new_id
+from sessions import events as ev
+from sessions import notify
+from sessions.dispatch import session_run_enqueue_on_commit
+from sessions.events import EventType, thread_id_of
+from sessions.models import Session
+from sessions.services.events import events_append, session_runner_wake_on_commit
+
+
+class ThreadRefused(Exception):
+    """The thread cannot be spawned or messaged (the message says why, for the model)."""
+
+
+def _received(*, sender: Session, content: list[dict]) -> dict:
+    from_thread, from_name = thread_id_of(sender.id), sender.thread_agent_name or None
+    payload = ev.thread_message_received(content=content, from_thread_id=from_thread, from_agent_name=from_name)
+    model_content = ev.thread_message_model_content(
+        content=content, from_thread_id=from_thread, from_agent_name=from_name
+    )
+    return ev.item(EventType.AGENT_THREAD_MESSAGE_RECEIVED, payload, private={"model_content": model_content})
+
+
+def thread_spawn(*, primary: Session, definition: dict, content: list[dict]) -> Session:
+    """A child thread of `primary` running the roster agent `definition` (its SessionThreadAgent),
+    given `content` as its first input and queued to run. On the primary's log:
+    session.thread_created and agent.thread_message_sent. At most MANGO_SESSION_THREADS_MAX
+    threads per session, the primary counted (only the primary's runner spawns: one writer)."""
+    if Session.objects.filter(primary=primary).count() + 1 >= settings.MANGO_SESSION_THREADS_MAX:
+        raise ThreadRefused(f"The session already has {settings.MANGO_SESSION_THREADS_MAX} threads, its limit.")
+    now = timezone.now()
+    with transaction.atomic():
+        child = Session.objects.create(
+            id=new_id("sesn"),
+            workspace_id=primary.workspace_id,
+            agent_id=definition["id"],
+            agent_version=definition["version"],
+            agent_snapshot=definition,
+            environment_id=primary.environment_id,
+            environment_config=primary.environment_config,
+            metadata={},
+            vault_ids=primary.vault_ids,
+            primary=primary,
+            thread_agent_name=definition["name"],
+            created_at=now,
+            updated_at=now,
+        )
+        events_append(session_id=child.id, items=[_received(sender=primary, content=content)], pending=True)
+        session_run_enqueue_on_commit(session_id=child.id)
+    thread_id = thread_id_of(child.id)
+    created = {"session_thread_id": thread_id, "agent_name": child.thread_agent_name, "workflow_run_id": None}
+    sent = ev.thread_message_sent(content=content, to_thread_id=thread_id, to_agent_name=child.thread_agent_name)
+    events_append(
+        session_id=primary.id,
+        items=[ev.item(EventType.SESSION_THREAD_CREATED, created), ev.item(EventType.AGENT_THREAD_MESSAGE_SENT, sent)],
+    )
+    return child
+
+
+def thread_message_send(*, sender: Session, target_id: str, content: list[dict]) -> Session:
+    """`content` from thread `sender` to the session row `target_id` (a child of the same
+    primary, or the primary itself): received (and its runner woken) first, then sent."""
+    with transaction.atomic():
+        target = Session.objects.select_for_update().filter(id=target_id).first()
+        family = sender.primary_id or sender.id
+        if target is None or (target.primary_id or target.id) != family or target.deleted_at is not None:
+            raise ThreadRefused(f"No thread {thread_id_of(target_id)!r} in this session.")
+        if target.archived_at is not None:
+            raise ThreadRefused(f"Thread {thread_id_of(target_id)!r} is archived and accepts no more messages.")
+        events_append(session_id=target.id, items=[_received(sender=sender, content=content)], pending=True)
+        session_runner_wake_on_commit(session=target)
+    sent = ev.thread_message_sent(
+        content=content, to_thread_id=thread_id_of(target.id), to_agent_name=target.thread_agent_name or None
+    )
+    events_append(session_id=sender.id, items=[ev.item(EventType.AGENT_THREAD_MESSAGE_SENT, sent)])
+    return target
+
+
+def thread_archive(*, thread: Session) -> Session:
+    """Archive a child thread: it accepts no more messages, and a running turn of it stops (an
+    interrupt, as input of its own and its flag)."""
+    with transaction.atomic():
+        locked = Session.objects.select_for_update().get(id=thread.id)
+        if locked.archived_at is None:
+            locked.archive()
+            interrupt = {"type": EventType.USER_INTERRUPT, "payload": {"session_thread_id": None}}
+            events_append(session_id=locked.id, items=[interrupt], pending=True)
+            transaction.on_commit(lambda: notify.set_interrupt(locked.id))
+    return locked

@@ -1,0 +1,222 @@
+"""Multiagent sessions end to end (issue 39, point 2): a coordinator spawns two subagents as
+session threads; each runs a bash command writing a file in the session's one sandbox
+(/workspace) and reports back; the coordinator answers with both. Real worker, real Docker
+sandbox, the scripted model upstream; the SDK with strict response validation."""
+
+import json
+import logging
+import threading
+import time
+
+import anthropic
+import pytest
+
+from sandboxes.docker import container_name
+from tests.scripted_model import text, tool_use, tool_uses
+from tests.sessions.conftest import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(180)]
+
+logger = logging.getLogger(__name__)
+
+MODEL = "claude-sonnet-4-5"
+TOOLSET = [{"type": "agent_toolset_20260401"}]
+# Each subagent's command takes this long: run side by side, the two take about one of it.
+WORK_SECONDS = 3.0
+
+
+def _system(body: dict) -> str:
+    system = body.get("system") or ""
+    return system if isinstance(system, str) else "".join(block.get("text", "") for block in system)
+
+
+def _user_texts(body: dict) -> list[str]:
+    texts = []
+    for message in body.get("messages") or []:
+        if message["role"] != "user":
+            continue
+        content = message["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        texts += [block.get("text", "") for block in blocks if block.get("type") == "text"]
+    return texts
+
+
+def _tool_results(body: dict) -> list[dict]:
+    return [
+        block
+        for message in body.get("messages") or []
+        if message["role"] == "user" and not isinstance(message["content"], str)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
+
+
+def _result_text(block: dict) -> str:
+    content = block.get("content")
+    return content if isinstance(content, str) else "".join(b.get("text", "") for b in content or [])
+
+
+def _decide(body: dict) -> dict:
+    """The three agents' models: told apart by their system prompts."""
+    system = _system(body)
+    if system.startswith("You coordinate"):
+        reports = [t for t in _user_texts(body) if t.startswith("[Message from the agent")]
+        if not _tool_results(body):
+            return tool_uses(
+                [
+                    ("spawn_agent", {"agent": "alpha", "message": "Write alpha into /workspace/alpha.txt."}),
+                    ("spawn_agent", {"agent": "beta", "message": "Write beta into /workspace/beta.txt."}),
+                ]
+            )
+        if len(reports) < 2:
+            return text("Waiting for the threads.")
+        return text("Both done. " + " | ".join(r.split("\n", 1)[1] for r in reports))
+    name = "alpha" if "alpha" in system else "beta"
+    results = _tool_results(body)
+    if not results:
+        command = f"sleep {WORK_SECONDS}; echo {name} > /workspace/{name}.txt; cat /workspace/{name}.txt"
+        return tool_use("bash", {"command": command})
+    return text(f"{name} wrote /workspace/{name}.txt: {_result_text(results[-1]).split()[0]}")
+
+
+def _collect(stream, until, seen: list) -> None:
+    for event in stream:
+        seen.append(event)
+        if until(event):
+            return
+
+
+def test_a_coordinator_runs_two_subagents_side_by_side(sdk, model, celery_worker, docker_client):
+    model.default = _decide
+    alpha = sdk.beta.agents.create(name="alpha", model=MODEL, system="You are alpha.", tools=TOOLSET)
+    beta = sdk.beta.agents.create(name="beta", model=MODEL, system="You are beta.", tools=TOOLSET)
+    lead = sdk.beta.agents.create(
+        name="lead",
+        model=MODEL,
+        system="You coordinate alpha and beta.",
+        tools=TOOLSET,
+        multiagent={"type": "coordinator", "agents": [alpha.id, beta.id]},
+    )
+    env = sdk.beta.environments.create(name="e", config={"type": "cloud", "networking": {"type": "unrestricted"}})
+    session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+
+    session_events: list = []
+    thread_streams: dict[str, threading.Thread] = {}
+    thread_streamed: dict[str, list] = {}
+
+    def follow(thread_id: str) -> None:
+        with sdk.beta.sessions.threads.events.stream(thread_id, session_id=session.id) as stream:
+            _collect(stream, lambda e: e.type == "session.thread_status_idle", thread_streamed[thread_id])
+
+    def on_session_event(event) -> bool:
+        if event.type == "session.thread_created":
+            thread_streamed[event.session_thread_id] = []
+            reader = threading.Thread(target=follow, args=(event.session_thread_id,), daemon=True)
+            thread_streams[event.session_thread_id] = reader
+            reader.start()
+        return event.type == "session.status_idle"
+
+    with sdk.beta.sessions.events.stream(session.id) as stream:
+        sdk.beta.sessions.events.send(
+            session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "Go."}]}]
+        )
+        started = time.monotonic()
+        _collect(stream, on_session_event, session_events)
+        wall = time.monotonic() - started
+
+    # The coordinator's answer carries both reports.
+    answer = [e for e in session_events if e.type == "agent.message"][-1]
+    said = answer.content[0].text
+    assert "alpha wrote /workspace/alpha.txt: alpha" in said and "beta wrote /workspace/beta.txt: beta" in said
+    idle = session_events[-1]
+    assert idle.stop_reason.type == "end_turn"
+    assert [e.type for e in session_events].count("session.status_idle") == 1  # one turn, threads included
+
+    # Three threads: the primary and the two it spawned.
+    threads = list(sdk.beta.sessions.threads.list(session.id))
+    assert len(threads) == 3
+    primary, *children = threads
+    assert primary.parent_thread_id is None and primary.agent.id == lead.id
+    assert sorted(t.agent.name for t in children) == ["alpha", "beta"]
+    assert all(t.parent_thread_id == primary.id and t.session_id == session.id for t in children)
+    assert all(t.status == "idle" and t.stats.active_seconds > 0 and t.usage.input_tokens > 0 for t in children)
+    child_ids = {t.id for t in children}
+
+    # The primary's stream: the spawns, the messages each way and each thread's status, in the
+    # SDK's shapes (strict validation parsed every one).
+    created = [e for e in session_events if e.type == "session.thread_created"]
+    assert {e.session_thread_id for e in created} == child_ids
+    assert {e.agent_name for e in created} == {"alpha", "beta"}
+    sent = [e for e in session_events if e.type == "agent.thread_message_sent"]
+    assert {e.to_session_thread_id for e in sent} == child_ids
+    received = [e for e in session_events if e.type == "agent.thread_message_received"]
+    assert {e.from_session_thread_id for e in received} == child_ids
+    assert {e.from_agent_name for e in received} == {"alpha", "beta"}
+    for kind in ("session.thread_status_running", "session.thread_status_idle"):
+        assert {e.session_thread_id for e in session_events if e.type == kind} == child_ids, kind
+    # The subagents' own work is not on the primary's log.
+    assert not [e for e in session_events if e.type == "agent.tool_use" and e.name == "bash"]
+
+    # Each thread's log and stream carry only its own events.
+    spans = {}
+    for thread in children:
+        events = list(sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id))
+        types = [e.type for e in events]
+        assert types[0] == "agent.thread_message_received" and events[0].from_session_thread_id == primary.id
+        assert "session.status_idle" not in types and "session.thread_created" not in types
+        bash = [e for e in events if e.type == "agent.tool_use"]
+        assert [e.name for e in bash] == ["bash"] and thread.agent.name in bash[0].input["command"]
+        result = next(e for e in events if e.type == "agent.tool_result")
+        assert not result.is_error and result.content[0].text.split()[0] == thread.agent.name
+        (report,) = [e for e in events if e.type == "agent.thread_message_sent"]
+        assert report.to_session_thread_id == primary.id
+        running = next(e for e in events if e.type == "session.thread_status_running")
+        idled = next(e for e in events if e.type == "session.thread_status_idle")
+        assert running.session_thread_id == thread.id and idled.stop_reason.type == "end_turn"
+        spans[thread.agent.name] = (running.processed_at, idled.processed_at)
+        # Its stream (opened when the primary's stream showed the thread created) carried its own
+        # events only, up to its idle.
+        thread_streams[thread.id].join(10)
+        streamed = thread_streamed[thread.id]
+        assert streamed and streamed[-1].type == "session.thread_status_idle"
+        assert {e.id for e in streamed} <= {e.id for e in events}, [e.type for e in streamed]
+
+    # Concurrency: the two threads' turns overlap; the session's wall is about the slower one.
+    (a_start, a_end), (b_start, b_end) = spans["alpha"], spans["beta"]
+    each = {name: (end - start).total_seconds() for name, (start, end) in spans.items()}
+    overlap = (min(a_end, b_end) - max(a_start, b_start)).total_seconds()
+    logger.warning(
+        "multiagent concurrency: session wall %.2fs; alpha %.2fs, beta %.2fs (sum %.2fs); overlap %.2fs",
+        wall,
+        each["alpha"],
+        each["beta"],
+        sum(each.values()),
+        overlap,
+    )
+    print(f"\nmultiagent concurrency: wall {wall:.2f}s, threads {json.dumps(each)}, overlap {overlap:.2f}s")
+    assert overlap > WORK_SECONDS * 0.5
+    assert wall < sum(each.values())
+
+    # One sandbox: both files are in the session's /workspace.
+    container = docker_client.containers.get(container_name(session.id))  # the primary's: the only one
+    listing = container.exec_run(["cat", "/workspace/alpha.txt", "/workspace/beta.txt"]).output.decode()
+    assert listing.split() == ["alpha", "beta"]
+
+    # The session's usage covers every thread.
+    retrieved = sdk.beta.sessions.retrieve(session.id)
+    assert retrieved.usage.input_tokens == sum(t.usage.input_tokens for t in sdk.beta.sessions.threads.list(session.id))
+
+    # A child thread is not a session of its own.
+    child_session_id = "sesn_" + children[0].id.split("_", 1)[1]
+    with pytest.raises(anthropic.NotFoundError):
+        sdk.beta.sessions.retrieve(child_session_id)
+    assert session.id in [s.id for s in sdk.beta.sessions.list()] and child_session_id not in [
+        s.id for s in sdk.beta.sessions.list()
+    ]
+
+    # Archive stops a thread: archived, then messages to it are refused.
+    archived = sdk.beta.sessions.threads.archive(children[0].id, session_id=session.id)
+    assert archived.archived_at is not None
+    with pytest.raises(anthropic.BadRequestError, match="archive the session"):
+        sdk.beta.sessions.threads.archive(primary.id, session_id=session.id)
+    wait_for(lambda: sdk.beta.sessions.threads.retrieve(children[0].id, session_id=session.id).status == "idle")
