@@ -12,8 +12,10 @@ import anthropic
 import pytest
 
 from sandboxes.docker import container_name
+from sessions.models import Session
+from sessions.tasks import session_recover_stuck
 from tests.scripted_model import text, tool_use, tool_uses
-from tests.sessions.conftest import wait_for
+from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -220,3 +222,164 @@ def test_a_coordinator_runs_two_subagents_side_by_side(sdk, model, celery_worker
     with pytest.raises(anthropic.BadRequestError, match="archive the session"):
         sdk.beta.sessions.threads.archive(primary.id, session_id=session.id)
     wait_for(lambda: sdk.beta.sessions.threads.retrieve(children[0].id, session_id=session.id).status == "idle")
+
+
+# --- a crash, an interrupt, a budget (issue 39, point 3) ----------------------------------------
+
+
+def _team(sdk, names: tuple[str, ...]):
+    agents = [
+        sdk.beta.agents.create(name=name, model=MODEL, system=f"You are {name}.", tools=TOOLSET) for name in names
+    ]
+    lead = sdk.beta.agents.create(
+        name="lead",
+        model=MODEL,
+        system="You coordinate " + " and ".join(names) + ".",
+        tools=TOOLSET,
+        multiagent={"type": "coordinator", "agents": [agent.id for agent in agents]},
+    )
+    env = sdk.beta.environments.create(name="e", config={"type": "cloud", "networking": {"type": "unrestricted"}})
+    return lead, env
+
+
+def _spawning(names: tuple[str, ...], command: str, *, usage: dict | None = None):
+    """Models: the coordinator spawns `names` then waits for every report and sums them up;
+    each subagent runs `command` once (its response billed `usage`), then reports."""
+
+    def decide(body: dict) -> dict:
+        system = _system(body)
+        if system.startswith("You coordinate"):
+            reports = [t for t in _user_texts(body) if t.startswith("[Message from the agent")]
+            if not _tool_results(body):
+                return tool_uses([("spawn_agent", {"agent": name, "message": f"Work, {name}."}) for name in names])
+            if len(reports) < len(names):
+                return text("Waiting.")
+            return text("Done: " + " | ".join(r.split("\n", 1)[1] for r in reports))
+        name = system.removeprefix("You are ").rstrip(".")
+        results = _tool_results(body)
+        if not results:
+            response = tool_use("bash", {"command": command})
+            if usage:
+                response["usage"] = usage
+            return response
+        return text(f"{name}: {_result_text(results[-1])[:60]}")
+
+    return decide
+
+
+def _thread_events(sdk, session_id: str, thread_id: str) -> list:
+    return list(sdk.beta.sessions.threads.events.list(thread_id, session_id=session_id))
+
+
+def _children(sdk, session_id: str) -> list:
+    return [t for t in sdk.beta.sessions.threads.list(session_id) if t.parent_thread_id is not None]
+
+
+def _go(sdk, session_id: str) -> None:
+    sdk.beta.sessions.events.send(
+        session_id, events=[{"type": "user.message", "content": [{"type": "text", "text": "Go."}]}]
+    )
+
+
+def _session_idle(sdk, session_id: str):
+    events = list(sdk.beta.sessions.events.list(session_id))
+    return events if events[-1].type == "session.status_idle" else None
+
+
+def test_a_worker_killed_during_a_subagent_turn_resumes_it_on_another(sdk, model, celery_worker):
+    lead, env = _team(sdk, ("alpha",))
+    model.default = _spawning(("alpha",), "sleep 30")
+    session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+    _go(sdk, session.id)
+
+    def child_in_command():
+        children = _children(sdk, session.id)
+        if children and any(e.type == "agent.tool_use" for e in _thread_events(sdk, session.id, children[0].id)):
+            return children[0]
+        return None
+
+    child = wait_for(child_in_command, 30)
+    time.sleep(0.5)  # the sleep runs in the sandbox
+    celery_worker.kill()  # SIGKILL: the coordinator's and the subagent's runners die together
+    child_row = Session.objects.get(id="sesn_" + child.id.split("_", 1)[1])
+    assert child_row.status == "running" and child_row.runner_token  # its own lease, nobody renewing it
+
+    celery_worker.start_new()
+    time.sleep(TEST_LEASE_SECONDS + 0.5)
+    assert set(session_recover_stuck(stale_seconds=TEST_LEASE_SECONDS)) == {session.id, child_row.id}
+
+    events = wait_for(lambda: _session_idle(sdk, session.id), 40)
+    answer = [e for e in events if e.type == "agent.message"][-1].content[0].text
+    assert answer.startswith("Done: alpha: The worker running this tool stopped"), answer
+    thread_events = _thread_events(sdk, session.id, child.id)
+    types = [e.type for e in thread_events]
+    assert types.count("session.thread_status_running") == 2  # its turn, resumed
+    error = next(e for e in thread_events if e.type == "session.error")
+    assert error.error.retry_status.type == "retrying"
+    result = next(e for e in thread_events if e.type == "agent.tool_result")
+    assert result.is_error and "stopped" in result.content[0].text
+    assert types[-1] == "session.thread_status_idle"
+    assert Session.objects.get(id=child_row.id).runner_token is None
+
+
+def test_an_interrupt_stops_every_thread(sdk, model, celery_worker):
+    lead, env = _team(sdk, ("alpha", "beta"))
+    model.default = _spawning(("alpha", "beta"), "sleep 60")
+    session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+    _go(sdk, session.id)
+
+    def both_in_command():
+        children = _children(sdk, session.id)
+        busy = [c for c in children if any(e.type == "agent.tool_use" for e in _thread_events(sdk, session.id, c.id))]
+        return children if len(busy) == 2 else None
+
+    children = wait_for(both_in_command, 30)
+    asked = len(model.requests)
+    started = time.monotonic()
+    sdk.beta.sessions.events.send(session.id, events=[{"type": "user.interrupt"}])
+    events = wait_for(lambda: _session_idle(sdk, session.id), 15)
+    for child in children:
+        wait_for(
+            lambda child=child: sdk.beta.sessions.threads.retrieve(child.id, session_id=session.id).status == "idle"
+        )
+    stopped = time.monotonic() - started
+    assert stopped < 10, stopped  # not the 60 s of the commands
+    assert events[-1].stop_reason.type == "end_turn"
+    for child in children:
+        thread_events = _thread_events(sdk, session.id, child.id)
+        assert thread_events[-1].type == "session.thread_status_idle"
+        assert any(e.type == "user.interrupt" for e in thread_events)
+        # Interrupted: no report to the coordinator.
+        assert not any(e.type == "agent.thread_message_sent" for e in thread_events)
+    time.sleep(1)
+    assert len(model.requests) == asked  # nobody called the model after the interrupt
+    # A thread may be interrupted alone: the primary is then not.
+    other = sdk.beta.sessions.events.send(
+        session.id, events=[{"type": "user.interrupt", "session_thread_id": children[0].id}]
+    )
+    assert other.data[0].type == "user.interrupt"
+    with pytest.raises(anthropic.BadRequestError, match="session_thread_id"):
+        sdk.beta.sessions.events.send(
+            session.id, events=[{"type": "user.interrupt", "session_thread_id": "sthr_unknown"}]
+        )
+
+
+def test_a_budget_reached_in_a_subagent_stops_the_session(sdk, model, celery_worker):
+    lead, env = _team(sdk, ("alpha",))
+    # The subagent's first response is billed a million input tokens: well over a one-cent cap.
+    model.default = _spawning(("alpha",), "echo hi", usage={"input_tokens": 1_000_000, "output_tokens": 5})
+    session = sdk.beta.sessions.create(
+        agent=lead.id,
+        environment_id=env.id,
+        budget={"type": "limit", "max_list_cost": {"amount": "1", "currency": "USD"}},
+    )
+    _go(sdk, session.id)
+    events = wait_for(lambda: _session_idle(sdk, session.id), 40)
+    assert events[-1].stop_reason.type == "budget_reached"
+    (child,) = _children(sdk, session.id)
+    thread_events = _thread_events(sdk, session.id, child.id)
+    idle = [e for e in thread_events if e.type == "session.thread_status_idle"][-1]
+    assert idle.stop_reason.type == "budget_reached"
+    retrieved = sdk.beta.sessions.retrieve(session.id)
+    assert retrieved.usage.input_tokens >= 1_000_000  # the thread's spend counts in the session's
+    assert float(retrieved.usage.list_cost.amount) >= 1
