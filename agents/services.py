@@ -33,7 +33,7 @@ def agent_multiagent_resolve(*, workspace, agent_id: str, version: int, config: 
     version now; `self` is this agent at the version being written). Refused with a 400 naming
     the entry: an unknown or archived agent or version, one that has `multiagent` itself (the
     depth limit of 1, which also rules out cycles), the same agent twice, a second `self`; and
-    what this server does not act on (sessions.multiagent.multiagent_refusal)."""
+    what this server does not act on (agents.multiagent.multiagent_refusal)."""
     if config is None:
         return None
     multiagent_refusal(config)
