@@ -13,6 +13,7 @@ import pytest
 
 from sandboxes.docker import container_name
 from sessions.models import Session
+from sessions.runtime.threads import thread_tool_run
 from sessions.tasks import session_recover_stuck
 from tests.scripted_model import text, tool_use, tool_uses
 from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
@@ -383,3 +384,23 @@ def test_a_budget_reached_in_a_subagent_stops_the_session(sdk, model, celery_wor
     retrieved = sdk.beta.sessions.retrieve(session.id)
     assert retrieved.usage.input_tokens >= 1_000_000  # the thread's spend counts in the session's
     assert float(retrieved.usage.list_cost.amount) >= 1
+
+
+def test_the_thread_cap_refuses_a_spawn_past_it(sdk, settings, no_turns):
+    """MANGO_SESSION_THREADS_MAX counts the primary: past it, the spawn is an error result for
+    the coordinator's model (the service refuses; nothing is created)."""
+    lead, env = _team(sdk, ("alpha",))
+    session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+    primary = Session.objects.get(id=session.id)
+    settings.MANGO_SESSION_THREADS_MAX = 2
+    spawn = {"agent": "alpha", "message": "Work."}
+    text_value, is_error = thread_tool_run(session=primary, name="spawn_agent", tool_input=spawn)
+    assert not is_error and text_value.startswith("Started thread sthr_")
+    text_value, is_error = thread_tool_run(session=primary, name="spawn_agent", tool_input=spawn)
+    assert is_error and "already has 2 threads" in text_value
+    assert len(list(sdk.beta.sessions.threads.list(session.id))) == 2
+    text_value, is_error = thread_tool_run(session=primary, name="spawn_agent", tool_input={**spawn, "agent": "x"})
+    assert is_error and "no agent 'x' in the roster" in text_value
+    gone = {"session_thread_id": "sthr_unknown", "message": "hello"}
+    text_value, is_error = thread_tool_run(session=primary, name="message_agent", tool_input=gone)
+    assert is_error and "No thread 'sthr_unknown'" in text_value
