@@ -12,9 +12,11 @@ on sessions whose input waits with no runner).
 """
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import redis
 from django.conf import settings
@@ -50,11 +52,48 @@ def turn_slot(*, session_id: str) -> Iterator[bool]:
         logger.info("workspace at its running-turns cap; session waits", extra={"session_id": session_id})
         yield False
         return
+    held = _Held(gate=gate, slot=slot, workspace_id=workspace_id, limit=limit)
+    _current.held = held
     try:
         yield True
     finally:
-        gate.release(slot)
+        _current.held = None
+        gate.release(held.slot)
         _wake_next(gate.redis, workspace_id=workspace_id)
+
+
+@dataclass
+class _Held:
+    gate: caps.ThreadGate
+    slot: caps.Slot | None
+    workspace_id: str
+    limit: int
+
+
+_current = threading.local()  # the slot this thread's runner holds (turn_slot), if any
+
+
+@contextmanager
+def turn_slot_lent() -> Iterator[None]:
+    """While a coordinator waits for its threads, its turn slot is free for them: released (the
+    workspace's oldest waiting session woken) for the wait, taken back after. Without it a
+    workspace whose every slot is a waiting coordinator would never run their threads. Taken
+    back over the cap when the threads filled it: the coordinator then finishes its turn without
+    a slot (an overshoot bounded by the coordinators that waited)."""
+    held = getattr(_current, "held", None)
+    if held is None or held.slot is None:
+        yield
+        return
+    held.gate.release(held.slot)
+    held.slot = None
+    _wake_next(held.gate.redis, workspace_id=held.workspace_id)
+    try:
+        yield
+    finally:
+        try:
+            held.slot = held.gate.take(kind=KIND, workspace_id=held.workspace_id, limit=held.limit)
+        except RateLimited:
+            logger.info("a coordinator's threads filled its workspace's turn slots; it finishes without one")
 
 
 def _take_or_wait(gate: caps.ThreadGate, *, workspace_id: str, session_id: str, limit: int):

@@ -31,7 +31,7 @@ from sessions.dispatch import session_run_enqueue, session_run_enqueue_soon
 from sessions.events import ErrorType, EventType, ToolMode
 from sessions.models import Session
 from sessions.runtime.control import WAKE_SECONDS, Handback, Stop, TurnControl, db_release, draining, watch
-from sessions.runtime.fairness import turn_slot
+from sessions.runtime.fairness import turn_slot, turn_slot_lent
 from sessions.runtime.grader import outcome_evaluate
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
 from sessions.runtime.mcp import SessionMcp
@@ -362,6 +362,15 @@ class Runner:
         interrupt) for a message. True when one arrived (the next model call reads it), False
         when no thread works and none wrote. Busy is read before pending: a thread seen done had
         committed its report before its idle."""
+        busy = session_threads_busy(session_id=self.session_id)
+        if session_thread_messages_pending(session_id=self.session_id):
+            return True
+        if not busy:
+            return False
+        with turn_slot_lent():  # its threads may need the workspace's turn slot it holds
+            return self._threads_wait()
+
+    def _threads_wait(self) -> bool:
         while True:
             busy = session_threads_busy(session_id=self.session_id)
             if session_thread_messages_pending(session_id=self.session_id):

@@ -404,3 +404,22 @@ def test_the_thread_cap_refuses_a_spawn_past_it(sdk, settings, no_turns):
     gone = {"session_thread_id": "sthr_unknown", "message": "hello"}
     text_value, is_error = thread_tool_run(session=primary, name="message_agent", tool_input=gone)
     assert is_error and "No thread 'sthr_unknown'" in text_value
+
+
+def test_a_coordinator_waiting_for_its_threads_lends_them_its_turn_slot(sdk, model, celery_worker):
+    """With a workspace cap of one running turn, the coordinator holds the slot when it spawns;
+    waiting for its thread it lends the slot, so the thread runs (else neither would finish)."""
+    celery_worker.current.stop()
+    celery_worker.start_new(MANGO_WORKSPACE_MAX_RUNNING_TURNS="1")
+    try:
+        lead, env = _team(sdk, ("alpha",))
+        model.default = _spawning(("alpha",), "echo lent")
+        session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+        _go(sdk, session.id)
+        events = wait_for(lambda: _session_idle(sdk, session.id), 40)
+        answer = [e for e in events if e.type == "agent.message"][-1].content[0].text
+        assert answer.startswith("Done: alpha: lent"), answer
+        assert events[-1].stop_reason.type == "end_turn"
+    finally:
+        celery_worker.current.stop()
+        celery_worker.start_new()
