@@ -60,6 +60,7 @@ from sessions.runtime.upstream import ModelError
 from sessions.selectors.runner import (
     session_by_id,
     session_family_list_cost,
+    session_interrupt_pending,
     session_is_deleted,
     session_thread_messages_pending,
     session_threads_busy,
@@ -456,7 +457,9 @@ class Runner:
             outputs_publish_at_idle(session=session, interrupted=interrupted)
             memory_writeback_at_idle(session=session)
         thread = self.turn_session if self.turn_session is not None and self.turn_session.primary_id else None
-        if thread is not None and not interrupted:
+        # An interrupt this thread's flag has not shown yet (a sibling's interrupt may end this
+        # thread's command first: one sandbox) is one all the same: no report wakes the primary.
+        if thread is not None and not interrupted and not session_interrupt_pending(session_id=self.session_id):
             self._report(thread, stop_reason)
         idle = ev.status_item(EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason))
         try:

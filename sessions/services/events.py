@@ -97,13 +97,18 @@ def events_append_locked(*, session: Session, items: list[dict], also_save: tupl
 def _crosspost(items: list[dict]) -> None:
     """A child thread's status events (sessions.events.status_item) are copied to its primary's
     log, where clients watching the session see them (the SDK: "cross-posted to the primary
-    stream for child threads"). Unfenced: the primary is another runner's."""
+    stream for child threads"). Unfenced (the primary is another runner's), and after commit:
+    a transaction holding the child's row lock never waits for the primary's, which the API
+    holds while it forwards an interrupt to the children (one lock order, no deadlock). A copy
+    lost to a crash in between is only a copy."""
     targets: dict[str, list[dict]] = {}
     for item in items:
         if item.get("crosspost"):
             targets.setdefault(item["crosspost"], []).append({"type": item["type"], "payload": item["payload"]})
     for target, copies in targets.items():
-        events_append(session_id=target, items=copies)
+        transaction.on_commit(
+            lambda target=target, copies=copies: events_append(session_id=target, items=copies), robust=True
+        )
 
 
 def _json_bytes(value: dict) -> int:
