@@ -3,10 +3,10 @@ types): its parse, the merge of a `multiagent_20261001` update into the stored o
 server refuses of it. No ORM: agents/services.py resolves the roster's agents, and
 sessions/services/sessions.py copies their definitions into the session.
 
-Served: a coordinator (or `multiagent_20261001` with subagents) spawning predefined agents as
-session threads. Refused with a 400 naming the field: the advisor, workflows and inline agents
-(no silent drop: the defaults of `multiagent_20261001` enable workflows and inline agents, so
-they must be sent as `{"type": "disabled"}`)."""
+Served: a coordinator (or `multiagent_20261001` with subagents) spawning predefined and inline
+agents as session threads. Refused with a 400 naming the field: the advisor and workflows (no
+silent drop: the defaults of `multiagent_20261001` enable workflows, so they must be sent as
+`{"type": "disabled"}`)."""
 
 from core.errors import InvalidRequest
 
@@ -150,8 +150,8 @@ def multiagent_merge(stored: dict | None, sent: dict | None) -> dict | None:
 
 def multiagent_refusal(config: dict) -> None:
     """400 for what this server does not act on, naming the field (checked on the merged
-    configuration): the advisor, workflows, inline agents; an enabled subagents member needs
-    predefined agents, since inline ones are refused."""
+    configuration): the advisor and workflows. Subagents with inline agents disabled need
+    predefined agents (the SDK's rule)."""
     if config["type"] == COORDINATOR:
         for index, entry in enumerate(config["agents"]):
             if entry["type"] == "advisor":
@@ -165,18 +165,12 @@ def multiagent_refusal(config: dict) -> None:
             'workflow runs are not supported by this server (they are enabled by default); send {"type": "disabled"}.',
         )
     subagents = config["subagents"]
-    if subagents["type"] == "enabled":
-        if subagents["inline_agents"]["type"] == "enabled":
-            _fail(
-                "multiagent.subagents.inline_agents",
-                "inline agents are not supported by this server (they are enabled by default);"
-                ' send {"type": "disabled"}.',
-            )
-        if not subagents["predefined_agents"]:
-            _fail(
-                "multiagent.subagents.predefined_agents",
-                "must name at least one agent when inline agents are disabled.",
-            )
+    inline = subagents.get("inline_agents") or {}
+    if subagents["type"] == "enabled" and inline.get("type") == "disabled" and not subagents["predefined_agents"]:
+        _fail(
+            "multiagent.subagents.predefined_agents",
+            "must name at least one agent when inline agents are disabled.",
+        )
 
 
 def roster_entries(config: dict | None) -> list[tuple[str, dict]]:

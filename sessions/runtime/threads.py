@@ -3,6 +3,9 @@ spawn a thread of one of its roster's agents and to message a thread, and their 
 (sessions.services.threads). Only the primary thread spawns (the roster's agents have no
 multiagent of their own: depth 1); every thread's reply comes back to it as a message."""
 
+from dataclasses import dataclass, field
+
+from agents.configs import TOOLSET_TYPE
 from agents.multiagent import roster_entries
 from sessions.events import thread_id_of, thread_session_id
 from sessions.models import Session
@@ -13,34 +16,75 @@ MESSAGE = "message_agent"
 THREAD_TOOLS = (SPAWN, MESSAGE)
 
 
-def thread_roster(session: Session) -> list[dict]:
-    """The agents a session's primary thread may spawn (their full definitions); none for a
-    child thread or a single-agent session."""
-    if session.primary_id is not None:
-        return []
-    return [entry for _field, entry in roster_entries(session.agent_snapshot.get("multiagent"))]
+@dataclass
+class Roster:
+    """What a coordinator may spawn: its predefined agents' full definitions, and whether it may
+    define inline agents (then `inline` is their template: the coordinator's model, its built-in
+    toolset, the session's execution identity). Falsy when it may spawn nothing."""
+
+    agents: list[dict] = field(default_factory=list)
+    inline: dict | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.agents) or self.inline is not None
 
 
-def thread_tool_definitions(roster: list[dict]) -> list[dict]:
-    """The two tools as the model sees them (none without a roster)."""
+def thread_roster(session: Session) -> Roster:
+    """What a session's primary thread may spawn; nothing for a child thread or a single-agent
+    session."""
+    config = session.agent_snapshot.get("multiagent") if session.primary_id is None else None
+    if not config:
+        return Roster()
+    agents = [entry for _field, entry in roster_entries(config)]
+    subagents = config.get("subagents") or {}
+    if subagents.get("type") != "enabled" or (subagents.get("inline_agents") or {}).get("type") != "enabled":
+        return Roster(agents=agents)
+    snapshot = session.agent_snapshot
+    inline = {
+        "type": "inline",
+        "description": None,
+        "system": None,
+        "model": snapshot["model"],
+        "tools": [tool for tool in snapshot.get("tools") or [] if tool.get("type") == TOOLSET_TYPE],
+        "mcp_servers": [],
+        "skills": [],
+        "execution_identity": snapshot.get("execution_identity") or {"type": "service_account"},
+    }
+    return Roster(agents=agents, inline=inline)
+
+
+def thread_tool_definitions(roster: Roster) -> list[dict]:
+    """The two tools as the model sees them (none when it may spawn nothing)."""
     if not roster:
         return []
-    listing = "\n".join(f"- {agent['name']}: {agent.get('description') or 'no description'}" for agent in roster)
+    listing = "\n".join(f"- {agent['name']}: {agent.get('description') or 'no description'}" for agent in roster.agents)
+    properties: dict = {"message": {"type": "string", "description": "The task for the agent."}}
+    required = ["message"]
+    if roster.agents:
+        properties["agent"] = {"type": "string", "enum": sorted({agent["name"] for agent in roster.agents})}
+    if roster.inline is not None:
+        properties["inline_agent"] = {
+            "type": "object",
+            "description": "An agent you define for this thread instead of a listed one (it is not saved): "
+            "your model and built-in tools, with this name and system prompt.",
+            "properties": {
+                "name": {"type": "string"},
+                "system": {"type": "string"},
+                "description": {"type": "string"},
+            },
+            "required": ["system"],
+        }
+    else:
+        required.append("agent")
+    agents = f"\nAgents:\n{listing}" if roster.agents else ""
     return [
         {
             "name": SPAWN,
-            "description": "Start a new thread running one of these agents, with its own context, in the session's "
+            "description": "Start a new thread running an agent, with its own context, in the session's "
             "sandbox (a shared /workspace), and send it a first message. Threads run concurrently; each one's "
             "reply arrives as a message from its thread when it finishes its turn, and your turn continues "
-            f"until every thread has replied.\nAgents:\n{listing}",
-            "input_schema": {
-                "type": "object",
-                "properties": {
-                    "agent": {"type": "string", "enum": sorted({agent["name"] for agent in roster})},
-                    "message": {"type": "string", "description": "The task for the agent."},
-                },
-                "required": ["agent", "message"],
-            },
+            f"until every thread has replied.{agents}",
+            "input_schema": {"type": "object", "properties": properties, "required": required},
         },
         {
             "name": MESSAGE,
@@ -65,14 +109,9 @@ def thread_tool_run(*, session: Session, name: str, tool_input: dict) -> tuple[s
     content = [{"type": "text", "text": message}]
     try:
         if name == SPAWN:
-            wanted = tool_input.get("agent")
-            roster = thread_roster(session)
-            definition = next((a for a in roster if a["name"] == wanted), None) or next(
-                (a for a in roster if a["id"] == wanted), None
-            )
-            if definition is None:
-                names = ", ".join(repr(a["name"]) for a in roster)
-                return f"agent: no agent {wanted!r} in the roster ({names}).", True
+            definition, refusal = _spawned(thread_roster(session), tool_input)
+            if refusal:
+                return refusal, True
             child = thread_spawn(primary=session, definition=definition, content=content)
             return (
                 f"Started thread {thread_id_of(child.id)} running agent {definition['name']!r}."
@@ -86,3 +125,24 @@ def thread_tool_run(*, session: Session, name: str, tool_input: dict) -> tuple[s
         return f"Sent to thread {thread_id_of(target.id)}.", False
     except ThreadRefused as refused:
         return str(refused), True
+
+
+def _spawned(roster: Roster, tool_input: dict) -> tuple[dict | None, str | None]:
+    """The definition a spawn names (a roster agent by name or id, or an inline one), or why not."""
+    inline = tool_input.get("inline_agent")
+    if inline is not None:
+        if roster.inline is None:
+            return None, "inline_agent: this agent cannot define inline agents."
+        if not isinstance(inline, dict) or not isinstance(inline.get("system"), str) or not inline["system"]:
+            return None, "inline_agent: an object with a non-empty system prompt is required."
+        name = inline.get("name") if isinstance(inline.get("name"), str) and inline.get("name") else "inline"
+        description = inline.get("description") if isinstance(inline.get("description"), str) else None
+        return {**roster.inline, "name": name[:255], "system": inline["system"], "description": description}, None
+    wanted = tool_input.get("agent")
+    definition = next((a for a in roster.agents if a["name"] == wanted), None) or next(
+        (a for a in roster.agents if a["id"] == wanted), None
+    )
+    if definition is None:
+        names = ", ".join(repr(a["name"]) for a in roster.agents) or "none"
+        return None, f"agent: no agent {wanted!r} in the roster ({names})."
+    return definition, None

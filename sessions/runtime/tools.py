@@ -18,7 +18,7 @@ from sessions.runtime.builtins import SANDBOX_TOOLS, ToolOutcome, run_builtin
 from sessions.runtime.control import Stop, TurnControl, db_release
 from sessions.runtime.mcp import McpFailure, McpTool, SessionMcp
 from sessions.runtime.sandbox_ready import sandbox_ready
-from sessions.runtime.threads import THREAD_TOOLS, thread_tool_definitions, thread_tool_run
+from sessions.runtime.threads import THREAD_TOOLS, Roster, thread_tool_definitions, thread_tool_run
 from sessions.selectors.runner import (
     session_answered_tool_use_ids,
     session_last_idle_seq,
@@ -106,13 +106,13 @@ class ToolSpec:
 
 
 def session_tools(
-    agent_snapshot: dict, mcp: SessionMcp | None = None, roster: list[dict] | None = None
+    agent_snapshot: dict, mcp: SessionMcp | None = None, roster: Roster | None = None
 ) -> tuple[list[dict], dict[str, ToolSpec]]:
     """The tool list sent to the model and a name → spec map for dispatch (keyed by the name the
     model uses: MCP tools get names that collide with no other tool). A coordinator (a primary
     thread with a `roster`) is offered the thread tools too (runtime.threads)."""
     definitions, specs = [], {}
-    for definition in thread_tool_definitions(roster or []):
+    for definition in thread_tool_definitions(roster) if roster is not None else []:
         definitions.append(definition)
         specs[definition["name"]] = ToolSpec(definition["name"], "builtin", ev.ToolPermission.ALWAYS_ALLOW)
     for tool in agent_snapshot.get("tools", []):

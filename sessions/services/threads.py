@@ -36,7 +36,8 @@ def _received(*, sender: Session, content: list[dict]) -> dict:
 
 
 def thread_spawn(*, primary: Session, definition: dict, content: list[dict]) -> Session:
-    """A child thread of `primary` running the roster agent `definition` (its SessionThreadAgent),
+    """A child thread of `primary` running the roster agent `definition` (its SessionThreadAgent,
+    or an InlineAgent the coordinator defined),
     given `content` as its first input and queued to run. On the primary's log:
     session.thread_created and agent.thread_message_sent. At most MANGO_SESSION_THREADS_MAX
     threads per session, the primary counted (only the primary's runner spawns: one writer)."""
@@ -47,8 +48,9 @@ def thread_spawn(*, primary: Session, definition: dict, content: list[dict]) -> 
         child = Session.objects.create(
             id=new_id("sesn"),
             workspace_id=primary.workspace_id,
-            agent_id=definition["id"],
-            agent_version=definition["version"],
+            # An inline agent (no Agent resource) is kept under the coordinator's.
+            agent_id=definition.get("id") or primary.agent_id,
+            agent_version=definition.get("version") or primary.agent_version,
             agent_snapshot=definition,
             environment_id=primary.environment_id,
             environment_config=primary.environment_config,

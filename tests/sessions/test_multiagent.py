@@ -409,6 +409,9 @@ def test_the_thread_cap_refuses_a_spawn_past_it(sdk, settings, no_turns):
     assert len(list(sdk.beta.sessions.threads.list(session.id))) == 2
     text_value, is_error = thread_tool_run(session=primary, name="spawn_agent", tool_input={**spawn, "agent": "x"})
     assert is_error and "no agent 'x' in the roster" in text_value
+    inline = {"inline_agent": {"system": "You improvise."}, "message": "Work."}
+    text_value, is_error = thread_tool_run(session=primary, name="spawn_agent", tool_input=inline)
+    assert is_error and "cannot define inline agents" in text_value  # a coordinator roster has none
     gone = {"session_thread_id": "sthr_unknown", "message": "hello"}
     text_value, is_error = thread_tool_run(session=primary, name="message_agent", tool_input=gone)
     assert is_error and "No thread 'sthr_unknown'" in text_value
@@ -431,3 +434,45 @@ def test_a_coordinator_waiting_for_its_threads_lends_them_its_turn_slot(sdk, mod
     finally:
         celery_worker.current.stop()
         celery_worker.start_new()
+
+
+def test_an_inline_agent_runs_as_a_thread(sdk, model, celery_worker):
+    """multiagent_20261001 with its defaults (but workflows): the coordinator defines an agent
+    when it spawns the thread; the thread runs it (the coordinator's model and toolset, the
+    given system prompt) and reports back."""
+
+    def decide(body: dict) -> dict:
+        system = _system(body)
+        if system.startswith("You coordinate"):
+            if not _tool_results(body):
+                inline = {"name": "scribe", "system": "You are scribe, defined inline."}
+                return tool_use("spawn_agent", {"inline_agent": inline, "message": "Write scribe.txt."})
+            reports = [t for t in _user_texts(body) if t.startswith("[Message from the agent")]
+            return text("Done: " + reports[0].split("\n", 1)[1]) if reports else text("Waiting.")
+        if not _tool_results(body):
+            return tool_use("bash", {"command": "echo scribe > /workspace/scribe.txt; cat /workspace/scribe.txt"})
+        return text(f"scribe: {_result_text(_tool_results(body)[-1]).split()[0]}")
+
+    model.default = decide
+    lead = sdk.beta.agents.create(
+        name="lead",
+        model=MODEL,
+        system="You coordinate.",
+        tools=TOOLSET,
+        multiagent={"type": "multiagent_20261001", "workflows": {"type": "disabled"}},
+    )
+    env = sdk.beta.environments.create(name="e", config={"type": "cloud", "networking": {"type": "unrestricted"}})
+    session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+    assert session.agent.multiagent.subagents.inline_agents.type == "enabled"
+    _go(sdk, session.id)
+    events = wait_for(lambda: _session_idle(sdk, session.id), 40)
+    assert [e for e in events if e.type == "agent.message"][-1].content[0].text == "Done: scribe: scribe"
+    (child,) = _children(sdk, session.id)
+    assert child.agent.type == "inline" and child.agent.name == "scribe"
+    assert child.agent.system == "You are scribe, defined inline." and child.agent.model.id == MODEL
+    assert [t.type for t in child.agent.tools] == ["agent_toolset_20260401"]
+    created = next(e for e in events if e.type == "session.thread_created")
+    assert created.agent_name == "scribe" and created.session_thread_id == child.id
+    # The spawn tool offered the model the inline form.
+    spawn_tool = next(t for t in model.requests[0]["body"]["tools"] if t["name"] == "spawn_agent")
+    assert "inline_agent" in spawn_tool["input_schema"]["properties"]

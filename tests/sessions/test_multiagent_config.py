@@ -1,6 +1,6 @@
 """Multiagent configuration (issue 39, point 1): `multiagent` on agents create and update through
 the SDK with strict response validation — the roster resolved to concrete versions, the
-multiagent_20261001 merge rules, the refusals naming their field — and the session's copy of
+multiagent_20261001 merge rules and defaults, the refusals naming their field — and the session's copy of
 every roster agent's full definition (agent_with_overrides applying to `self`)."""
 
 import anthropic
@@ -87,6 +87,10 @@ def test_multiagent_20261001_merges_level_by_level(sdk):
     assert sdk.beta.agents.update(agent.id, version=2, name="m2").multiagent == updated.multiagent
     assert sdk.beta.agents.update(agent.id, version=3, multiagent=None).multiagent is None
 
+    # The defaults otherwise: subagents enabled with inline agents, no predefined ones.
+    inline = _agent(sdk, "inline", multiagent={"type": "multiagent_20261001", "workflows": DISABLED})
+    assert inline.multiagent.subagents.type == "enabled" and inline.multiagent.subagents.inline_agents.type == "enabled"
+    assert inline.multiagent.subagents.predefined_agents == [] and inline.multiagent.advisor.type == "disabled"
     # Subagents disabled: nothing to spawn, nothing refused.
     off = _agent(sdk, "off", multiagent={"type": "multiagent_20261001", "subagents": DISABLED, "workflows": DISABLED})
     assert off.multiagent.subagents.type == "disabled"
@@ -95,9 +99,8 @@ def test_multiagent_20261001_merges_level_by_level(sdk):
 @pytest.mark.parametrize(
     ("multiagent", "field"),
     [
-        # The defaults enable workflows and inline agents: refused, not dropped.
+        # The defaults enable workflows: refused, not dropped.
         ({"type": "multiagent_20261001"}, "multiagent.workflows"),
-        ({"type": "multiagent_20261001", "workflows": DISABLED}, "multiagent.subagents.inline_agents"),
         (
             {"type": "multiagent_20261001", "workflows": DISABLED, "advisor": {"type": "enabled", "model": MODEL}},
             "multiagent.advisor",
