@@ -222,7 +222,17 @@ def test_a_coordinator_runs_two_subagents_side_by_side(sdk, model, celery_worker
     assert archived.archived_at is not None
     with pytest.raises(anthropic.BadRequestError, match="archive the session"):
         sdk.beta.sessions.threads.archive(primary.id, session_id=session.id)
-    wait_for(lambda: sdk.beta.sessions.threads.retrieve(children[0].id, session_id=session.id).status == "idle")
+    # Archived while idle, it is terminated at once, on its stream and the session's.
+    assert archived.status == "terminated"
+    last = _thread_events(sdk, session.id, children[0].id)[-1]
+    assert last.type == "session.thread_status_terminated" and last.session_thread_id == children[0].id
+    primary_last = list(sdk.beta.sessions.events.list(session.id))[-1]
+    assert primary_last.type == "session.thread_status_terminated" and primary_last.agent_name == children[0].agent.name
+    more = {"session_thread_id": children[0].id, "message": "more"}
+    refused, is_error = thread_tool_run(
+        session=Session.objects.get(id=session.id), name="message_agent", tool_input=more
+    )
+    assert is_error and "archived" in refused
 
 
 # --- a crash, an interrupt, a budget (issue 39, point 3) ----------------------------------------
@@ -476,3 +486,30 @@ def test_an_inline_agent_runs_as_a_thread(sdk, model, celery_worker):
     # The spawn tool offered the model the inline form.
     spawn_tool = next(t for t in model.requests[0]["body"]["tools"] if t["name"] == "spawn_agent")
     assert "inline_agent" in spawn_tool["input_schema"]["properties"]
+
+
+def test_archiving_a_running_thread_stops_and_terminates_it(sdk, model, celery_worker):
+    lead, env = _team(sdk, ("alpha",))
+    model.default = _spawning(("alpha",), "sleep 60")
+    session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+    _go(sdk, session.id)
+
+    def in_command():
+        children = _children(sdk, session.id)
+        if children and any(e.type == "agent.tool_use" for e in _thread_events(sdk, session.id, children[0].id)):
+            return children[0]
+        return None
+
+    child = wait_for(in_command, 30)
+    started = time.monotonic()
+    archived = sdk.beta.sessions.threads.archive(child.id, session_id=session.id)
+    assert archived.archived_at is not None
+    thread = sdk.beta.sessions.threads
+    wait_for(lambda: thread.retrieve(child.id, session_id=session.id).status == "terminated", 15)
+    assert time.monotonic() - started < 10  # not the command's 60 s
+    types = [e.type for e in _thread_events(sdk, session.id, child.id)]
+    assert types[-2:] == ["session.thread_status_idle", "session.thread_status_terminated"], types
+    assert "agent.thread_message_sent" not in types  # stopped, it reports nothing
+    # The coordinator no longer waits for it: its turn ends.
+    events = wait_for(lambda: _session_idle(sdk, session.id), 15)
+    assert events[-1].stop_reason.type == "end_turn"
