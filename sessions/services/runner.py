@@ -142,10 +142,12 @@ def _starts_turn(
 ) -> bool:
     """Whether idle-session input starts a turn. Partial answers to requires_action are marked
     processed and the session keeps waiting for the rest. On self_hosted, allowing a confirmed
-    tool is no answer: the client runs it, and its user.tool_result is (a denial answers)."""
+    tool is no answer: the client runs it, and its user.tool_result is (a denial answers). A
+    thread's message to a coordinator that waits on its client is taken the same way (it joins
+    the conversation when the answers start the turn)."""
     if not pending:
         return False
-    if any(e.type not in CLIENT_ANSWER_TYPES for e in pending):
+    if any(e.type not in CLIENT_ANSWER_TYPES and e.type != EventType.AGENT_THREAD_MESSAGE_RECEIVED for e in pending):
         return True
     if wait is not None:  # the runner knows what it handed out and what was answered since
         needed, answered = wait.needed, wait.answered

@@ -513,3 +513,57 @@ def test_archiving_a_running_thread_stops_and_terminates_it(sdk, model, celery_w
     # The coordinator no longer waits for it: its turn ends.
     events = wait_for(lambda: _session_idle(sdk, session.id), 15)
     assert events[-1].stop_reason.type == "end_turn"
+
+
+def test_a_report_waits_for_the_client_when_the_coordinator_handed_it_a_tool(sdk, model, celery_worker):
+    """The coordinator spawns a thread and hands a custom tool to its client in one response:
+    its turn ends requires_action. The thread's report does not start a turn over the open tool
+    use; the client's answer does, and the model reads both."""
+
+    def decide(body: dict) -> dict:
+        system = _system(body)
+        if system.startswith("You coordinate"):
+            if not _tool_results(body):
+                return tool_uses([("spawn_agent", {"agent": "alpha", "message": "Work."}), ("ask", {"q": "ok?"})])
+            reports = [t for t in _user_texts(body) if t.startswith("[Message from the agent")]
+            answers = [_result_text(r) for r in _tool_results(body)]
+            return text(f"reports={len(reports)} answers={answers}")
+        return text("alpha: done")
+
+    model.default = decide
+    alpha = sdk.beta.agents.create(name="alpha", model=MODEL, system="You are alpha.", tools=TOOLSET)
+    ask = {"type": "custom", "name": "ask", "description": "Ask.", "input_schema": {"type": "object"}}
+    lead = sdk.beta.agents.create(
+        name="lead",
+        model=MODEL,
+        system="You coordinate alpha.",
+        tools=[*TOOLSET, ask],
+        multiagent={"type": "coordinator", "agents": [alpha.id]},
+    )
+    env = sdk.beta.environments.create(name="e", config={"type": "cloud"})
+    session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+    _go(sdk, session.id)
+
+    def idles() -> list:
+        return [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.status_idle"]
+
+    (handed,) = wait_for(idles, 30)
+    assert handed.stop_reason.type == "requires_action"
+    (use_id,) = handed.stop_reason.event_ids
+    # The thread's report reaches the coordinator's log (and its idle after it, cross-posted)...
+    wait_for(
+        lambda: [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.thread_status_idle"], 30
+    )
+    received = [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "agent.thread_message_received"]
+    assert received[0].from_agent_name == "alpha"
+    time.sleep(1.5)  # ... and starts no turn (one would show by now)
+    types = [e.type for e in sdk.beta.sessions.events.list(session.id)]
+    assert types.count("session.status_running") == 1 and len(idles()) == 1
+    answer = [{"type": "text", "text": "yes"}]
+    result = {"type": "user.custom_tool_result", "custom_tool_use_id": use_id, "content": answer}
+    sdk.beta.sessions.events.send(session.id, events=[result])
+    wait_for(lambda: len(idles()) == 2, 30)
+    events = list(sdk.beta.sessions.events.list(session.id))
+    said = [e for e in events if e.type == "agent.message"][-1].content[0].text
+    assert said.startswith("reports=1 answers=[") and "'yes'" in said, said
+    assert idles()[-1].stop_reason.type == "end_turn"
