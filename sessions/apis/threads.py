@@ -48,10 +48,14 @@ ThreadListOutputSerializer = page_output("ThreadListOutputSerializer", ThreadOut
 def thread_to_wire(session) -> dict:
     """As the SDK documents the thread: `stats` null until its first status transition (a turn
     started, or the session ended), with `startup_seconds` from its creation to its first turn's
-    start; `usage` null until its first idle (a turn ended: only a finished turn adds to
-    active_seconds)."""
+    start (zero for a child thread); `usage` null until its first idle (a turn ended: only a
+    finished turn adds to active_seconds)."""
     moved = session.status != "idle" or session.active_seconds > 0
-    first_running = session_first_running_at(session_id=session.id) if moved else None
+    startup = None
+    if session.primary_id:
+        startup = 0.0  # a child thread starts as it is spawned: the SDK's startup_seconds is zero
+    elif moved and (first_running := session_first_running_at(session_id=session.id)) is not None:
+        startup = (first_running - session.created_at).total_seconds()
     return {
         "id": thread_id_of(session.id),
         "type": "session_thread",
@@ -65,9 +69,7 @@ def thread_to_wire(session) -> dict:
         "stats": {
             "active_seconds": round(session.active_seconds, 3),
             "duration_seconds": round((timezone.now() - session.created_at).total_seconds(), 3),
-            "startup_seconds": round((first_running - session.created_at).total_seconds(), 3)
-            if first_running
-            else None,
+            "startup_seconds": round(startup, 3) if startup is not None else None,
         }
         if moved
         else None,

@@ -143,6 +143,7 @@ def test_a_coordinator_runs_two_subagents_side_by_side(sdk, model, celery_worker
     assert sorted(t.agent.name for t in children) == ["alpha", "beta"]
     assert all(t.parent_thread_id == primary.id and t.session_id == session.id for t in children)
     assert all(t.status == "idle" and t.stats.active_seconds > 0 and t.usage.input_tokens > 0 for t in children)
+    assert all(t.stats.startup_seconds == 0 for t in children)  # the SDK: zero for child threads
     child_ids = {t.id for t in children}
 
     # The primary's stream: the spawns, the messages each way and each thread's status, in the
