@@ -568,3 +568,39 @@ def test_a_report_waits_for_the_client_when_the_coordinator_handed_it_a_tool(sdk
     said = [e for e in events if e.type == "agent.message"][-1].content[0].text
     assert said.startswith("reports=1 answers=[") and "'yes'" in said, said
     assert idles()[-1].stop_reason.type == "end_turn"
+
+
+def test_a_thread_keeps_its_context_for_a_follow_up(sdk, model, celery_worker):
+    """message_agent: the coordinator sends a follow-up to the thread it spawned; the thread's
+    second turn reads its first (threads are persistent), and reports again."""
+
+    def decide(body: dict) -> dict:
+        system = _system(body)
+        if system.startswith("You coordinate"):
+            results = [_result_text(r) for r in _tool_results(body)]
+            reports = [t.split("\n", 1)[1] for t in _user_texts(body) if t.startswith("[Message from the agent")]
+            if not results:
+                return tool_use("spawn_agent", {"agent": "alpha", "message": "one"})
+            if len(results) == 1:
+                if not reports:
+                    return text("Waiting.")
+                thread_id = results[0].split()[2]  # "Started thread sthr_… running …"
+                return tool_use("message_agent", {"session_thread_id": thread_id, "message": "two"})
+            if len(reports) < 2:
+                return text("Waiting.")
+            return text(" / ".join(reports))
+        told = [t.split("\n", 1)[1] for t in _user_texts(body) if t.startswith("[Message from the coordinator]")]
+        return text(f"alpha has been told {told}")
+
+    model.default = decide
+    lead, env = _team(sdk, ("alpha",))
+    session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+    _go(sdk, session.id)
+    events = wait_for(lambda: _session_idle(sdk, session.id), 40)
+    said = [e for e in events if e.type == "agent.message"][-1].content[0].text
+    assert said == "alpha has been told ['one'] / alpha has been told ['one', 'two']", said
+    (child,) = _children(sdk, session.id)
+    sent = [e for e in events if e.type == "agent.thread_message_sent"]
+    assert [e.to_session_thread_id for e in sent] == [child.id, child.id]
+    types = [e.type for e in _thread_events(sdk, session.id, child.id)]
+    assert types.count("session.thread_status_running") == 2 and types.count("agent.thread_message_received") == 2
