@@ -376,6 +376,10 @@ MANGO_RUNNER_LINGER_SECONDS = env.float("MANGO_RUNNER_LINGER_SECONDS", default=5
 # A multiagent session's threads, its primary counted: a coordinator's spawn past it is an error
 # result for its model (docs/multiagent.md).
 MANGO_SESSION_THREADS_MAX = env.int("MANGO_SESSION_THREADS_MAX", default=25)
+# A multiagent coordinator whose turn is done but whose threads still work waits for their reports
+# in its worker thread this long at most (and only as a lingering thread: at most half the pool);
+# past it the turn ends idle, and a thread's report starts its next turn.
+MANGO_COORDINATOR_WAIT_SECONDS = env.float("MANGO_COORDINATOR_WAIT_SECONDS", default=600.0)
 # Self-hosted work queue (sessions/services/work.py): a work item's lease when a heartbeat asks
 # for no TTL, and the most a heartbeat's desired_ttl_seconds may ask for.
 MANGO_WORK_LEASE_SECONDS = env.int("MANGO_WORK_LEASE_SECONDS", default=60)

@@ -87,8 +87,9 @@ THREAD_WAIT_SECONDS = 1.0
 
 
 class _Lingering:
-    """How many of the process's threads wait for their client (Runner.linger): half of them at
-    most, so turns that can run always find threads."""
+    """How many of the process's threads wait for their client (Runner.linger) or, in a
+    coordinator's turn, for its threads (Runner._await_threads): half of them at most, so turns
+    that can run always find threads."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -368,22 +369,30 @@ class Runner:
             return True
         if not busy:
             return False
-        with turn_slot_lent():  # its threads may need the workspace's turn slot it holds
-            return self._threads_wait()
+        # Waiting keeps this worker thread: as many as linger at most (half the pool, never a
+        # prefork or solo worker's main thread), and MANGO_COORDINATOR_WAIT_SECONDS at most. Past
+        # either the turn ends here (idle), and a thread's report starts the coordinator's next.
+        if threading.current_thread() is threading.main_thread() or not _lingering.acquire():
+            return False
+        try:
+            with turn_slot_lent():  # its threads may need the workspace's turn slot it holds
+                return self._threads_wait(time.monotonic() + settings.MANGO_COORDINATOR_WAIT_SECONDS)
+        finally:
+            _lingering.release()
 
-    def _threads_wait(self) -> bool:
+    def _threads_wait(self, deadline: float) -> bool:
         while True:
             busy = session_threads_busy(session_id=self.session_id)
             if session_thread_messages_pending(session_id=self.session_id):
                 return True
-            if not busy:
+            if not busy or time.monotonic() >= deadline:
                 return False
             db_release()
             woken = threading.Event()
             watch.wake_on_input(self.session_id, woken)
             watch.wake_on_flag(self.session_id, woken)
             try:
-                woken.wait(THREAD_WAIT_SECONDS)
+                woken.wait(max(0.0, min(THREAD_WAIT_SECONDS, deadline - time.monotonic())))
             finally:
                 watch.unwake(self.session_id, woken)
                 watch.unwake_input(self.session_id)

@@ -604,3 +604,32 @@ def test_a_thread_keeps_its_context_for_a_follow_up(sdk, model, celery_worker):
     assert [e.to_session_thread_id for e in sent] == [child.id, child.id]
     types = [e.type for e in _thread_events(sdk, session.id, child.id)]
     assert types.count("session.thread_status_running") == 2 and types.count("agent.thread_message_received") == 2
+
+
+def test_a_coordinator_past_its_wait_goes_idle_and_a_report_starts_its_next_turn(sdk, model, celery_worker):
+    """MANGO_COORDINATOR_WAIT_SECONDS bounds how long a coordinator keeps its worker thread for
+    its threads: past it the turn ends idle, and the thread's report starts the next turn."""
+    celery_worker.current.stop()
+    celery_worker.start_new(MANGO_COORDINATOR_WAIT_SECONDS="0.5")
+    try:
+        lead, env = _team(sdk, ("alpha",))
+        model.default = _spawning(("alpha",), "sleep 3; echo late")
+        session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+        _go(sdk, session.id)
+
+        def two_idles():
+            idles = [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "session.status_idle"]
+            return idles if len(idles) == 2 else None
+
+        first, second = wait_for(two_idles, 40)
+        assert first.stop_reason.type == second.stop_reason.type == "end_turn"
+        events = list(sdk.beta.sessions.events.list(session.id))
+        types = [e.type for e in events]
+        # The first idle came before the report, which started the second turn.
+        assert types.index("session.status_idle") < types.index("agent.thread_message_received")
+        assert types.count("session.status_running") == 2
+        said = [e for e in events if e.type == "agent.message"][-1].content[0].text
+        assert said.startswith("Done: alpha: late"), said
+    finally:
+        celery_worker.current.stop()
+        celery_worker.start_new()
