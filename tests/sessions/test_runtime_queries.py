@@ -294,7 +294,7 @@ def test_a_waiting_runner_knows_what_it_handed_its_client(api_key, local_runner,
     assert not [sql for sql in selects if "= 'session.status_idle'" in sql]
 
 
-def test_a_turn_start_is_one_statement_that_a_lost_lease_refuses_whole(api_key):
+def test_a_turn_start_is_one_statement_that_a_lost_lease_refuses_whole(api_key, no_turns):
     """session.status_running, the session running and its input marked processed are one
     statement: under another runner's fence it writes nothing (the input stays pending)."""
     workspace = api_key.workspace
@@ -316,7 +316,7 @@ def test_a_turn_start_is_one_statement_that_a_lost_lease_refuses_whole(api_key):
     assert session.turn_started_at is not None and session.last_seq == 2
 
 
-def test_a_client_event_is_one_locked_read_and_one_append(api_key):
+def test_a_client_event_is_one_locked_read_and_one_append(api_key, no_turns):
     """POST /v1/sessions/{id}/events' database work for a message to a session no runner holds:
     the session's locked read, the append (events, sequence and bytes in one statement) and the
     self_hosted session's work item; the event waits for the runner (not processed)."""
