@@ -20,8 +20,8 @@ lint:  ## ruff check and format check
 	@.venv/bin/ruff check .
 	@.venv/bin/ruff format --check .
 
-scripted-model:  ## an offline stand-in for the model upstream on 127.0.0.1:$SCRIPTED_MODEL_PORT (default 8099)
-	@.venv/bin/python -m tests.scripted_model --port $${SCRIPTED_MODEL_PORT:-8099}
+scripted-model:  ## the offline model on 127.0.0.1:$SCRIPTED_MODEL_PORT (8099): `bash: <command>` lines run as tool uses
+	@bash scripts/scripted_model.sh
 
 BENCHES = files_throughput.py files_list.py outputs_publish.py memory_writeback.py sessions_sse.py tenancy.py sessions_turns.py \
   "crash_campaign.py --points 100" sandbox_start.py

@@ -24,10 +24,14 @@ Run alone, it is the offline model upstream for `make run` (`make scripted-model
 
     python -m tests.scripted_model --port 8099    # then ANTHROPIC_BASE_URL=http://127.0.0.1:8099
 
-It then answers every request with ``echo``: a text that quotes the last user message.
+It then answers with ``offline``: a message line `bash: <command>` becomes a bash tool use (and
+`<tool name>: <JSON input>` a use of any other tool the request offers), the tools' results are
+quoted back as the answer, and anything else is echoed ("(scripted model) You said: ..."). It is a
+stand-in for the paid model that shows every tool path, not a model.
 """
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -69,9 +73,16 @@ def tool_uses(calls: list[tuple[str, dict]], *, delay: float = 0.0) -> dict:
     return message(content, "tool_use", delay=delay)
 
 
-def echo(body: dict) -> dict:
-    """A reply quoting the request's last user text (the stand-alone server's answer)."""
-    said = ""
+def _last_user_blocks(body: dict) -> list[dict]:
+    for item in reversed(body.get("messages") or []):
+        if item.get("role") == "user":
+            content = item.get("content")
+            return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    return []
+
+
+def _user_text(body: dict) -> str:
+    """The request's last user text (the newest user message that has one)."""
     for item in reversed(body.get("messages") or []):
         if item.get("role") != "user":
             continue
@@ -79,8 +90,64 @@ def echo(body: dict) -> dict:
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
         said = " ".join(block.get("text", "") for block in blocks if block.get("type") == "text").strip()
         if said:
-            break
+            return said
+    return ""
+
+
+def echo(body: dict) -> dict:
+    """A reply quoting the request's last user text."""
+    said = _user_text(body)
     return text(f"(scripted model) You said: {said}" if said else "(scripted model) Hello.")
+
+
+_TOOL_LINE = re.compile(r"^\s*([A-Za-z0-9_.\-]{1,128}):[ \t]*(.+?)\s*$")
+
+
+def tool_calls_in(said: str, offered: set[str]) -> list[tuple[str, dict]]:
+    """The tool uses a message asks for, one a line: `bash: <command>` for the bash tool, and
+    `<tool name>: <JSON object>` for any other tool the request offers (MCP tools included, under
+    the names they are offered by). Lines naming no offered tool are just text."""
+    calls = []
+    for line in said.splitlines():
+        found = _TOOL_LINE.match(line)
+        if found is None or found.group(1) not in offered:
+            continue
+        name, argument = found.groups()
+        if name == "bash" and not argument.startswith("{"):
+            calls.append((name, {"command": argument}))
+            continue
+        try:
+            tool_input = json.loads(argument)
+        except ValueError:
+            continue
+        if isinstance(tool_input, dict):
+            calls.append((name, tool_input))
+    return calls
+
+
+def _result_text(block: dict) -> str:
+    content = block.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.get("text", "") for part in content or [] if part.get("type") == "text")
+
+
+def offline(body: dict) -> dict:
+    """The offline model of `make scripted-model`: a stand-in for the paid model that follows
+    instructions to the letter and understands nothing. A user message whose lines say
+    `bash: <command>` (or `<tool name>: <JSON input>`) becomes those tool uses, when the request
+    offers the tools; the tools' results are then quoted back as its answer. Anything else is
+    echoed."""
+    last = _last_user_blocks(body)
+    results = [block for block in last if block.get("type") == "tool_result"]
+    if results:
+        lines = [("(error) " if block.get("is_error") else "") + _result_text(block).strip() for block in results]
+        return text("(scripted model) The tools answered:\n" + "\n".join(lines))
+    offered = {tool.get("name") for tool in body.get("tools") or [] if isinstance(tool, dict) and tool.get("name")}
+    calls = tool_calls_in(_user_text(body), offered)
+    if calls:
+        return tool_uses(calls)
+    return echo(body)
 
 
 def error(
@@ -280,7 +347,7 @@ def main() -> None:
     args = parser.parse_args()
     stop = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # before the server's threads start: they inherit it
-    model = ScriptedModel(default=echo, port=args.port)
+    model = ScriptedModel(default=offline, port=args.port)
     print(f"scripted model upstream at {model.url}: start make run with ANTHROPIC_BASE_URL={model.url}", flush=True)
     signal.sigwait(stop)
     model.close()
