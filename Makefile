@@ -1,6 +1,6 @@
 # `make` alone prints the targets (make help); `make run` serves, `make test` tests.
 .DEFAULT_GOAL := help
-.PHONY: help run stop test lint scripted-model bench sandbox-image base-image image compose-images
+.PHONY: help run stop logs test lint scripted-model bench sandbox-image base-image image compose-images
 
 help:  ## list the targets (this)
 	@echo "Mango: a self-hosted Files API and Managed Agents server (README.md)."
@@ -12,6 +12,9 @@ run:  ## set everything up and serve the API on 127.0.0.1:$PORT (default 8000); 
 
 stop:  ## stop the `make run` of this checkout (the one var/run.pids describes)
 	@bash scripts/stop.sh
+
+logs:  ## follow the logs of the `make run` of this checkout (var/log/: API, workers, beat, store, dockerd)
+	@tail -n 50 -F var/log/api.log var/log/worker-*.log var/log/beat.log var/log/seaweedfs.log 2>/dev/null
 
 test:  ## run the whole test suite, starting what it needs (ARGS="tests/files -x" for a part)
 	@bash scripts/test.sh $(ARGS)

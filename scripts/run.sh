@@ -47,13 +47,20 @@ export MANGO_VAULT_KEY="${MANGO_VAULT_KEY:-$("$PY" -c 'import base64, os; print(
 # Their process groups are recorded in var/run.pids as each starts, for `make stop`.
 pids=()
 names=()
+logs=()
 trap '' PIPE
 record_run() { write_run_pids "$PORT" "${pids[@]}"; }
-started_component() { pids+=("$1"); names+=("$2"); record_run; }
+# Each component's output goes to its own log in var/log/ (`make logs` follows them), so that
+# this terminal keeps the banner; a component that exits has its log's end shown here.
+started_component() { pids+=("$1"); names+=("$2"); logs+=("${3:-}"); record_run; }
 component_name() {
   local i
   for i in "${!pids[@]}"; do [ "${pids[$i]}" = "$1" ] && { echo "${names[$i]}"; return; }; done
   echo "a component"
+}
+component_log() {
+  local i
+  for i in "${!pids[@]}"; do [ "${pids[$i]}" = "$1" ] && { echo "${logs[$i]}"; return; }; done
 }
 cleanup() {
   trap - INT TERM HUP EXIT
@@ -106,8 +113,9 @@ upstream_warning="$("$PY" manage.py check --deploy --tag model_upstream 2>&1 | g
 
 # One public port: uvicorn workers serving config.asgi (docs/operating.md "Serving"); logging, timeouts and
 # worker recycling: config/gunicorn.conf.py.
-setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.asgi:application --bind "127.0.0.1:$PORT" 9>&- &
-started_component $! "the API (gunicorn)"
+setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.asgi:application --bind "127.0.0.1:$PORT" \
+  >>"$VAR/log/api.log" 2>&1 9>&- &
+started_component $! "the API (gunicorn)" "$VAR/log/api.log"
 # Turns run in threads (MANGO_WORKER_POOL=threads): one worker process runs
 # MANGO_WORKER_CONCURRENCY turns at once; a process is bound to one core by Python's interpreter
 # lock, so the node runs MANGO_WORKER_PROCESSES of them (default 2 x 100 = 200 turns). Worker and
@@ -120,15 +128,40 @@ for index in $(seq 1 "$worker_processes"); do
   MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
     MANGO_WORKER_CONCURRENCY="${MANGO_WORKER_CONCURRENCY:-100}" \
     setsid "$VENV/bin/celery" -A config worker --loglevel INFO -n "worker$index-$$@%h" \
-      --without-gossip --without-mingle --without-heartbeat 9>&- &
-  started_component $! "Celery worker $index"
+      --without-gossip --without-mingle --without-heartbeat >>"$VAR/log/worker-$index.log" 2>&1 9>&- &
+  started_component $! "Celery worker $index" "$VAR/log/worker-$index.log"
 done
 MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
-  setsid "$VENV/bin/celery" -A config beat --loglevel INFO --schedule "$VAR/celerybeat-schedule" 9>&- &
-started_component $! "Celery beat"
+  setsid "$VENV/bin/celery" -A config beat --loglevel INFO --schedule "$VAR/celerybeat-schedule" \
+    >>"$VAR/log/beat.log" 2>&1 9>&- &
+started_component $! "Celery beat" "$VAR/log/beat.log"
 
-for _ in $(seq 1 120); do port_open 127.0.0.1 "$PORT" && break; sleep 0.25; done
+# Ready is /readyz answering 200 (the database, Redis, the store and a live worker), not the
+# port opening: requests before that wait on a worker or the pool.
+component_gone() {
+  local pid
+  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null || { echo "$pid"; return 0; }; done
+  return 1
+}
+ready_deadline=$((SECONDS + ${MANGO_RUN_READY_SECONDS:-180}))
+until "$PY" - "$PORT" <<'PY' 2>/dev/null
+import sys, urllib.request
+with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/readyz", timeout=5) as answer:
+    sys.exit(0 if answer.status == 200 else 1)
+PY
+do
+  if gone="$(component_gone)"; then
+    log="$(component_log "$gone")"
+    say "$(component_name "$gone") exited before Mango was ready; the end of ${log#"$ROOT/"}:"
+    [ -n "$log" ] && tail -n 20 "$log" >&2
+    exit 1
+  fi
+  [ "$SECONDS" -lt "$ready_deadline" ] || die "not ready after ${MANGO_RUN_READY_SECONDS:-180}s: see /readyz and var/log/ (make logs)"
+  sleep 0.25
+done
 elapsed=$((SECONDS - started))
+model_line="Anthropic's API (ANTHROPIC_API_KEY)"
+[ -n "${ANTHROPIC_BASE_URL:-}" ] && model_line="$ANTHROPIC_BASE_URL"
 cat >&2 <<MSG
 
   Mango is serving at http://127.0.0.1:$PORT  (ready in ${elapsed}s)
@@ -136,6 +169,8 @@ cat >&2 <<MSG
   Get an API key:   .venv/bin/python manage.py create_api_key --workspace default
   Use it:           anthropic.Anthropic(base_url="http://127.0.0.1:$PORT", api_key=KEY)
   Admin:            http://127.0.0.1:$PORT/admin/  (.venv/bin/python manage.py createsuperuser)
+  Model upstream:   $model_line
+  Logs:             var/log/ (make logs)
 
   Ctrl-C stops everything started here.
 MSG
@@ -146,5 +181,8 @@ set +e
 wait -n -p exited "${pids[@]}"
 status=$?
 set -e
-say "$(component_name "$exited") exited (status $status); shutting down"
+log="$(component_log "$exited")"
+say "$(component_name "$exited") exited (status $status); shutting down${log:+ (the end of ${log#"$ROOT/"} follows)}"
+[ -n "$log" ] && tail -n 20 "$log" >&2
+true
 exit 1

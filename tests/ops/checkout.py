@@ -144,6 +144,16 @@ class Run:
         detail = last.text if isinstance(last, httpx.Response) else last
         raise AssertionError(f"not ready in {timeout}s: {detail}\n{self.text()[-4000:]}")
 
+    def banner_then_ready(self, timeout: float = 240) -> httpx.Response:
+        """/readyz's answer the moment the banner is out (no retry): `make run` says it serves only
+        once it is ready."""
+        deadline = time.monotonic() + timeout
+        while "Mango is serving" not in self.text():
+            assert self.shell.poll() is None, f"make run exited {self.shell.returncode}:\n{self.text()[-4000:]}"
+            assert time.monotonic() < deadline, f"no banner in {timeout}s:\n{self.text()[-4000:]}"
+            time.sleep(0.02)
+        return httpx.get(f"{self.url}/readyz", timeout=5)
+
     def wait_exit(self, timeout: float = 60) -> int:
         return self.shell.wait(timeout)
 

@@ -77,6 +77,8 @@ def test_make_run_twice_from_a_fresh_checkout(tmp_path):
             ANTHROPIC_BASE_URL=unreachable, MANGO_MODEL_MAX_RETRIES="0",
         )  # fmt: skip
         first = checkout.make_run(env)
+        ready = first.banner_then_ready()
+        assert ready.status_code == 200, ready.text  # the banner comes once /readyz is 200
         first.wait_ready()
         header, groups = checkout.run_pids()
         assert header["port"] == env["PORT"] and alive(int(header["pid"])) and len(groups) >= 4
@@ -85,6 +87,11 @@ def test_make_run_twice_from_a_fresh_checkout(tmp_path):
         warning = next(line for line in log.splitlines() if "could not be reached" in line)
         assert unreachable in warning and "ANTHROPIC_API_KEY" in warning
         assert "mango.W001" not in log  # printed once, as the banner's warning, not by each command
+        # The components' output is in var/log/, not between the user and the banner.
+        assert "celery@" not in log and "[tasks]" not in log, log
+        assert "celery.apps.worker" in (checkout.path / "var" / "log" / "worker-1.log").read_text()
+        after_banner = log.split("Ctrl-C stops everything started here.", 1)[1]
+        assert "could not be reached" in after_banner and "INFO" not in after_banner, after_banner
         dotenv = (checkout.path / ".env").read_text()
         assert "MANGO_EMBEDDED_S3=true" in dotenv and f"PORT={env['PORT']}" in dotenv
 
