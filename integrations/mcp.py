@@ -381,9 +381,14 @@ async def _list_tools(client) -> list:
 # --- the session's MCP client ------------------------------------------------------------------
 
 
-def outbound_refused(exc: BaseException) -> bool:
+def outbound_refusal(exc: BaseException) -> OutboundRefused | None:
+    """The outbound guard's refusal behind a failure (in an exception group or as a cause), if any."""
     if isinstance(exc, OutboundRefused):
-        return True
+        return exc
     if isinstance(exc, BaseExceptionGroup):
-        return any(outbound_refused(inner) for inner in exc.exceptions)
-    return exc.__cause__ is not None and outbound_refused(exc.__cause__)
+        return next((found for inner in exc.exceptions if (found := outbound_refusal(inner))), None)
+    return outbound_refusal(exc.__cause__) if exc.__cause__ is not None else None
+
+
+def outbound_refused(exc: BaseException) -> bool:
+    return outbound_refusal(exc) is not None

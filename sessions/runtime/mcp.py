@@ -32,7 +32,7 @@ from integrations.mcp import (
     McpResult,
     content_blocks,
     limited_result,
-    outbound_refused,
+    outbound_refusal,
 )
 from vaults.selectors import session_credentials
 from vaults.services import (
@@ -99,6 +99,19 @@ def referenced_servers(agent_snapshot: dict) -> list[tuple[dict, dict]]:
 
 
 # --- results -----------------------------------------------------------------------------------
+
+
+def _refused(name: str, refusal: OutboundRefused) -> McpFailure:
+    """The guard's refusal in words that name its real cause: a private address (which the
+    operator can allow), or a host that does not resolve, or a URL the worker may not use."""
+    if refusal.private:
+        message = (
+            f"MCP server {name!r} is on a private address this server may not reach"
+            " (the operator can allow it in MANGO_OUTBOUND_PRIVATE_HOSTS)."
+        )
+    else:
+        message = f"MCP server {name!r} could not be reached: {refusal.for_client()}."
+    return McpFailure(server=name, error_type=CONNECTION_FAILED, message=message)
 
 
 class SessionMcp:
@@ -186,14 +199,9 @@ class SessionMcp:
         connection = McpConnection(name=name, url=url, auth=auth)
         try:
             connection.open()
-        except OutboundRefused:
+        except OutboundRefused as refusal:
             connection.close()
-            raise McpFailure(
-                server=name,
-                error_type=CONNECTION_FAILED,
-                message=f"MCP server {name!r} is on a private address this server may not reach"
-                " (the operator can allow it in MANGO_OUTBOUND_PRIVATE_HOSTS).",
-            ) from None
+            raise _refused(name, refusal) from None
         except Exception as exc:  # noqa: BLE001 — every failure to connect becomes an McpFailure
             connection.close()
             if connection.auth_refused():
@@ -205,13 +213,9 @@ class SessionMcp:
                     error_type=AUTHENTICATION_FAILED,
                     message=f"MCP server {name!r} refused the authorization ({which}).",
                 ) from None
-            if outbound_refused(exc):
-                raise McpFailure(
-                    server=name,
-                    error_type=CONNECTION_FAILED,
-                    message=f"MCP server {name!r} is on a private address this server may not reach"
-                    " (the operator can allow it in MANGO_OUTBOUND_PRIVATE_HOSTS).",
-                ) from None
+            refusal = outbound_refusal(exc)
+            if refusal is not None:
+                raise _refused(name, refusal) from None
             reason = "timed out" if isinstance(exc, TimeoutError) else "could not be reached or answered with an error"
             raise McpFailure(
                 server=name, error_type=CONNECTION_FAILED, message=f"MCP server {name!r} {reason}."

@@ -290,7 +290,12 @@ def test_an_unreachable_or_private_server_is_a_connection_error_naming_it(sdk, m
     other = McpTestServer().start()  # a loopback server the operator did not allow
     try:
         other.accepted.add(TOKEN)
-        for name, url, says in (("down", missing, "could not be reached"), ("inside", other.url, "private address")):
+        nowhere = "https://mcp.no-such-host.invalid/mcp"  # .invalid never resolves (RFC 6761)
+        for name, url, says in (
+            ("down", missing, "could not be reached"),
+            ("inside", other.url, "private address"),
+            ("nowhere", nowhere, "mcp.no-such-host.invalid does not resolve"),
+        ):
             agent = _agent(sdk, server, toolset=ALLOW, name=name, url=url)
             model.script([text("Fine without it.")])
             session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
@@ -300,6 +305,7 @@ def test_an_unreachable_or_private_server_is_a_connection_error_naming_it(sdk, m
             assert error.type == "mcp_connection_failed_error" and f"'{name}'" in error.message, error
             assert error.mcp_server_name == name and error.retry_status.type == "retrying"
             assert says in error.message
+            assert name == "inside" or "private" not in error.message  # the real cause, not another
             assert events[-1].stop_reason.type == "end_turn"
         assert other.seen_tokens == []  # the guard refused before any request
     finally:
