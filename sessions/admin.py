@@ -1,19 +1,34 @@
-"""Admin: agents (with their versions), environments, and sessions with their event log, sandbox
-state and errors. Everything is read-only: writes go through the API's services."""
-
-import json
+"""Admin: sessions with their transcript (live while they run), sandbox state and errors, and the
+self-hosted work queue's keys and items. Nothing is edited here: the actions (interrupt, archive,
+delete, stop the sandbox) go through the same services as the API."""
 
 from django.contrib import admin, messages
-from django.core.paginator import Paginator
+from django.db.models import OuterRef, Subquery
+from django.http import Http404, HttpResponseNotAllowed, JsonResponse
+from django.shortcuts import redirect
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
+from django.urls import path, reverse
 
 import sandboxes as sandbox
 from agents.models import Environment
 from core.adminkit import pretty_json
+from sessions.dispatch import sandbox_remove_enqueue
 from sessions.models import EnvironmentKey, Session, WorkItem
 from sessions.services import work as work_services
+from sessions.services.events import session_events_send
+from sessions.services.sessions import session_archive, session_delete
+from sessions.transcript import transcript
 
-EVENTS_PER_PAGE = 20
+# The transcript shows a session's latest events (the newest turn in view); older ones a page back.
+TRANSCRIPT_EVENTS = 200
+TRANSCRIPT_TEMPLATE = "admin/agent_sessions/session/transcript_items.html"
+ACTIONS = {
+    "interrupt": "Interrupt",
+    "archive": "Archive",
+    "delete": "Delete",
+    "stop_sandbox": "Stop its sandbox",
+}
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -35,7 +50,7 @@ class StatusFilter(admin.SimpleListFilter):
 
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin):
-    list_display = ("id", "workspace", "status", "agent", "sandbox_state", "last_error", "created_at", "deleted_at")
+    list_display = ("id", "agent_name", "environment_name", "workspace", "status", "sandbox_state", "created_at")
     list_filter = ("status", "sandbox_state", StatusFilter)
     search_fields = ("id", "title")
     readonly_fields = (
@@ -73,6 +88,18 @@ class SessionAdmin(admin.ModelAdmin):
     def sandbox_live(self, obj):
         return sandbox.describe(session_id=obj.id)
 
+    @admin.display(description="agent", ordering="agent")
+    def agent_name(self, obj):
+        return (obj.agent_snapshot or {}).get("name") or obj.agent_id
+
+    @admin.display(description="environment")
+    def environment_name(self, obj):
+        return getattr(obj, "_environment_name", None) or obj.environment_id
+
+    def get_queryset(self, request):
+        names = Environment.objects.filter(id=OuterRef("environment_id")).values("name")[:1]
+        return super().get_queryset(request).annotate(_environment_name=Subquery(names))
+
     @admin.display(description="session.error events")
     def errors(self, obj):
         rows = obj.events.filter(type="session.error").order_by("-seq")[:20]
@@ -88,24 +115,70 @@ class SessionAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def get_urls(self):
+        view = self.admin_site.admin_view
+        return [
+            path("<path:object_id>/transcript/", view(self.transcript_view), name="agent_sessions_session_transcript"),
+            path("<path:object_id>/act/<str:action>/", view(self.act_view), name="agent_sessions_session_act"),
+            *super().get_urls(),
+        ]
+
+    def _session(self, request, object_id) -> Session:
+        session = Session.objects.select_related("workspace").filter(pk=object_id).first()
+        if session is None or not self.has_view_permission(request, session):
+            raise Http404("No such session.")
+        return session
+
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra = {**(extra_context or {})}
         session = Session.objects.filter(pk=object_id).first()
         if session is not None:
-            events = Paginator(
-                session.events.order_by("seq").only("seq", "type", "processed_at", "created_at", "payload"),
-                EVENTS_PER_PAGE,
-            )
-            page = events.get_page(request.GET.get("events_page"))
-            extra["events_page"] = page
-            extra["events_page_range"] = events.get_elided_page_range(page.number, on_each_side=2, on_ends=1)
-            extra["events_rows"] = [
-                {"seq": e.seq, "type": e.type, "processed_at": e.processed_at, "created_at": e.created_at,
-                 "payload": json.dumps(e.payload, ensure_ascii=False)}
-                for e in page.object_list
-            ]  # fmt: skip
+            events = session.events.order_by("-seq").only("seq", "type", "created_at", "payload")
+            before = request.GET.get("before")
+            if before and before.isdigit():
+                events = events.filter(seq__lt=int(before))
+            rows = list(events[:TRANSCRIPT_EVENTS])[::-1]
+            extra["transcript"] = transcript(rows)
+            extra["transcript_count"] = session.events.count()
+            extra["transcript_earlier"] = rows[0].seq if rows and rows[0].seq > 1 else None
+            extra["transcript_last_seq"] = rows[-1].seq if rows and not before else session.last_seq
+            extra["transcript_live"] = not before and session.deleted_at is None
+            extra["session_actions"] = [] if session.deleted_at else list(ACTIONS.items())
             extra["resources"] = list(session.resources.order_by("created_at", "id"))
         return super().change_view(request, object_id, form_url, extra)
+
+    def transcript_view(self, request, object_id):
+        """The live page's feed (the admin's own login, no API key): the transcript items of the
+        events after `after`, rendered, and the session's status."""
+        session = self._session(request, object_id)
+        after = request.GET.get("after", "0")
+        after = int(after) if after.isdigit() else 0
+        rows = list(session.events.filter(seq__gt=after).order_by("seq")[:TRANSCRIPT_EVENTS])
+        html = render_to_string(TRANSCRIPT_TEMPLATE, {"transcript": transcript(rows)}) if rows else ""
+        return JsonResponse({"html": html, "last_seq": rows[-1].seq if rows else after, "status": session.status})
+
+    def act_view(self, request, object_id, action):
+        """An operator's action on a session, through the API's own services."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        session = self._session(request, object_id)
+        if action not in ACTIONS or session.deleted_at is not None:
+            raise Http404("No such action.")
+        workspace = session.workspace
+        if action == "interrupt":
+            session_events_send(
+                workspace=workspace, session_id=session.id, parsed=[{"type": "user.interrupt", "payload": {}}]
+            )
+        elif action == "archive":
+            session_archive(workspace=workspace, session_id=session.id)
+        elif action == "delete":
+            session_delete(workspace=workspace, session_id=session.id)
+            self.message_user(request, f"Session {session.id} deleted.")
+            return redirect(reverse("admin:agent_sessions_session_changelist"))
+        elif action == "stop_sandbox":
+            sandbox_remove_enqueue(session_id=session.id)  # a worker removes it: the admin never calls Docker
+        self.message_user(request, f"{ACTIONS[action]}: done.")
+        return redirect(reverse("admin:agent_sessions_session_change", args=[session.id]))
 
 
 @admin.register(EnvironmentKey)

@@ -1,9 +1,11 @@
 """The real admin in headless Chromium (Debian's `chromium`, driven by Playwright) against the
 live test server: log in, the dashboard with real numbers, a workspace's files, revoking a key,
-a session with its events; styles load (every CSS request is 200). Screenshots go to
+a session's transcript, live (a tool use and its result appear without reload), interrupted and
+deleted from its page; styles load (every CSS request is 200). Screenshots go to
 var/screenshots/ (one PNG per step)."""
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -113,19 +115,45 @@ def test_operator_walkthrough(browser_page, live_server, s3_bucket):
     assert ApiKey.objects.filter(workspace=acme, revoked_at__isnull=True).count() == 1
     assert Client().get("/v1/files", headers={"authorization": f"Bearer {doomed_raw}"}).status_code == 401
 
-    # A session with its events, from the dashboard's latest errors.
+    # A session as a transcript, from the dashboard's latest errors; live while it runs.
+    page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(f"{live_server.url}/admin/")
     page.click(f"#panel-sessions >> text={session.id}")
-    page.wait_for_selector("#session-events")
-    events = page.inner_text("#session-events")
-    assert "Events (26; page 1 of 2)" in events and "step 0" in events and "step 19" in events
+    page.wait_for_selector("#session-transcript")
+    transcript = page.inner_text("#transcript")
+    assert "step 0" in transcript and "step 24" in transcript and "upstream unreachable" in transcript
+    assert "Transcript (26 events)" in page.inner_text("#session-transcript")
     assert page.locator("input[name=_save]").count() == 0
+    # The newest turn is in view: the transcript is scrolled to its end.
+    assert page.evaluate("(() => { const b = document.getElementById('transcript'); "
+                         "return b.scrollHeight - b.scrollTop - b.clientHeight < 40; })()")  # fmt: skip
     page.screenshot(path=SCREENSHOTS / "05-session.png", full_page=True)
-    page.click("#session-events >> a:text-is('2')")
-    page.wait_for_url(re.compile(r"events_page=2"))
-    events = page.inner_text("#session-events")
-    assert "session.error" in events and "upstream unreachable" in events and "step 0" not in events
-    page.screenshot(path=SCREENSHOTS / "06-session-events-page-2.png", full_page=True)
+    tool_use = {"id": "toolu_browser", "name": "bash", "input": {"command": "ls /workspace"}}
+    appended = time.monotonic()
+    session_event_append(session_id=session.id, type="agent.tool_use", payload=tool_use)
+    result = {"tool_use_id": "toolu_browser", "content": [{"type": "text", "text": "notes.md\nreport.pdf"}]}
+    session_event_append(session_id=session.id, type="agent.tool_result", payload=result)
+    page.wait_for_selector("#transcript [data-type='agent.tool_result']", timeout=10_000)
+    shown_after = time.monotonic() - appended
+    assert shown_after < 2.0, f"the tool result showed {shown_after:.2f} s after it was appended"  # polled at 0.5 s
+    live = page.inner_text("#transcript")
+    assert "ls /workspace" in live and "report.pdf" in live and page.url.endswith("/change/")  # no reload
+    # docs/screenshots/admin-session-transcript.png is a copy of this one.
+    page.locator("#session-transcript").screenshot(path=SCREENSHOTS / "06-session-transcript.png")
+    page.screenshot(path=SCREENSHOTS / "06-session-live.png", full_page=True)
+
+    # Interrupt and delete from the page, through the API's services.
+    page.click("#session-action-interrupt button")
+    page.wait_for_selector("ul.messagelist")
+    assert "Interrupt: done." in page.inner_text("ul.messagelist")
+    assert session.events.filter(type="user.interrupt").count() == 1
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#session-action-delete button")
+    page.wait_for_url(re.compile(r"/admin/agent_sessions/session/$"))
+    assert f"Session {session.id} deleted." in page.inner_text("ul.messagelist")
+    session.refresh_from_db()
+    assert session.deleted_at is not None
+    page.screenshot(path=SCREENSHOTS / "07-session-deleted.png", full_page=True)
 
     # Styles loaded: the admin's and ours, every one 200.
     urls = {url.split("/static/", 1)[-1] for url, _ in css}

@@ -6,6 +6,7 @@ import re
 from html import unescape
 
 import pytest
+from django.test import Client
 
 from core import heartbeats
 from core.services import api_key_create
@@ -77,23 +78,53 @@ def test_dashboard_shows_storage_intents_sessions_and_workers(admin_client, s3_b
     assert len(re.findall(r'name="_selected_action"', listing.content.decode())) == 1
 
 
-def test_session_page_pages_events_shows_resources_and_has_no_edit_buttons(admin_client, api_key):
-    session = _session(api_key.workspace, events=45)
-    first = admin_client.get(f"/admin/agent_sessions/session/{session.id}/change/")
-    assert first.status_code == 200
-    html = unescape(first.content.decode())
-    assert "Events (45; page 1 of 3)" in html
-    assert '"text": "m0"' in html and '"text": "m19"' in html and '"text": "m20"' not in html
-    assert "?events_page=3" in html
-    last = unescape(
-        admin_client.get(f"/admin/agent_sessions/session/{session.id}/change/?events_page=3").content.decode()
-    )
-    assert '"text": "m44"' in last and '"text": "m0"' not in last
+def test_session_page_is_a_transcript_with_the_newest_turn_and_no_edit_buttons(admin_client, api_key, settings):
+    from sessions import admin as session_admin
+
+    settings.DEBUG = False
+    session_admin.TRANSCRIPT_EVENTS, saved = 20, session_admin.TRANSCRIPT_EVENTS
+    try:
+        session = _session(api_key.workspace, events=45)
+        first = admin_client.get(f"/admin/agent_sessions/session/{session.id}/change/")
+        assert first.status_code == 200
+        html = unescape(first.content.decode())
+        assert "Transcript (45 events)" in html
+        text = _text(first.content)
+        # The latest events (the newest turn in view), as text, not JSON; older ones a page back.
+        assert " m44 " in text and " m25 " in text and " m24 " not in text and '"text"' not in html
+        assert "?before=26" in html
+        older = admin_client.get(f"/admin/agent_sessions/session/{session.id}/change/?before=26")
+        assert " m24 " in _text(older.content) and " m44 " not in _text(older.content)
+    finally:
+        session_admin.TRANSCRIPT_EVENTS = saved
     assert "Resources (0)" in html and "No resources mounted." in html
-    for page in (html, last):
-        assert 'name="_save"' not in page and 'name="_continue"' not in page
-        assert f"/admin/agent_sessions/session/{session.id}/delete/" not in page
+    assert 'name="_save"' not in html and 'name="_continue"' not in html
+    assert f"/admin/agent_sessions/session/{session.id}/delete/" not in html
     assert admin_client.post(f"/admin/agent_sessions/session/{session.id}/change/", {}).status_code == 403
+
+
+def test_the_session_pages_feed_and_actions_go_through_the_services(admin_client, api_key, s3_bucket):
+    session = _session(api_key.workspace, events=2)
+    feed = admin_client.get(f"/admin/agent_sessions/session/{session.id}/transcript/?after=1").json()
+    assert feed["last_seq"] == 2 and "m1" in feed["html"] and "m0" not in feed["html"] and feed["status"] == "idle"
+    tool_use = {"name": "bash", "input": {"command": "echo <b>hi</b>"}, "id": "toolu_1"}
+    session_event_append(session_id=session.id, type="agent.tool_use", payload=tool_use)
+    fresh = admin_client.get(f"/admin/agent_sessions/session/{session.id}/transcript/?after=2").json()
+    assert fresh["last_seq"] == 3 and "echo &lt;b&gt;hi&lt;/b&gt;" in fresh["html"]  # tenant text is escaped
+    assert admin_client.get(f"/admin/agent_sessions/session/{session.id}/act/interrupt/").status_code == 405
+    acted = admin_client.post(f"/admin/agent_sessions/session/{session.id}/act/interrupt/")
+    assert acted.status_code == 302
+    assert session.events.filter(type="user.interrupt").count() == 1
+    admin_client.post(f"/admin/agent_sessions/session/{session.id}/act/archive/")
+    session.refresh_from_db()
+    assert session.archived_at is not None
+    gone = admin_client.post(f"/admin/agent_sessions/session/{session.id}/act/delete/")
+    assert gone.status_code == 302 and gone["location"].endswith("/admin/agent_sessions/session/")
+    session.refresh_from_db()
+    assert session.deleted_at is not None
+    assert admin_client.post(f"/admin/agent_sessions/session/{session.id}/act/archive/").status_code == 404
+    assert admin_client.get("/admin/agent_sessions/session/sesn_nope/transcript/").status_code == 404
+    assert Client().get(f"/admin/agent_sessions/session/{session.id}/transcript/").status_code == 302  # login
 
 
 def test_file_page_has_a_download_link_and_a_link_to_its_session(admin_client, api_key, s3_bucket):
