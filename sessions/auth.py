@@ -22,7 +22,7 @@ from core.errors import AuthenticationFailed
 from sessions import credentials
 from sessions.models import EnvironmentKey, WorkItem
 from sessions.selectors.work import environment_key_resolve, work_session_scope, work_token_resolve
-from sessions.services.work import environment_key_touch
+from sessions.services.work import HeartbeatPreconditionFailed, environment_key_touch, lease_state
 
 _WORKER_WORK_PATH = re.compile(
     r"^/v1/environments/(?P<env>[^/]+)/work(?:/poll|/(?P<work>[^/]+)/(?:ack|heartbeat|stop))?$"
@@ -72,6 +72,20 @@ def _token_allows(grant: WorkGrant, method: str, path: str) -> bool:
     return False
 
 
+def _superseded_heartbeat(raw: str, *, method: str, path: str) -> None:
+    """The heartbeat of a holder whose claim a reclaim superseded: its token authorizes nothing
+    more, but it is told what the heartbeat's 412 tells (the lease is lost), so the SDK's worker
+    lets the item go instead of force-stopping it under the new holder."""
+    if method != "POST" or not path.endswith("/heartbeat"):
+        return
+    item = work_token_resolve(raw_token=raw, superseded=True)
+    if item is not None and path == f"/v1/environments/{item.environment_id}/work/{item.id}/heartbeat":
+        raise HeartbeatPreconditionFailed(
+            "This token's claim of the work item was superseded: another worker holds it now.",
+            details={"current_state": lease_state(item)},
+        )
+
+
 def worker_credential_authenticate(meta: dict, *, method: str, path: str):
     """(workspace, credential) for a worker credential allowed on `method path`: an EnvironmentKey
     or a WorkGrant; None when the request carries no worker credential (an API key, or nothing);
@@ -93,6 +107,7 @@ def worker_credential_authenticate(meta: dict, *, method: str, path: str):
         return key.workspace, key
     item = work_token_resolve(raw_token=raw)
     if item is None:
+        _superseded_heartbeat(raw, method=method, path=path)
         raise AuthenticationFailed("Invalid work token: it is not one this server issued, or its work item stopped.")
     grant = WorkGrant(item=item)
     if path.startswith(("/v1/skills/", "/v1/memory_stores/")):

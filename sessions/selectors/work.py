@@ -22,16 +22,21 @@ def environment_key_resolve(*, raw_key: str) -> EnvironmentKey | None:
     )
 
 
-def work_token_resolve(*, raw_token: str) -> WorkItem | None:
-    """The open work item a token names, if the token is that item's (None otherwise: a forged,
-    foreign or stopped item's token authorizes nothing)."""
-    work_id = credentials.work_token_work_id(raw_token)
-    if work_id is None:
+def work_token_resolve(*, raw_token: str, superseded: bool = False) -> WorkItem | None:
+    """The open work item a token names, if the token is its current claim's (None otherwise: a
+    forged or foreign token, a stopped item's, or one a reclaim superseded authorizes nothing).
+    With `superseded`, the item only if an earlier claim of it signed the token: its old holder,
+    which may be told that it lost the lease."""
+    parsed = credentials.work_token_parse(raw_token)
+    if parsed is None:
         return None
+    work_id, claim = parsed
     item = joined_row(
         WorkItem, joins=("workspace",), where="t.id = %s AND t.state <> %s", params=[work_id, State.STOPPED]
     )
-    if item is None or not credentials.work_token_valid(raw_token, work_id=item.id, session_id=item.session_id):
+    if item is None or (claim < item.claims) != superseded or claim > item.claims:
+        return None
+    if not credentials.work_token_valid(raw_token, work_id=item.id, session_id=item.session_id, claim=claim):
         return None
     return item
 

@@ -208,6 +208,43 @@ def test_a_lost_lease_is_reclaimed_and_the_old_holder_gets_a_412(sdk, live_serve
     assert WorkItem.objects.get(id=first.id).claims == 2
 
 
+def test_a_reclaimed_item_gets_a_new_token_and_the_old_one_stops_working(sdk, live_server, hosted):
+    """Issue 44, finding 10: a worker that lost its claim (its poll was not acknowledged in time,
+    or its lease ran out) keeps no access to the session."""
+    env_id = hosted.environment.id
+    session_id = _session(sdk, hosted)
+    work = hosted.worker.beta.environments.work
+    first = work.poll(env_id)
+    old_token = _sessions_token_from_secret(first.secret)
+    old = _bearer(live_server, old_token)
+    assert old.beta.sessions.retrieve(session_id).id == session_id
+    time.sleep(0.05)
+    second = work.poll(env_id, reclaim_older_than_ms=10)
+    new_token = _sessions_token_from_secret(second.secret)
+    assert second.id == first.id and new_token != old_token
+    for refused in (
+        lambda: old.beta.sessions.retrieve(session_id),
+        lambda: old.beta.sessions.events.list(session_id),
+        lambda: old.beta.sessions.events.send(
+            session_id, events=[{"type": "user.message", "content": [{"type": "text", "text": "still mine"}]}]
+        ),
+        lambda: old.beta.environments.work.ack(first.id, environment_id=env_id),
+        lambda: old.beta.environments.work.stop(first.id, environment_id=env_id),
+    ):
+        with pytest.raises(anthropic.AuthenticationError):
+            refused()
+    # Its heartbeat learns what the SDK's worker needs to let the item go: the lease is lost.
+    with pytest.raises(BetaHeartbeatPreconditionFailedError):
+        old.beta.environments.work.heartbeat(first.id, environment_id=env_id, expected_last_heartbeat="NO_HEARTBEAT")
+    new = _bearer(live_server, new_token)
+    assert new.beta.sessions.retrieve(session_id).id == session_id
+    work.ack(second.id, environment_id=env_id)
+    assert new.beta.environments.work.heartbeat(
+        second.id, environment_id=env_id, expected_last_heartbeat="NO_HEARTBEAT"
+    ).lease_extended
+    assert WorkItem.objects.get(id=first.id).state == "active"
+
+
 def test_an_unacknowledged_item_is_handed_out_again_after_the_reclaim_window(sdk, hosted):
     env_id = hosted.environment.id
     _session(sdk, hosted)
@@ -305,7 +342,7 @@ def test_the_admin_creates_a_key_once_and_revokes_it(admin_client, sdk, live_ser
 def test_a_work_secret_is_the_sdks_payload():
     from sessions.credentials import work_secret
 
-    secret = work_secret(work_id="work_x", session_id="sesn_y")
+    secret = work_secret(work_id="work_x", session_id="sesn_y", claim=1)
     assert "=" not in secret
     payload = json.loads(base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4)))
     assert list(payload) == ["sessions_token"] and payload["sessions_token"].startswith("mango-worktoken-work_x.")
