@@ -7,7 +7,8 @@
   SDK's EnvironmentWorker makes for that item while it is open: its session's retrieve, events
   (list, send, stream) and threads, the item's own ack, heartbeat and stop, the skills the
   session's agent runs (retrieve, versions, content) and the memory stores attached to the
-  session (read, and the memories inside them written). Anything else is a 401.
+  session (the store and its memories read; the memories written only where the store is
+  attached `read_write`). Anything else is a 401.
 
 An API key is never either: core.auth authenticates it, and the work routes that take only the
 environment key refuse it (sessions/apis/work.py)."""
@@ -20,7 +21,7 @@ from rest_framework.authentication import BaseAuthentication
 from core.auth import raw_key_from_meta
 from core.errors import AuthenticationFailed
 from sessions import credentials
-from sessions.models import EnvironmentKey, WorkItem
+from sessions.models import EnvironmentKey, SessionMemoryStore, WorkItem
 from sessions.selectors.work import environment_key_resolve, work_session_scope, work_token_resolve
 from sessions.services.work import HeartbeatPreconditionFailed, environment_key_touch, lease_state
 
@@ -63,13 +64,13 @@ def _token_allows(grant: WorkGrant, method: str, path: str) -> bool:
     skill = re.fullmatch(r"/v1/skills/([^/]+)(/versions(/[^/]+(/content)?)?)?", path)
     if method in ("GET", "HEAD") and skill and skill.group(1) in grant.scope.get("skills", ()):
         return True
-    store = re.fullmatch(r"/v1/memory_stores/([^/]+)(/.*)?", path)
-    if store and store.group(1) in grant.scope.get("memory_stores", ()):
-        rest = store.group(2) or ""
-        if method in ("GET", "HEAD"):
-            return True
-        return rest.startswith("/memories") and method in ("POST", "DELETE")
-    return False
+    store = re.fullmatch(r"/v1/memory_stores/([^/]+)(/memories(?:/[^/]+)?)?", path)
+    access = grant.scope.get("memory_stores", {}).get(store.group(1)) if store else None
+    if access is None:
+        return False
+    if method in ("GET", "HEAD"):
+        return True
+    return bool(store.group(2)) and method in ("POST", "DELETE") and access == SessionMemoryStore.Access.READ_WRITE
 
 
 def _superseded_heartbeat(raw: str, *, method: str, path: str) -> None:

@@ -43,11 +43,12 @@ def work_token_resolve(*, raw_token: str, superseded: bool = False) -> WorkItem 
 
 def work_session_scope(*, item: WorkItem) -> dict:
     """What a work token reaches besides its session: the skills its agent runs and the memory
-    stores attached to it (the SDK worker downloads and syncs both with the token)."""
+    stores attached to it, each with the access it was attached with (the SDK worker downloads
+    and syncs both with the token; a read_only store is never written through it)."""
     snapshot = Session.objects.filter(id=item.session_id).values_list("agent_snapshot", flat=True).first() or {}
     skills = {ref.get("skill_id") for ref in snapshot.get("skills") or [] if ref.get("skill_id")}
-    stores = set(
-        SessionMemoryStore.objects.filter(session_id=item.session_id).values_list("memory_store_id", flat=True)
+    stores = dict(
+        SessionMemoryStore.objects.filter(session_id=item.session_id).values_list("memory_store_id", "access")
     )
     return {"skills": skills, "memory_stores": stores}
 

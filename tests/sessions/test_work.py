@@ -412,3 +412,36 @@ def test_a_work_token_reaches_its_sessions_skills_and_memory_stores_only(sdk, li
     ):
         with pytest.raises(anthropic.AuthenticationError):
             refused()
+
+
+def test_a_work_token_writes_no_memory_store_attached_read_only(sdk, live_server, hosted):
+    """Issue 44, finding 1: the token's scope carries each attachment's access. A read_only store
+    is read through it and never written; a read_write one is written."""
+    kept = sdk.beta.memory_stores.create(name="kept")
+    keep = sdk.beta.memory_stores.memories.create(memory_store_id=kept.id, path="/keep.md", content="keep me")
+    notes = sdk.beta.memory_stores.create(name="notes")
+    session = sdk.beta.sessions.create(
+        agent=hosted.agent.id,
+        environment_id=hosted.environment.id,
+        resources=[
+            {"type": "memory_store", "memory_store_id": kept.id, "access": "read_only"},
+            {"type": "memory_store", "memory_store_id": notes.id, "access": "read_write"},
+        ],
+    )
+    work = hosted.worker.beta.environments.work.poll(hosted.environment.id)
+    assert work.data.id == session.id
+    item = _bearer(live_server, _sessions_token_from_secret(work.secret))
+    memories = item.beta.memory_stores.memories
+    assert [m.path for m in memories.list(memory_store_id=kept.id)] == ["/keep.md"]
+    assert memories.retrieve(keep.id, memory_store_id=kept.id).content == "keep me"
+    for refused in (
+        lambda: memories.create(memory_store_id=kept.id, path="/new.md", content="x"),
+        lambda: memories.update(keep.id, memory_store_id=kept.id, content="overwritten"),
+        lambda: memories.delete(keep.id, memory_store_id=kept.id),
+        lambda: item.beta.memory_stores.memory_versions.list(memory_store_id=kept.id),
+    ):
+        with pytest.raises(anthropic.AuthenticationError):
+            refused()
+    stored = sdk.beta.memory_stores.memories.list(memory_store_id=kept.id, view="full")
+    assert [(m.path, m.content) for m in stored] == [("/keep.md", "keep me")]
+    assert memories.create(memory_store_id=notes.id, path="/n.md", content="written").path == "/n.md"
