@@ -445,3 +445,27 @@ def test_a_work_token_writes_no_memory_store_attached_read_only(sdk, live_server
     stored = sdk.beta.memory_stores.memories.list(memory_store_id=kept.id, view="full")
     assert [(m.path, m.content) for m in stored] == [("/keep.md", "keep me")]
     assert memories.create(memory_store_id=notes.id, path="/n.md", content="written").path == "/n.md"
+
+
+def test_a_work_token_names_only_the_files_its_session_can_see(sdk, live_server, hosted, s3_bucket):
+    """Issue 44, finding 2: admission on a work token's behalf sees only what the session sees
+    (its resources, the Files scoped to it); any other File of the workspace is as missing as a
+    foreign one, so its text never reaches the model."""
+    from tests.sessions.test_file_admission import doc, message, upload
+
+    secret = upload(sdk, "secret.md", b"the workspace's secret")
+    attached = upload(sdk, "attached.md", b"the session's own notes")
+    session = sdk.beta.sessions.create(
+        agent=hosted.agent.id,
+        environment_id=hosted.environment.id,
+        resources=[{"type": "file", "file_id": attached.id, "mount_path": "/mnt/notes.md"}],
+    )
+    work = hosted.worker.beta.environments.work.poll(hosted.environment.id)
+    item = _bearer(live_server, _sessions_token_from_secret(work.secret))
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        item.beta.sessions.events.send(session.id, events=[message(doc(secret.id))])
+    assert secret.id in refused.value.message and "the workspace's secret" not in str(refused.value.body)
+    assert list(sdk.beta.sessions.events.list(session.id)) == []
+    assert item.beta.sessions.events.send(session.id, events=[message(doc(attached.id))]).data
+    # An API key sees the whole workspace, as before.
+    assert sdk.beta.sessions.events.send(session.id, events=[message(doc(secret.id))]).data
