@@ -378,3 +378,38 @@ def test_skills_stored_before_owned_objects_are_owned_by_the_migration(sdk, api_
 
     sdk.beta.skills.delete(skill.id)
     assert bucket_keys(workspace.id) == set() and not OwnedObject.objects.exists()
+
+
+def _lying_zip() -> bytes:
+    """A zip whose member's local header lies about the size of its file name: the archive
+    opens (its central directory is sound) and reading the member raises zipfile.BadZipFile."""
+    patched = bytearray(_zip([("liar/SKILL.md", SKILL_OK, 0o100644)]))
+    local = patched.index(b"PK\x03\x04")
+    patched[local + 26 : local + 28] = (200).to_bytes(2, "little")
+    return bytes(patched)
+
+
+def test_malformed_uploads_are_a_400_with_nothing_stored(sdk, api, api_key, s3_bucket):
+    """Issue 44, finding 9: a zip whose header lies about a size, a multipart part header over
+    Django's limit and a deeply nested YAML frontmatter were 500s."""
+    with pytest.raises(anthropic.BadRequestError, match="not a valid zip"):
+        sdk.beta.skills.create(files=[("liar.zip", _lying_zip(), "application/zip")])
+    deep = b"---\nname: deep\ndescription: " + b"[" * 20_000 + b"]" * 20_000 + b"\n---\n"
+    with pytest.raises(anthropic.BadRequestError, match="nested too deeply"):
+        sdk.beta.skills.create(files=[("deep/SKILL.md", deep)])
+    boundary = "mango-boundary"
+    body = (
+        (
+            f"--{boundary}\r\n"
+            f'Content-Disposition: form-data; name="files"; filename="ok-skill/SKILL.md"\r\n'
+            f"X-Padding: {'a' * 20_000}\r\n\r\n"
+        ).encode()
+        + SKILL_OK
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    response = api.post("/v1/skills", data=body, content_type=f"multipart/form-data; boundary={boundary}")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    assert "multipart" in response.json()["error"]["message"]
+    assert not Skill.objects.exists() and not SkillVersion.objects.exists()
+    assert bucket_keys(api_key.workspace.id) == set()
