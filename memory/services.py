@@ -20,7 +20,7 @@ import hashlib
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidRequest
@@ -34,6 +34,8 @@ from processors.memory import (
     check_content,
     check_path,
     check_store_name,
+    path_ancestors,
+    path_clash,
 )
 
 
@@ -181,12 +183,34 @@ def _version(**fields) -> MemoryVersion:
     return version
 
 
+def memory_paths_clashing(*, store: MemoryStore, paths: list[str], other_than: str | None = None) -> list[str]:
+    """The paths of the store's memories that one of `paths` could not live beside in a directory
+    tree (mounted in a sandbox, a store is one): a directory of it, or a path under it."""
+    if not paths:
+        return []
+    near = Q(path__in={above for path in paths for above in path_ancestors(path)})
+    for path in paths:
+        near |= Q(path__startswith=path + "/")
+    rows = Memory.objects.filter(store=store).filter(near)
+    if other_than is not None:
+        rows = rows.exclude(pk=other_than)
+    return list(rows.values_list("path", flat=True))
+
+
 def _path_taken(store: MemoryStore, path: str, *, other_than: str | None = None) -> None:
+    """A path is one memory's, and never both a memory and a directory of others (`/x` and
+    `/x/y`, in either order): a sandbox could place only one of them."""
     taken = Memory.objects.filter(store=store, path=path)
     if other_than is not None:
         taken = taken.exclude(pk=other_than)
     if taken.exists():
         raise MemoryPathConflict(f"path: {path[:200]!r} is already held by another memory in this store.")
+    clash = path_clash(path, memory_paths_clashing(store=store, paths=[path], other_than=other_than))
+    if clash is not None:
+        raise MemoryPathConflict(
+            f"path: {path[:200]!r} clashes with the memory at {clash[:200]!r}: a path cannot be both a memory"
+            " and a directory of other memories."
+        )
 
 
 def _check_precondition(memory: Memory, expected: str | None) -> None:

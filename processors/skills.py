@@ -53,6 +53,14 @@ def check_paths(paths: list[str]) -> str:
     if len(tops) > 1:
         names = ", ".join(sorted(repr(top[:64]) for top in tops)[:5])
         raise SkillRefused(f"files: all files must be in one top-level directory; found {names}.")
+    for path in paths:
+        parts = path.split("/")
+        above = next(("/".join(parts[:i]) for i in range(2, len(parts)) if "/".join(parts[:i]) in seen), None)
+        if above is not None:
+            raise SkillRefused(
+                f"files: {path[:200]!r} is under {above[:200]!r}, which is a file: a path cannot be both a file"
+                " and a directory."
+            )
     top = tops.pop()
     if f"{top}/{SKILL_FILE}" not in seen:
         raise SkillRefused(f"files: {top}/{SKILL_FILE} is missing (the skill's directory must hold a SKILL.md).")

@@ -43,6 +43,7 @@ from memory.services import (
     MemoryQuotaExceeded,
     memory_bytes_used_locked,
     memory_content_set,
+    memory_paths_clashing,
     memory_quota_check,
     memory_version_row,
     session_actor,
@@ -54,6 +55,8 @@ from processors.memory import (
     classify_memory_member,
     memory_relative_path,
     mount_slug,
+    path_ancestors,
+    path_clash,
 )
 from processors.resources import tar_stream_for_files
 from sessions import events as ev
@@ -83,7 +86,16 @@ def session_memory_place(*, session: Session, ref: str) -> int:
         rows = memory_store_contents(store=store) if store is not None else ()
 
         def files(rows=rows, baseline=baseline, slug=slug):
+            # In path order a directory's name comes before the paths under it: a memory under
+            # a path that is a memory too (`/x/y` beside `/x`, which the API refuses but older
+            # rows may hold) is not placed, and so not in the baseline, never deleted by write-back.
             for memory_id, path, sha, content in rows:
+                if any(above in baseline for above in path_ancestors(path)):
+                    logger.warning(
+                        "a memory under another memory's path was not placed",
+                        extra={"session_id": session.id, "memory_id": memory_id},
+                    )
+                    continue
                 data = content.encode("utf-8")
                 baseline[path] = [memory_id, sha]
                 yield f"{slug}/{memory_relative_path(path)}", len(data), (data,)
@@ -196,6 +208,7 @@ class _Plan:
         ids = [change.memory_id for change, _ in steps if change.operation != "created"]
         self.by_path = {m.path: m for m in Memory.objects.filter(store=self.store, path__in=paths)}
         self.by_id = {m.id: m for m in Memory.objects.select_for_update().filter(store=self.store, id__in=ids)}
+        self.clashing = memory_paths_clashing(store=self.store, paths=paths)
         self.count = Memory.objects.filter(store=self.store).count()
         self.used = memory_bytes_used_locked(workspace_id=self.store.workspace_id)
 
@@ -228,6 +241,9 @@ class _Plan:
                 if existing.content_sha256 != change.content_sha256:
                     raise _Conflict("another writer created this path meanwhile; the store keeps its version")
                 return self._keep("adopted", change, existing)
+            clash = path_clash(change.path, self.clashing)
+            if clash is not None:
+                raise _Conflict(f"the store holds {clash[:200]!r}; a path cannot be both a file and a directory")
             if self.count >= self.limit:
                 raise _Conflict(f"the memory store holds its limit of {self.limit} memories")
             self._grow(len(content.encode("utf-8")))

@@ -414,3 +414,24 @@ def test_the_workspace_memory_quota_is_a_400_with_nothing_stored(sdk, api_key, s
     memories.update(kept.id, memory_store_id=first.id, content="1234")  # shrinking always works
     memories.create(second.id, path="/b.md", content="123456")  # 10 bytes in all: at the quota
     assert sorted(Memory.objects.values_list("content_size_bytes", flat=True)) == [4, 6]
+
+
+def test_a_path_is_never_both_a_memory_and_a_directory_of_memories(sdk, api_key):
+    """Issue 44, finding 7: mounted in a sandbox a store is one directory tree, where `/x` cannot
+    be a file and hold `/x/y`; the API refuses the second of the two, in either order."""
+    store = sdk.beta.memory_stores.create(name="tree")
+    memories = sdk.beta.memory_stores.memories
+    memories.create(store.id, path="/x", content="a file")
+    below = memories.create(store.id, path="/y/z.md", content="under /y")
+    for path in ("/x/y", "/x/deep/er.md", "/y", "/y/z.md/w"):
+        with pytest.raises(anthropic.ConflictError) as clash:
+            memories.create(store.id, path=path, content="clash")
+        assert clash.value.body["error"]["type"] in ("memory_path_conflict_error",), path
+    with pytest.raises(anthropic.ConflictError, match="both a memory and a directory"):
+        memories.update(below.id, memory_store_id=store.id, path="/x/z.md")
+    assert sorted(Memory.objects.filter(store_id=store.id).values_list("path", flat=True)) == ["/x", "/y/z.md"]
+    # Siblings that only share a prefix of characters are not directories of each other.
+    memories.create(store.id, path="/x-y", content="a sibling")
+    memories.create(store.id, path="/xy/z", content="another")
+    # A memory may move under where it was (its old path is gone).
+    assert memories.update(below.id, memory_store_id=store.id, path="/y/z.md/w").path == "/y/z.md/w"

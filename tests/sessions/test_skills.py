@@ -154,6 +154,8 @@ SKILL_OK = SKILL_MD.format(name="ok-skill", description="Fine.").encode()
         ([("ok-skill/SKILL.md", b"---\nname: fine\ndescription: <b>x</b>\n---\n")], "XML tags"),
         ([("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/a\\b", b"x")], "backslash"),
         ([("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/SKILL.md", SKILL_OK)], "appears twice"),
+        ([("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/x", b"file"), ("ok-skill/x/y", b"under")], "both a file"),
+        ([("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/x/y", b"under"), ("ok-skill/x", b"file")], "both a file"),
     ],
     ids=[
         "traversal",
@@ -169,6 +171,8 @@ SKILL_OK = SKILL_MD.format(name="ok-skill", description="Fine.").encode()
         "xml-description",
         "backslash",
         "duplicate",
+        "file-then-directory",
+        "directory-then-file",
     ],
 )
 def test_hostile_uploads_are_refused_with_nothing_stored(sdk, api_key, s3_bucket, files, fragment):
