@@ -126,7 +126,7 @@ class WritebackReport:
     deleted: list[str] = field(default_factory=list)
     unchanged: int = 0
     # One reason per path that was not written back (conflicts, refusals), naming the path.
-    problems: list[str] = field(default_factory=list)
+    problems: ev.BoundedNames = field(default_factory=ev.BoundedNames)
 
 
 class _Conflict(Exception):
@@ -368,7 +368,7 @@ def memory_writeback(*, session: Session) -> WritebackReport:
             len(report.modified),
             len(report.deleted),
             report.unchanged,
-            len(report.problems),
+            report.problems.total,
             extra={"session_id": session.id},
         )
     return report
@@ -392,11 +392,11 @@ def memory_writeback_at_idle(*, session: Session) -> WritebackReport | None:
         )
         return None
     if report.problems:
-        count = len(report.problems)
+        count = report.problems.total
         _session_error(
             session=session,
             message=f"{count} change{'' if count == 1 else 's'} under {MEMORY_ROOT} {'was' if count == 1 else 'were'}"
-            f" not saved to memory: {'; '.join(report.problems)}. The files stay in the sandbox; read the"
+            f" not saved to memory: {report.problems.listed()}. The files stay in the sandbox; read the"
             " store's current version and merge your change in a later turn.",
         )
     return report

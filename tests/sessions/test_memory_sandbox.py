@@ -200,3 +200,25 @@ def test_a_memory_that_cannot_be_placed_is_never_deleted(sdk, live_server, api_k
     assert "content of /x" in output
     assert _memories(store.id) == {"/x": "content of /x", "/x/y": "content of /x/y"}
     assert not MemoryVersion.objects.filter(store_id=store.id, operation="deleted").exists()
+
+
+@pytest.mark.timeout(180)
+def test_an_error_event_names_a_bounded_number_of_paths(sdk, live_server, api_key, model, celery_worker):
+    """Issue 44, finding 8: a sandbox holding many files the memory rules refuse (100,000
+    symlinks made a 10 MB session.error) gets one error that names at most 20 of them and says
+    how many more there are."""
+    from sessions.events import ERROR_MAX_NAMES
+
+    store = sdk.beta.memory_stores.create(name="links")
+    sdk.beta.memory_stores.memories.create(store.id, path="/kept.md", content="kept")
+    agent, env = _agent_env(sdk)
+    session = sdk.beta.sessions.create(
+        agent=agent.id, environment_id=env.id, resources=[{"type": "memory_store", "memory_store_id": store.id}]
+    )
+    long = "l" * 200
+    _turn(sdk, model, session.id, f"cd /mnt/memory/links && for i in $(seq 1 500); do ln -s kept.md {long}$i; done")
+    (error,) = _errors(sdk, session.id)
+    assert error.startswith("500 changes under /mnt/memory were not saved")
+    assert error.count(long) == ERROR_MAX_NAMES and f"and {500 - ERROR_MAX_NAMES} more" in error
+    assert len(error) < (ERROR_MAX_NAMES + 2) * 300
+    assert _memories(store.id) == {"/kept.md": "kept"}
