@@ -45,8 +45,10 @@ from memory.services import (
     memory_content_set,
     memory_paths_clashing,
     memory_quota_check,
+    memory_store_bytes_add,
     memory_version_row,
     session_actor,
+    version_cost,
 )
 from processors.memory import (
     CONTENT_MAX_BYTES,
@@ -200,6 +202,7 @@ class _Plan:
         self.deleted: list[str] = []
         self.entries: dict[str, list[str]] = {}
         self.drops: list[str] = []
+        self.stored = 0
         self.done: list[tuple[str, str]] = []
 
     def load(self, steps: list[tuple[Change, str | None]]) -> None:
@@ -213,6 +216,8 @@ class _Plan:
         self.used = memory_bytes_used_locked(workspace_id=self.store.workspace_id)
 
     def _version(self, memory_id: str, operation: str, path: str, content: str | None):
+        """The version planned and counted (every version counts toward the workspace's memory
+        quota; one past it is a _Conflict, but a delete is never refused)."""
         version = memory_version_row(
             store=self.store,
             memory_id=memory_id,
@@ -222,6 +227,14 @@ class _Plan:
             actor=self.actor,
             now=self.now,
         )
+        cost = version_cost(version)
+        if operation != "deleted":
+            try:
+                memory_quota_check(used=self.used, adding=cost)
+            except MemoryQuotaExceeded as exc:
+                raise _Conflict(exc.message) from None
+        self.used += cost
+        self.stored += cost
         self.versions.append(version)
         return version
 
@@ -246,7 +259,6 @@ class _Plan:
                 raise _Conflict(f"the store holds {clash[:200]!r}; a path cannot be both a file and a directory")
             if self.count >= self.limit:
                 raise _Conflict(f"the memory store holds its limit of {self.limit} memories")
-            self._grow(len(content.encode("utf-8")))
             memory = Memory(store=self.store, created_at=self.now)
             memory_content_set(memory, self._version(memory.id, "created", change.path, content), now=self.now)
             self.created.append(memory)
@@ -260,7 +272,6 @@ class _Plan:
             if memory.content_sha256 != change.expected_sha256:
                 raise _Conflict("changed in the store since this session read it; it was not deleted")
             self._version(memory.id, "deleted", memory.path, None)
-            self.used -= memory.content_size_bytes
             self.deleted.append(memory.id)
             self.count -= 1
             return self._keep("deleted", change, None)
@@ -270,20 +281,13 @@ class _Plan:
             if memory.content_sha256 == change.content_sha256:
                 return self._keep("adopted", change, memory)
             raise _Conflict("changed in the store since this session read it (content_sha256 precondition)")
-        self._grow(len(content.encode("utf-8")) - memory.content_size_bytes)
         memory_content_set(memory, self._version(memory.id, "modified", memory.path, content), now=self.now)
         self.modified.append(memory)
         return self._keep("modified", change, memory)
 
-    def _grow(self, adding: int) -> None:
-        try:
-            memory_quota_check(used=self.used, adding=adding)
-        except MemoryQuotaExceeded as exc:
-            raise _Conflict(exc.message) from None
-        self.used += adding
-
     def write(self, *, attachment_id: int) -> None:
         MemoryVersion.objects.bulk_create(self.versions)
+        memory_store_bytes_add(store=self.store, adding=self.stored)
         Memory.objects.bulk_create(self.created)
         if self.modified:
             Memory.objects.bulk_update(self.modified, fields=MEMORY_CONTENT_FIELDS)
