@@ -417,3 +417,41 @@ def test_malformed_uploads_are_a_400_with_nothing_stored(sdk, api, api_key, s3_b
     assert "multipart" in response.json()["error"]["message"]
     assert not Skill.objects.exists() and not SkillVersion.objects.exists()
     assert bucket_keys(api_key.workspace.id) == set()
+
+
+def test_skill_bytes_count_toward_the_workspace_quotas(sdk, api_key, s3_bucket, settings):
+    """Issue 44, finding 6: three 28 MiB versions were accepted with no check (about 3.2 TB per
+    workspace within the per-skill limits). A workspace's skill versions are capped by
+    MANGO_WORKSPACE_SKILLS_MAX_BYTES, and their files count toward its storage quota as Files do."""
+    from files.quotas import workspace_usage
+
+    data = b"x" * 10_000
+    size = len(SKILL_OK) + len(data)
+    upload = [("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/data.bin", data)]
+    other = [("other-skill/SKILL.md", SKILL_MD.format(name="other-skill", description="d").encode())]
+    settings.MANGO_WORKSPACE_SKILLS_MAX_BYTES = 2 * size
+    skill = sdk.beta.skills.create(files=upload)
+    sdk.beta.skills.versions.create(skill.id, files=upload)
+    for refused in (
+        lambda: sdk.beta.skills.versions.create(skill.id, files=upload),
+        lambda: sdk.beta.skills.create(files=other),
+    ):
+        with pytest.raises(anthropic.BadRequestError, match="MANGO_WORKSPACE_SKILLS_MAX_BYTES") as over:
+            refused()
+        assert over.value.body["error"]["details"]["error_code"] == "skill_quota_exceeded"
+    assert SkillVersion.objects.count() == 2 and len(bucket_keys(api_key.workspace.id)) == 4
+    assert workspace_usage(api_key.workspace.id).bytes == 2 * size
+
+    # The storage quota: skill files take room a File could have had, and the other way round.
+    settings.MANGO_WORKSPACE_SKILLS_MAX_BYTES = 10**12
+    settings.MANGO_WORKSPACE_FILES_MAX_BYTES = 3 * size - 1
+    with pytest.raises(anthropic.BadRequestError) as full:
+        sdk.beta.skills.versions.create(skill.id, files=upload)
+    assert full.value.body["error"]["details"]["error_code"] == "storage_quota_exceeded"
+    with pytest.raises(anthropic.BadRequestError):
+        sdk.beta.files.upload(file=("f.bin", b"y" * size, "application/octet-stream"))
+    assert SkillVersion.objects.count() == 2 and len(bucket_keys(api_key.workspace.id)) == 4
+    # Deleting a version frees its bytes.
+    (oldest,) = [v.id for v in sdk.beta.skills.versions.list(skill.id)][-1:]
+    sdk.beta.skills.versions.delete(oldest, skill_id=skill.id)
+    sdk.beta.skills.versions.create(skill.id, files=upload)
