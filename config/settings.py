@@ -222,6 +222,9 @@ MANGO_SKILL_FILE_MAX_BYTES = env.int("MANGO_SKILL_FILE_MAX_BYTES", default=8 * 1
 MANGO_SKILL_MAX_BYTES = env.int("MANGO_SKILL_MAX_BYTES", default=32 * 1024 * 1024)
 MANGO_SKILL_MAX_VERSIONS = env.int("MANGO_SKILL_MAX_VERSIONS", default=100)
 MANGO_WORKSPACE_MAX_SKILLS = env.int("MANGO_WORKSPACE_MAX_SKILLS", default=1000)
+# Bytes of all the workspace's skill versions (their files also count toward the storage quota,
+# MANGO_WORKSPACE_FILES_MAX_BYTES).
+MANGO_WORKSPACE_SKILLS_MAX_BYTES = env.int("MANGO_WORKSPACE_SKILLS_MAX_BYTES", default=1024 * 1024 * 1024)
 # Memory stores (memory/services.py): the beta header the SDK sends for them, stores per
 # workspace and memories per store. A memory's content (100 kB) and path (1,024 bytes) limits are
 # the SDK's, in processors/memory.py.

@@ -1,6 +1,7 @@
-"""The per-workspace Files quota: bytes and count of the workspace's ready Files (uploads,
-resource copies and session outputs alike), MANGO_WORKSPACE_FILES_MAX_BYTES and
-MANGO_WORKSPACE_FILES_MAX_COUNT.
+"""The per-workspace storage quota: bytes of everything the workspace keeps in the object store
+(its ready Files — uploads, resource copies and session outputs alike — and the objects other
+apps own, skill files among them), MANGO_WORKSPACE_FILES_MAX_BYTES; and the count of its ready
+Files, MANGO_WORKSPACE_FILES_MAX_COUNT.
 
 Enforced where a File becomes visible, inside that transaction and after its writes
 (``quota_enforce``): the workspace row is locked, the workspace's ready Files are summed (this
@@ -22,7 +23,7 @@ from django.db.models import Count, Sum
 
 from core.errors import InvalidRequest
 from core.models import Workspace
-from files.models import File
+from files.models import File, OwnedObject
 
 
 class StorageQuotaExceeded(InvalidRequest):
@@ -44,11 +45,15 @@ def quota_files(*, workspace=None) -> int:
 
 
 def workspace_usage(workspace_id: str) -> Usage:
-    """Bytes and count of the workspace's ready Files (what the quota counts)."""
+    """Bytes of the workspace's ready Files and owned objects, and the count of its ready Files
+    (what the quota counts)."""
     row = File.objects.filter(workspace_id=workspace_id, state=File.State.READY).aggregate(
         size=Sum("size_bytes"), count=Count("id")
     )
-    return Usage(bytes=row["size"] or 0, files=row["count"])
+    owned = OwnedObject.objects.filter(workspace_id=workspace_id, state=OwnedObject.State.READY).aggregate(
+        size=Sum("size_bytes")
+    )
+    return Usage(bytes=(row["size"] or 0) + (owned["size"] or 0), files=row["count"])
 
 
 def quota_enforce(*, workspace_id: str) -> None:
@@ -59,8 +64,8 @@ def quota_enforce(*, workspace_id: str) -> None:
     max_bytes, max_files = quota_bytes(), quota_files()
     if usage.bytes > max_bytes:
         raise StorageQuotaExceeded(
-            f"The workspace's Files storage quota of {max_bytes} bytes would be exceeded "
-            f"({usage.bytes} bytes with this change). Delete files to free up space, then retry."
+            f"The workspace's storage quota of {max_bytes} bytes (Files and skill files) would be exceeded "
+            f"({usage.bytes} bytes with this change). Delete files or skill versions to free up space, then retry."
         )
     if usage.files > max_files:
         raise StorageQuotaExceeded(

@@ -190,7 +190,8 @@ def owned_object_write(
     byte goes to the store, and the OwnedObject row is created in the transaction that closes it.
     So a crash mid-write leaves an open intent that reconciliation rolls back (no orphan), and an
     object that was committed always has the row the orphan scan keeps it for. Bounded memory;
-    more than `max_bytes` raises RequestTooLarge; a failure leaves no object and no row."""
+    more than `max_bytes` raises RequestTooLarge; past the workspace's storage quota (which counts
+    owned objects as Files) StorageQuotaExceeded; a failure leaves no object and no row."""
     owner_kind = OwnedObject.OwnerKind(owner_kind)
     staged = object_stage_stream(
         workspace=workspace,
@@ -213,6 +214,7 @@ def owned_object_write(
                 sha256=staged.sha256,
             )
             _intent_commit(intent)
+            quota_enforce(workspace_id=workspace.id)  # owned objects count toward the store's quota
     except BaseException:
         object_stage_discard(staged)
         raise

@@ -32,6 +32,10 @@ class MemoryStore(Archivable, models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     archived_at = models.DateTimeField(null=True, blank=True)
+    # What its version log holds, as the workspace's memory quota counts it (every version's path
+    # and content bytes plus VERSION_OVERHEAD_BYTES): moved by the transaction that writes or
+    # redacts a version, under this row's lock (memory/services.py).
+    stored_bytes = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         db_table = "agent_sessions_memorystore"

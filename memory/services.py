@@ -20,7 +20,7 @@ import hashlib
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidRequest
@@ -34,6 +34,8 @@ from processors.memory import (
     check_content,
     check_path,
     check_store_name,
+    path_ancestors,
+    path_clash,
 )
 
 
@@ -49,12 +51,24 @@ class MemoryQuotaExceeded(InvalidRequest):
     code = "memory_quota_exceeded"
 
 
+# What one version costs besides its path and content bytes (its row and index entries): a
+# log of empty updates is bounded too.
+VERSION_OVERHEAD_BYTES = 256
+
+
+def version_cost(version: MemoryVersion) -> int:
+    """The bytes one version counts toward the workspace's memory quota."""
+    path = len(version.path.encode("utf-8")) if version.path is not None else 0
+    return (version.content_size_bytes or 0) + path + VERSION_OVERHEAD_BYTES
+
+
 def memory_bytes_used_locked(*, workspace_id: str) -> int:
-    """Bytes of current content in all the workspace's stores, with the workspace row locked
-    (taken after a store's row, as every memory writer does): concurrent writers of one
-    workspace queue here, so two cannot both pass the last free byte."""
+    """Bytes the workspace's stores hold (every version of every memory, the current ones
+    included: MemoryStore.stored_bytes), with the workspace row locked (taken after a store's
+    row, as every memory writer does): concurrent writers of one workspace queue here, so two
+    cannot both pass the last free byte."""
     Workspace.objects.select_for_update().filter(pk=workspace_id).first()
-    used = Memory.objects.filter(store__workspace_id=workspace_id).aggregate(total=Sum("content_size_bytes"))
+    used = MemoryStore.objects.filter(workspace_id=workspace_id).aggregate(total=Sum("stored_bytes"))
     return used["total"] or 0
 
 
@@ -62,9 +76,27 @@ def memory_quota_check(*, used: int, adding: int) -> None:
     quota = settings.MANGO_WORKSPACE_MEMORY_MAX_BYTES
     if adding > 0 and used + adding > quota:
         raise MemoryQuotaExceeded(
-            f"The workspace's memory stores hold {used} bytes; {adding} more would pass its quota of {quota} bytes"
-            " (MANGO_WORKSPACE_MEMORY_MAX_BYTES). Nothing was stored."
+            f"The workspace's memory stores hold {used} bytes (every version counts); {adding} more would pass"
+            f" its quota of {quota} bytes (MANGO_WORKSPACE_MEMORY_MAX_BYTES). Nothing was stored. Redact old"
+            " versions or delete a store to free space."
         )
+
+
+def memory_store_bytes_add(*, store: MemoryStore, adding: int) -> None:
+    """Move the store's count by `adding` (negative: freed), in the caller's transaction."""
+    if adding:
+        MemoryStore.objects.filter(pk=store.pk).update(stored_bytes=F("stored_bytes") + adding)
+
+
+def _version_charged(*, store: MemoryStore, check: bool = True, **fields) -> MemoryVersion:
+    """A version written and counted: refused past the quota when `check` (a delete never is)."""
+    version = memory_version_row(store=store, **fields)
+    cost = version_cost(version)
+    if check:
+        memory_quota_check(used=memory_bytes_used_locked(workspace_id=store.workspace_id), adding=cost)
+    version.save(force_insert=True)
+    memory_store_bytes_add(store=store, adding=cost)
+    return version
 
 
 def api_actor(api_key) -> dict:
@@ -175,18 +207,34 @@ def memory_content_set(memory: Memory, version: MemoryVersion, *, now) -> None:
     memory.version_id, memory.updated_at = version.id, now
 
 
-def _version(**fields) -> MemoryVersion:
-    version = memory_version_row(**fields)
-    version.save(force_insert=True)
-    return version
+def memory_paths_clashing(*, store: MemoryStore, paths: list[str], other_than: str | None = None) -> list[str]:
+    """The paths of the store's memories that one of `paths` could not live beside in a directory
+    tree (mounted in a sandbox, a store is one): a directory of it, or a path under it."""
+    if not paths:
+        return []
+    near = Q(path__in={above for path in paths for above in path_ancestors(path)})
+    for path in paths:
+        near |= Q(path__startswith=path + "/")
+    rows = Memory.objects.filter(store=store).filter(near)
+    if other_than is not None:
+        rows = rows.exclude(pk=other_than)
+    return list(rows.values_list("path", flat=True))
 
 
 def _path_taken(store: MemoryStore, path: str, *, other_than: str | None = None) -> None:
+    """A path is one memory's, and never both a memory and a directory of others (`/x` and
+    `/x/y`, in either order): a sandbox could place only one of them."""
     taken = Memory.objects.filter(store=store, path=path)
     if other_than is not None:
         taken = taken.exclude(pk=other_than)
     if taken.exists():
         raise MemoryPathConflict(f"path: {path[:200]!r} is already held by another memory in this store.")
+    clash = path_clash(path, memory_paths_clashing(store=store, paths=[path], other_than=other_than))
+    if clash is not None:
+        raise MemoryPathConflict(
+            f"path: {path[:200]!r} clashes with the memory at {clash[:200]!r}: a path cannot be both a memory"
+            " and a directory of other memories."
+        )
 
 
 def _check_precondition(memory: Memory, expected: str | None) -> None:
@@ -206,7 +254,7 @@ def memory_create_locked(*, store: MemoryStore, path: str, content: str, actor: 
     _path_taken(store, path)
     now = timezone.now()
     memory = Memory(store=store, path=path, content=content, created_at=now, updated_at=now)
-    version = _version(
+    version = _version_charged(
         store=store, memory_id=memory.id, operation="created", path=path, content=content, actor=actor, now=now
     )
     memory.content_sha256, memory.content_size_bytes = version.content_sha256, version.content_size_bytes
@@ -232,7 +280,7 @@ def memory_update_locked(
     if new_path != memory.path:
         _path_taken(store, new_path, other_than=memory.id)
     now = timezone.now()
-    version = _version(
+    version = _version_charged(
         store=store, memory_id=memory.id, operation="modified", path=new_path, content=new_content, actor=actor, now=now
     )
     memory_content_set(memory, version, now=now)
@@ -243,7 +291,8 @@ def memory_update_locked(
 def memory_delete_locked(*, store: MemoryStore, memory: Memory, expected: str | None, actor: dict) -> None:
     """Inside the caller's transaction: the precondition, a `deleted` version, the row gone."""
     _check_precondition(memory, expected)
-    _version(
+    _version_charged(
+        check=False,
         store=store,
         memory_id=memory.id,
         operation="deleted",
@@ -257,13 +306,11 @@ def memory_delete_locked(*, store: MemoryStore, memory: Memory, expected: str | 
 
 def memory_create(*, workspace, memory_store_id: str, path: str, content: str, actor: dict) -> Memory:
     _refuse("path", check_path, path)
-    size = _refuse("content", check_content, content)
+    _refuse("content", check_content, content)
     with transaction.atomic():
         store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
         _writable(store)
-        memory = memory_create_locked(store=store, path=path, content=content, actor=actor)
-        memory_quota_check(used=memory_bytes_used_locked(workspace_id=store.workspace_id) - size, adding=size)
-        return memory
+        return memory_create_locked(store=store, path=path, content=content, actor=actor)
 
 
 def memory_update(
@@ -284,14 +331,9 @@ def memory_update(
         store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
         memory = memory_get(store=store, memory_id=memory_id, for_update=True)
         _writable(store)
-        before = memory.content_size_bytes
-        memory = memory_update_locked(
+        return memory_update_locked(
             store=store, memory=memory, path=path, content=content, expected=expected_sha256, actor=actor
         )
-        growth = memory.content_size_bytes - before
-        if growth > 0:
-            memory_quota_check(used=memory_bytes_used_locked(workspace_id=store.workspace_id) - growth, adding=growth)
-        return memory
 
 
 def memory_delete(*, workspace, memory_store_id: str, memory_id: str, expected_sha256: str | None, actor: dict) -> None:
@@ -317,11 +359,13 @@ def memory_version_redact(*, workspace, memory_store_id: str, memory_version_id:
             f"Memory version {version.id} holds its memory's current content; update or delete the memory"
             " before redacting this version."
         )
+    freed = version_cost(version) - VERSION_OVERHEAD_BYTES
     version.path = version.content = version.content_sha256 = version.content_size_bytes = None
     version.redacted_at, version.redacted_by = timezone.now(), actor
     version.save(
         update_fields=["path", "content", "content_sha256", "content_size_bytes", "redacted_at", "redacted_by"]
     )
+    memory_store_bytes_add(store=store, adding=-freed)
     return version
 
 

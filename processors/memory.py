@@ -56,6 +56,19 @@ def check_path(path: str) -> str:
     return path
 
 
+def path_ancestors(path: str) -> list[str]:
+    """The directories above a valid memory path, outermost first: `/a/b/c` → `/a`, `/a/b`."""
+    segments = path[1:].split("/")
+    return ["/" + "/".join(segments[:i]) for i in range(1, len(segments))]
+
+
+def path_clash(path: str, others) -> str | None:
+    """The first of `others` that `path` cannot live beside in a directory tree: one of its
+    directories (`/x` beside `/x/y`) or a path under it (`/x/y` beside `/x`). None if none."""
+    above, below = set(path_ancestors(path)), path + "/"
+    return next((other for other in others if other in above or other.startswith(below)), None)
+
+
 def check_path_prefix(prefix: str) -> str:
     """A list's `path_prefix`: `/` or whole segments ending in `/`."""
     if not isinstance(prefix, str) or not prefix.startswith("/") or not prefix.endswith("/"):

@@ -10,6 +10,7 @@ letters, digits and single hyphens), naming neither "anthropic" nor "claude", wi
 import re
 import stat
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -52,6 +53,14 @@ def check_paths(paths: list[str]) -> str:
     if len(tops) > 1:
         names = ", ".join(sorted(repr(top[:64]) for top in tops)[:5])
         raise SkillRefused(f"files: all files must be in one top-level directory; found {names}.")
+    for path in paths:
+        parts = path.split("/")
+        above = next(("/".join(parts[:i]) for i in range(2, len(parts)) if "/".join(parts[:i]) in seen), None)
+        if above is not None:
+            raise SkillRefused(
+                f"files: {path[:200]!r} is under {above[:200]!r}, which is a file: a path cannot be both a file"
+                " and a directory."
+            )
     top = tops.pop()
     if f"{top}/{SKILL_FILE}" not in seen:
         raise SkillRefused(f"files: {top}/{SKILL_FILE} is missing (the skill's directory must hold a SKILL.md).")
@@ -94,6 +103,9 @@ def parse_manifest(top: str, skill_md: bytes) -> SkillManifest:
         raise SkillRefused(f"{top}/{SKILL_FILE}: the frontmatter is over {FRONTMATTER_MAX_BYTES} bytes.")
     try:
         data = yaml.safe_load(block)
+    except RecursionError:
+        # PyYAML composes nested collections recursively: deep nesting exhausts the stack.
+        raise SkillRefused(f"{top}/{SKILL_FILE}: the frontmatter is nested too deeply.") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" (line {where.line + 2})" if where is not None else ""
@@ -171,8 +183,15 @@ def zip_members(fileobj, *, max_files: int, max_file_bytes: int, max_bytes: int)
                 )
             if info.is_dir() or (mode and stat.S_ISDIR(mode)):
                 continue
-            with archive.open(info) as member:
-                data = member.read(max_file_bytes + 1)
+            try:
+                with archive.open(info) as member:
+                    data = member.read(max_file_bytes + 1)
+            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError, OSError, ValueError):
+                # A header that lies (a size, a name's length), a corrupt stream, an unsupported
+                # method or an encrypted member: the archive is not one we can read.
+                raise SkillRefused(
+                    f"files: the .zip upload is not a valid zip archive ({info.filename[:200]!r} cannot be read)."
+                ) from None
             if len(data) > max_file_bytes:
                 raise SkillRefused(
                     f"files: {info.filename[:200]!r} is over {max_file_bytes} bytes (a skill file's limit)."

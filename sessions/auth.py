@@ -7,7 +7,8 @@
   SDK's EnvironmentWorker makes for that item while it is open: its session's retrieve, events
   (list, send, stream) and threads, the item's own ack, heartbeat and stop, the skills the
   session's agent runs (retrieve, versions, content) and the memory stores attached to the
-  session (read, and the memories inside them written). Anything else is a 401.
+  session (the store and its memories read; the memories written only where the store is
+  attached `read_write`). Anything else is a 401.
 
 An API key is never either: core.auth authenticates it, and the work routes that take only the
 environment key refuse it (sessions/apis/work.py)."""
@@ -20,9 +21,9 @@ from rest_framework.authentication import BaseAuthentication
 from core.auth import raw_key_from_meta
 from core.errors import AuthenticationFailed
 from sessions import credentials
-from sessions.models import EnvironmentKey, WorkItem
+from sessions.models import EnvironmentKey, SessionMemoryStore, WorkItem
 from sessions.selectors.work import environment_key_resolve, work_session_scope, work_token_resolve
-from sessions.services.work import environment_key_touch
+from sessions.services.work import HeartbeatPreconditionFailed, environment_key_touch, lease_state
 
 _WORKER_WORK_PATH = re.compile(
     r"^/v1/environments/(?P<env>[^/]+)/work(?:/poll|/(?P<work>[^/]+)/(?:ack|heartbeat|stop))?$"
@@ -63,13 +64,27 @@ def _token_allows(grant: WorkGrant, method: str, path: str) -> bool:
     skill = re.fullmatch(r"/v1/skills/([^/]+)(/versions(/[^/]+(/content)?)?)?", path)
     if method in ("GET", "HEAD") and skill and skill.group(1) in grant.scope.get("skills", ()):
         return True
-    store = re.fullmatch(r"/v1/memory_stores/([^/]+)(/.*)?", path)
-    if store and store.group(1) in grant.scope.get("memory_stores", ()):
-        rest = store.group(2) or ""
-        if method in ("GET", "HEAD"):
-            return True
-        return rest.startswith("/memories") and method in ("POST", "DELETE")
-    return False
+    store = re.fullmatch(r"/v1/memory_stores/([^/]+)(/memories(?:/[^/]+)?)?", path)
+    access = grant.scope.get("memory_stores", {}).get(store.group(1)) if store else None
+    if access is None:
+        return False
+    if method in ("GET", "HEAD"):
+        return True
+    return bool(store.group(2)) and method in ("POST", "DELETE") and access == SessionMemoryStore.Access.READ_WRITE
+
+
+def _superseded_heartbeat(raw: str, *, method: str, path: str) -> None:
+    """The heartbeat of a holder whose claim a reclaim superseded: its token authorizes nothing
+    more, but it is told what the heartbeat's 412 tells (the lease is lost), so the SDK's worker
+    lets the item go instead of force-stopping it under the new holder."""
+    if method != "POST" or not path.endswith("/heartbeat"):
+        return
+    item = work_token_resolve(raw_token=raw, superseded=True)
+    if item is not None and path == f"/v1/environments/{item.environment_id}/work/{item.id}/heartbeat":
+        raise HeartbeatPreconditionFailed(
+            "This token's claim of the work item was superseded: another worker holds it now.",
+            details={"current_state": lease_state(item)},
+        )
 
 
 def worker_credential_authenticate(meta: dict, *, method: str, path: str):
@@ -93,6 +108,7 @@ def worker_credential_authenticate(meta: dict, *, method: str, path: str):
         return key.workspace, key
     item = work_token_resolve(raw_token=raw)
     if item is None:
+        _superseded_heartbeat(raw, method=method, path=path)
         raise AuthenticationFailed("Invalid work token: it is not one this server issued, or its work item stopped.")
     grant = WorkGrant(item=item)
     if path.startswith(("/v1/skills/", "/v1/memory_stores/")):

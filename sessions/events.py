@@ -148,6 +148,37 @@ class ErrorType(enum.StrEnum):
 # --- payload builders -----------------------------------------------------------------------
 
 
+# A session.error names at most this many paths (each at most NAME_MAX_CHARS) and counts the
+# rest: its size does not grow with what a sandbox holds.
+ERROR_MAX_NAMES = 20
+NAME_MAX_CHARS = 300
+
+
+class BoundedNames(list):
+    """The reasons (each naming a path) one session.error will list: the first ERROR_MAX_NAMES
+    are kept, the rest only counted in `total`, so neither the report nor the event grows with
+    the number of offending files."""
+
+    def __init__(self, items=()):
+        super().__init__()
+        self.total = 0
+        self.extend(items)
+
+    def append(self, item: str) -> None:
+        self.total += 1
+        if len(self) < ERROR_MAX_NAMES:
+            super().append(item[:NAME_MAX_CHARS])
+
+    def extend(self, items) -> None:
+        for item in items:
+            self.append(item)
+
+    def listed(self) -> str:
+        """`a; b; c`, and `; and N more` when some were only counted."""
+        more = self.total - len(self)
+        return "; ".join(self) + (f"; and {more} more" if more else "")
+
+
 def session_error(
     *, message: str, error_type: str = ErrorType.UNKNOWN, retrying: bool = False, mcp_server_name: str | None = None
 ) -> dict:

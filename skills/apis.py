@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler, MemoryFileUploadHandler, TemporaryFileUploadHandler
 from django.http import FileResponse
 from django.http.multipartparser import MultiPartParser as DjangoMultiPartParser
+from django.http.multipartparser import MultiPartParserError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.parsers import BaseParser
@@ -107,7 +108,10 @@ class SkillUploadParser(BaseParser):
             raise skill_services.SkillTooLarge(f"A skill upload holds at most {settings.MANGO_SKILL_MAX_BYTES} bytes.")
         limits = _Limits()
         handlers = [limits, MemoryFileUploadHandler(), TemporaryFileUploadHandler()]
-        data, files = _PathKeepingParser(meta, stream, handlers, settings.DEFAULT_CHARSET).parse()
+        try:
+            data, files = _PathKeepingParser(meta, stream, handlers, settings.DEFAULT_CHARSET).parse()
+        except MultiPartParserError as exc:
+            raise InvalidRequest(f"The multipart body is malformed: {exc}") from None
         for field, names in limits.paths.items():
             for part, name in zip(files.getlist(field), names, strict=True):
                 part.skill_path = name

@@ -17,9 +17,11 @@ from typing import BinaryIO
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from core.errors import InvalidRequest, RequestTooLarge
+from core.models import Workspace
 from files.models import OwnedObject
 from files.services import owned_object_write, owned_objects_delete
 from processors.skills import SKILL_FILE, SkillRefused, check_paths, parse_manifest, zip_members
@@ -43,6 +45,26 @@ class UploadedFile:
 
 class SkillTooLarge(RequestTooLarge):
     """A skill file, or the whole upload, over its limit (settings MANGO_SKILL_*_BYTES)."""
+
+
+class SkillQuotaExceeded(InvalidRequest):
+    """The workspace's skill versions would hold more than MANGO_WORKSPACE_SKILLS_MAX_BYTES."""
+
+    code = "skill_quota_exceeded"
+
+
+def _skill_quota_check_locked(*, workspace_id: str, adding: int) -> None:
+    """With the workspace row locked (after the skill's, as every skill writer takes them): the
+    bytes of all its skill versions (unfinished ones too) and `adding` within the quota, so two
+    concurrent uploads cannot both pass the last free byte."""
+    list(Workspace.objects.select_for_update().filter(pk=workspace_id).values_list("pk", flat=True))
+    used = SkillVersion.objects.filter(skill__workspace_id=workspace_id).aggregate(total=Sum("size_bytes"))["total"]
+    quota = settings.MANGO_WORKSPACE_SKILLS_MAX_BYTES
+    if (used or 0) + adding > quota:
+        raise SkillQuotaExceeded(
+            f"The workspace's skills hold {used or 0} bytes; {adding} more would pass its quota of {quota} bytes"
+            " (MANGO_WORKSPACE_SKILLS_MAX_BYTES). Nothing was stored. Delete skill versions to free space."
+        )
 
 
 def uploaded_archive_expand(files: list[UploadedFile]) -> list[UploadedFile]:
@@ -123,6 +145,7 @@ def skill_version_create(*, workspace, skill_id: str, files: list[UploadedFile])
 def _version_begin(*, skill: Skill, files: list[UploadedFile], top: str, name: str, description: str) -> SkillVersion:
     """Inside the caller's transaction (skill row locked or new): the not-ready row, before any
     object exists (the objects it will own are found by its id)."""
+    _skill_quota_check_locked(workspace_id=skill.workspace_id, adding=sum(item.size for item in files))
     previous = skill.versions.order_by("-version").values_list("version", flat=True).first()
     planned = [{"path": item.path[len(top) + 1 :], "size": item.size} for item in files]
     return SkillVersion.objects.create(

@@ -8,6 +8,7 @@ from rest_framework.response import Response
 from core.api import Paging, query_list, query_time_range
 from core.apiview import AgentsApi, query_order
 from core.schema import time_range_parameters
+from sessions.auth import credential_kind
 from sessions.selectors import session_event_list, session_get
 from sessions.serializers.events import (
     EventListOutputSerializer,
@@ -49,7 +50,12 @@ class SessionEventsApi(AgentsApi):
     )
     def post(self, request, session_id: str):
         parsed = parse_events(request.data)
-        rows = session_events_send(workspace=request.user, session_id=session_id, parsed=parsed)
+        rows = session_events_send(
+            workspace=request.user,
+            session_id=session_id,
+            parsed=parsed,
+            session_only=credential_kind(request.auth) == "work_token",
+        )
         return Response({"data": [event_to_wire(row) for row in rows]})
 
     @extend_schema(

@@ -71,7 +71,7 @@ def poll_once(*, environment_id: str, worker_id: str, reclaim_older_than_ms: int
     )
     if item is None:
         return None
-    return work_to_wire(item, secret=work_secret(work_id=item.id, session_id=item.session_id))
+    return work_to_wire(item, secret=work_secret(work_id=item.id, session_id=item.session_id, claim=item.claims))
 
 
 class WorkApi(AgentsApi):

@@ -201,6 +201,13 @@ def session_parts(*, session_ids: list[str]) -> SessionParts:
     )
 
 
+def session_visible_file_ids(*, session_id: str) -> set[str]:
+    """The Files a session was given as resources (the client's and the session's copy of each):
+    with the Files scoped to the session, all it can see (admission on its work token's behalf)."""
+    rows = SessionResource.objects.filter(session_id=session_id, type=SessionResource.Type.FILE)
+    return {file_id for pair in rows.values_list("source_file_id", "file_id") for file_id in pair if file_id}
+
+
 def session_resources_by_session(*, session_ids: list[str]) -> dict[str, list[SessionResource]]:
     """Each session's resources, oldest first, for many sessions in one query."""
     grouped: dict[str, list[SessionResource]] = {session_id: [] for session_id in session_ids}

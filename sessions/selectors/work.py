@@ -22,27 +22,33 @@ def environment_key_resolve(*, raw_key: str) -> EnvironmentKey | None:
     )
 
 
-def work_token_resolve(*, raw_token: str) -> WorkItem | None:
-    """The open work item a token names, if the token is that item's (None otherwise: a forged,
-    foreign or stopped item's token authorizes nothing)."""
-    work_id = credentials.work_token_work_id(raw_token)
-    if work_id is None:
+def work_token_resolve(*, raw_token: str, superseded: bool = False) -> WorkItem | None:
+    """The open work item a token names, if the token is its current claim's (None otherwise: a
+    forged or foreign token, a stopped item's, or one a reclaim superseded authorizes nothing).
+    With `superseded`, the item only if an earlier claim of it signed the token: its old holder,
+    which may be told that it lost the lease."""
+    parsed = credentials.work_token_parse(raw_token)
+    if parsed is None:
         return None
+    work_id, claim = parsed
     item = joined_row(
         WorkItem, joins=("workspace",), where="t.id = %s AND t.state <> %s", params=[work_id, State.STOPPED]
     )
-    if item is None or not credentials.work_token_valid(raw_token, work_id=item.id, session_id=item.session_id):
+    if item is None or (claim < item.claims) != superseded or claim > item.claims:
+        return None
+    if not credentials.work_token_valid(raw_token, work_id=item.id, session_id=item.session_id, claim=claim):
         return None
     return item
 
 
 def work_session_scope(*, item: WorkItem) -> dict:
     """What a work token reaches besides its session: the skills its agent runs and the memory
-    stores attached to it (the SDK worker downloads and syncs both with the token)."""
+    stores attached to it, each with the access it was attached with (the SDK worker downloads
+    and syncs both with the token; a read_only store is never written through it)."""
     snapshot = Session.objects.filter(id=item.session_id).values_list("agent_snapshot", flat=True).first() or {}
     skills = {ref.get("skill_id") for ref in snapshot.get("skills") or [] if ref.get("skill_id")}
-    stores = set(
-        SessionMemoryStore.objects.filter(session_id=item.session_id).values_list("memory_store_id", flat=True)
+    stores = dict(
+        SessionMemoryStore.objects.filter(session_id=item.session_id).values_list("memory_store_id", "access")
     )
     return {"skills": skills, "memory_stores": stores}
 

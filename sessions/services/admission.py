@@ -22,22 +22,32 @@ from processors.admission import Admission
 from processors.errors import ProcessorError
 from processors.file_text import FileRef
 from processors.rendering import render_message_for_model
+from sessions.selectors import session_visible_file_ids
 
 logger = logging.getLogger(__name__)
 
 
 def _file_access(
-    workspace: Workspace, before_lookup: Callable[[], None] | None = None
+    workspace: Workspace, before_lookup: Callable[[], None] | None = None, session_only: str | None = None
 ) -> tuple[Callable[[str], FileRef | None], Callable[[FileRef, int], bytes], dict]:
     """`lookup` and `read_bytes` over this workspace's Files (a foreign id is just missing).
-    `before_lookup` runs once, before the first File is looked up."""
+    `before_lookup` runs once, before the first File is looked up. With `session_only` (a session
+    id: admission on its work token's behalf), only the Files that session can see (its
+    resources and the Files scoped to it); any other is just as missing."""
     rows: dict[str, File] = {}
     pending = [before_lookup] if before_lookup is not None else []
+    visible: set[str] | None = None
 
     def lookup(file_id: str) -> FileRef | None:
+        nonlocal visible
         while pending:
             pending.pop()()
         file = file_get_for_admission(workspace=workspace, file_id=file_id) if isinstance(file_id, str) else None
+        if file is not None and session_only is not None and file.scope_session_id != session_only:
+            if visible is None:
+                visible = session_visible_file_ids(session_id=session_only)
+            if file.id not in visible:
+                file = None
         if file is None:
             return None
         rows[file.id] = file
@@ -99,6 +109,7 @@ def events_admit(
     session_id: str,
     field: str = "events",
     before_lookup: Callable[[], None] | None = None,
+    session_only: bool = False,
 ) -> tuple[list[dict], MediaCopies]:
     """Admit every File reference in `parsed` ({type, payload} items) as one admission: each text
     File at most 262,144 characters and all of them together at most 262,144; each PDF or image
@@ -106,8 +117,9 @@ def events_admit(
     (sent as base64 at each model call, so deleting the source changes nothing). Returns the
     items with their `private` snapshots, and the copies (discard them if the events do not
     commit); raises InvalidRequest naming the file and the reason. `before_lookup` runs once
-    before the first File is looked up (not at all without one)."""
-    lookup, read_bytes, rows = _file_access(workspace, before_lookup)
+    before the first File is looked up (not at all without one). `session_only`: the events come
+    from the session's work token, which may name only the Files the session can see."""
+    lookup, read_bytes, rows = _file_access(workspace, before_lookup, session_id if session_only else None)
     admission = Admission(lookup=lookup, read_bytes=read_bytes, media_limits=_media_limits())
     copies = MediaCopies(rows, session_id)
     admitted_items = []

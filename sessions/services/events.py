@@ -444,14 +444,18 @@ def _runner_holds(session: Session) -> bool:
     return session.runner_heartbeat_at >= stale
 
 
-def session_events_send(*, workspace, session_id: str, parsed: list[dict]) -> list[SessionEvent]:
+def session_events_send(
+    *, workspace, session_id: str, parsed: list[dict], session_only: bool = False
+) -> list[SessionEvent]:
     """POST /v1/sessions/{id}/events. File references are admitted first (object reads, outside
     any transaction); then the events are committed together, before any worker sees them.
-    A rejected File commits nothing."""
+    A rejected File commits nothing. `session_only`: sent with the session's work token, whose
+    events may name only the Files the session can see (never the rest of the workspace's)."""
     admitted, media = events_admit(
         workspace=workspace,
         parsed=parsed,
         session_id=session_id,
+        session_only=session_only,
         # A missing session is a 404 before any File is read (events without Files skip the query).
         before_lookup=lambda: session_get(workspace=workspace, session_id=session_id),
     )

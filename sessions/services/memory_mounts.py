@@ -43,9 +43,12 @@ from memory.services import (
     MemoryQuotaExceeded,
     memory_bytes_used_locked,
     memory_content_set,
+    memory_paths_clashing,
     memory_quota_check,
+    memory_store_bytes_add,
     memory_version_row,
     session_actor,
+    version_cost,
 )
 from processors.memory import (
     CONTENT_MAX_BYTES,
@@ -54,6 +57,8 @@ from processors.memory import (
     classify_memory_member,
     memory_relative_path,
     mount_slug,
+    path_ancestors,
+    path_clash,
 )
 from processors.resources import tar_stream_for_files
 from sessions import events as ev
@@ -83,7 +88,16 @@ def session_memory_place(*, session: Session, ref: str) -> int:
         rows = memory_store_contents(store=store) if store is not None else ()
 
         def files(rows=rows, baseline=baseline, slug=slug):
+            # In path order a directory's name comes before the paths under it: a memory under
+            # a path that is a memory too (`/x/y` beside `/x`, which the API refuses but older
+            # rows may hold) is not placed, and so not in the baseline, never deleted by write-back.
             for memory_id, path, sha, content in rows:
+                if any(above in baseline for above in path_ancestors(path)):
+                    logger.warning(
+                        "a memory under another memory's path was not placed",
+                        extra={"session_id": session.id, "memory_id": memory_id},
+                    )
+                    continue
                 data = content.encode("utf-8")
                 baseline[path] = [memory_id, sha]
                 yield f"{slug}/{memory_relative_path(path)}", len(data), (data,)
@@ -114,7 +128,7 @@ class WritebackReport:
     deleted: list[str] = field(default_factory=list)
     unchanged: int = 0
     # One reason per path that was not written back (conflicts, refusals), naming the path.
-    problems: list[str] = field(default_factory=list)
+    problems: ev.BoundedNames = field(default_factory=ev.BoundedNames)
 
 
 class _Conflict(Exception):
@@ -188,6 +202,7 @@ class _Plan:
         self.deleted: list[str] = []
         self.entries: dict[str, list[str]] = {}
         self.drops: list[str] = []
+        self.stored = 0
         self.done: list[tuple[str, str]] = []
 
     def load(self, steps: list[tuple[Change, str | None]]) -> None:
@@ -196,10 +211,13 @@ class _Plan:
         ids = [change.memory_id for change, _ in steps if change.operation != "created"]
         self.by_path = {m.path: m for m in Memory.objects.filter(store=self.store, path__in=paths)}
         self.by_id = {m.id: m for m in Memory.objects.select_for_update().filter(store=self.store, id__in=ids)}
+        self.clashing = memory_paths_clashing(store=self.store, paths=paths)
         self.count = Memory.objects.filter(store=self.store).count()
         self.used = memory_bytes_used_locked(workspace_id=self.store.workspace_id)
 
     def _version(self, memory_id: str, operation: str, path: str, content: str | None):
+        """The version planned and counted (every version counts toward the workspace's memory
+        quota; one past it is a _Conflict, but a delete is never refused)."""
         version = memory_version_row(
             store=self.store,
             memory_id=memory_id,
@@ -209,6 +227,14 @@ class _Plan:
             actor=self.actor,
             now=self.now,
         )
+        cost = version_cost(version)
+        if operation != "deleted":
+            try:
+                memory_quota_check(used=self.used, adding=cost)
+            except MemoryQuotaExceeded as exc:
+                raise _Conflict(exc.message) from None
+        self.used += cost
+        self.stored += cost
         self.versions.append(version)
         return version
 
@@ -228,9 +254,11 @@ class _Plan:
                 if existing.content_sha256 != change.content_sha256:
                     raise _Conflict("another writer created this path meanwhile; the store keeps its version")
                 return self._keep("adopted", change, existing)
+            clash = path_clash(change.path, self.clashing)
+            if clash is not None:
+                raise _Conflict(f"the store holds {clash[:200]!r}; a path cannot be both a file and a directory")
             if self.count >= self.limit:
                 raise _Conflict(f"the memory store holds its limit of {self.limit} memories")
-            self._grow(len(content.encode("utf-8")))
             memory = Memory(store=self.store, created_at=self.now)
             memory_content_set(memory, self._version(memory.id, "created", change.path, content), now=self.now)
             self.created.append(memory)
@@ -244,7 +272,6 @@ class _Plan:
             if memory.content_sha256 != change.expected_sha256:
                 raise _Conflict("changed in the store since this session read it; it was not deleted")
             self._version(memory.id, "deleted", memory.path, None)
-            self.used -= memory.content_size_bytes
             self.deleted.append(memory.id)
             self.count -= 1
             return self._keep("deleted", change, None)
@@ -254,20 +281,13 @@ class _Plan:
             if memory.content_sha256 == change.content_sha256:
                 return self._keep("adopted", change, memory)
             raise _Conflict("changed in the store since this session read it (content_sha256 precondition)")
-        self._grow(len(content.encode("utf-8")) - memory.content_size_bytes)
         memory_content_set(memory, self._version(memory.id, "modified", memory.path, content), now=self.now)
         self.modified.append(memory)
         return self._keep("modified", change, memory)
 
-    def _grow(self, adding: int) -> None:
-        try:
-            memory_quota_check(used=self.used, adding=adding)
-        except MemoryQuotaExceeded as exc:
-            raise _Conflict(exc.message) from None
-        self.used += adding
-
     def write(self, *, attachment_id: int) -> None:
         MemoryVersion.objects.bulk_create(self.versions)
+        memory_store_bytes_add(store=self.store, adding=self.stored)
         Memory.objects.bulk_create(self.created)
         if self.modified:
             Memory.objects.bulk_update(self.modified, fields=MEMORY_CONTENT_FIELDS)
@@ -352,7 +372,7 @@ def memory_writeback(*, session: Session) -> WritebackReport:
             len(report.modified),
             len(report.deleted),
             report.unchanged,
-            len(report.problems),
+            report.problems.total,
             extra={"session_id": session.id},
         )
     return report
@@ -376,11 +396,11 @@ def memory_writeback_at_idle(*, session: Session) -> WritebackReport | None:
         )
         return None
     if report.problems:
-        count = len(report.problems)
+        count = report.problems.total
         _session_error(
             session=session,
             message=f"{count} change{'' if count == 1 else 's'} under {MEMORY_ROOT} {'was' if count == 1 else 'were'}"
-            f" not saved to memory: {'; '.join(report.problems)}. The files stay in the sandbox; read the"
+            f" not saved to memory: {report.problems.listed()}. The files stay in the sandbox; read the"
             " store's current version and merge your change in a later turn.",
         )
     return report

@@ -55,7 +55,7 @@ class PublishReport(OutputsApplied):
     found wrong."""
 
     # One human-readable reason per offending path, naming the path.
-    invalid: list[str] = field(default_factory=list)
+    invalid: ev.BoundedNames = field(default_factory=ev.BoundedNames)
     uploads: int = 0
 
 
@@ -206,7 +206,7 @@ def outputs_publish(*, session: Session) -> PublishReport:
         len(report.replaced),
         len(report.unchanged),
         len(report.removed),
-        len(report.invalid),
+        report.invalid.total,
         report.uploads,
         extra={"session_id": session.id},
     )
@@ -238,11 +238,11 @@ def outputs_publish_at_idle(*, session: Session, interrupted: bool) -> PublishRe
         )
         return None
     if report.invalid:
-        listed = "; ".join(report.invalid)
+        count = report.invalid.total
         _session_error(
             session=session,
-            message=f"{len(report.invalid)} entr{'y' if len(report.invalid) == 1 else 'ies'} under {OUTPUTS_DIR} "
-            f"{'was' if len(report.invalid) == 1 else 'were'} not published: {listed}. "
+            message=f"{count} entr{'y' if count == 1 else 'ies'} under {OUTPUTS_DIR} "
+            f"{'was' if count == 1 else 'were'} not published: {report.invalid.listed()}. "
             "Only regular files (at most 500, each at most 500 MB) are published; remove or replace "
             "these entries in a later turn.",
         )

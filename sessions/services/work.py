@@ -256,7 +256,7 @@ def work_ack(*, environment_id: str, work_id: str) -> WorkItem:
     return item
 
 
-def _lease_state(item: WorkItem) -> dict:
+def lease_state(item: WorkItem) -> dict:
     return {
         "last_heartbeat": rfc3339(item.latest_heartbeat_at),
         "lease_extended": False,
@@ -275,13 +275,13 @@ def work_heartbeat(
     the queue (its lease ran out and a poll handed it out again) has no lease to extend: 412."""
     item = _locked(environment_id=environment_id, work_id=work_id)
     if item.state in (State.STOPPING, State.STOPPED):
-        return {**_lease_state(item), "last_heartbeat": rfc3339(item.latest_heartbeat_at) or ""}
+        return {**lease_state(item), "last_heartbeat": rfc3339(item.latest_heartbeat_at) or ""}
     stored = rfc3339(item.latest_heartbeat_at) or NO_HEARTBEAT
     mismatch = expected_last_heartbeat is not None and expected_last_heartbeat != stored
     if item.state == State.QUEUED or mismatch:
         raise HeartbeatPreconditionFailed(
             "expected_last_heartbeat does not match the stored heartbeat: another worker may hold the lease.",
-            details={"current_state": _lease_state(item)},
+            details={"current_state": lease_state(item)},
         )
     now = timezone.now()
     ttl = settings.MANGO_WORK_LEASE_SECONDS if desired_ttl_seconds is None else desired_ttl_seconds

@@ -33,10 +33,11 @@ def test_an_edited_cursor_is_refused():
 
 def test_a_work_token_survives_a_key_rotation_until_the_old_key_goes():
     with override_settings(SECRET_KEY="old-key-" * 8):
-        token = work_token(work_id="work_1", session_id="sesn_1")
+        token = work_token(work_id="work_1", session_id="sesn_1", claim=1)
     with override_settings(SECRET_KEY="new-key-" * 8, SECRET_KEY_FALLBACKS=["old-key-" * 8]):
-        assert work_token_valid(token, work_id="work_1", session_id="sesn_1")
-        assert not work_token_valid(token, work_id="work_1", session_id="sesn_2")
-        assert not work_token_valid(token, work_id="work_2", session_id="sesn_1")
+        assert work_token_valid(token, work_id="work_1", session_id="sesn_1", claim=1)
+        assert not work_token_valid(token, work_id="work_1", session_id="sesn_2", claim=1)
+        assert not work_token_valid(token, work_id="work_2", session_id="sesn_1", claim=1)
+        assert not work_token_valid(token, work_id="work_1", session_id="sesn_1", claim=2)
     with override_settings(SECRET_KEY="new-key-" * 8, SECRET_KEY_FALLBACKS=[]):
-        assert not work_token_valid(token, work_id="work_1", session_id="sesn_1")
+        assert not work_token_valid(token, work_id="work_1", session_id="sesn_1", claim=1)

@@ -400,17 +400,64 @@ def test_the_sdk_self_hosted_memory_sync_works_against_mango(sdk, live_server, a
 
 
 def test_the_workspace_memory_quota_is_a_400_with_nothing_stored(sdk, api_key, settings):
-    settings.MANGO_WORKSPACE_MEMORY_MAX_BYTES = 10
+    # Every version counts its path and content bytes and VERSION_OVERHEAD_BYTES (256).
+    settings.MANGO_WORKSPACE_MEMORY_MAX_BYTES = (256 + 5 + 6) + (256 + 5 + 4)
     memories = sdk.beta.memory_stores.memories
     first = sdk.beta.memory_stores.create(name="one")
     second = sdk.beta.memory_stores.create(name="two")
     kept = memories.create(first.id, path="/a.md", content="123456")
-    with pytest.raises(anthropic.BadRequestError, match="quota of 10 bytes") as refused:
-        memories.create(second.id, path="/b.md", content="12345")  # 11 bytes over both stores
+    with pytest.raises(anthropic.BadRequestError, match="quota of 532 bytes") as refused:
+        memories.create(second.id, path="/b.md", content="12345")  # one byte over both stores
     assert refused.value.body["error"]["type"] == "invalid_request_error"
-    with pytest.raises(anthropic.BadRequestError, match="quota of 10 bytes"):
-        memories.update(kept.id, memory_store_id=first.id, content="12345678901")
+    assert refused.value.body["error"]["details"]["error_code"] == "memory_quota_exceeded"
+    with pytest.raises(anthropic.BadRequestError, match="quota of 532 bytes"):
+        memories.update(kept.id, memory_store_id=first.id, content="1234567")  # every new version counts
     assert Memory.objects.count() == 1 and MemoryVersion.objects.count() == 1
-    memories.update(kept.id, memory_store_id=first.id, content="1234")  # shrinking always works
-    memories.create(second.id, path="/b.md", content="123456")  # 10 bytes in all: at the quota
-    assert sorted(Memory.objects.values_list("content_size_bytes", flat=True)) == [4, 6]
+    memories.create(second.id, path="/b.md", content="1234")  # at the quota
+    memories.delete(kept.id, memory_store_id=first.id)  # deleting always works
+    assert sorted(MemoryStore.objects.values_list("stored_bytes", flat=True)) == [265, 267 + 256 + 5]
+
+
+def test_a_path_is_never_both_a_memory_and_a_directory_of_memories(sdk, api_key):
+    """Issue 44, finding 7: mounted in a sandbox a store is one directory tree, where `/x` cannot
+    be a file and hold `/x/y`; the API refuses the second of the two, in either order."""
+    store = sdk.beta.memory_stores.create(name="tree")
+    memories = sdk.beta.memory_stores.memories
+    memories.create(store.id, path="/x", content="a file")
+    below = memories.create(store.id, path="/y/z.md", content="under /y")
+    for path in ("/x/y", "/x/deep/er.md", "/y", "/y/z.md/w"):
+        with pytest.raises(anthropic.ConflictError) as clash:
+            memories.create(store.id, path=path, content="clash")
+        assert clash.value.body["error"]["type"] in ("memory_path_conflict_error",), path
+    with pytest.raises(anthropic.ConflictError, match="both a memory and a directory"):
+        memories.update(below.id, memory_store_id=store.id, path="/x/z.md")
+    assert sorted(Memory.objects.filter(store_id=store.id).values_list("path", flat=True)) == ["/x", "/y/z.md"]
+    # Siblings that only share a prefix of characters are not directories of each other.
+    memories.create(store.id, path="/x-y", content="a sibling")
+    memories.create(store.id, path="/xy/z", content="another")
+    # A memory may move under where it was (its old path is gone).
+    assert memories.update(below.id, memory_store_id=store.id, path="/y/z.md/w").path == "/y/z.md/w"
+
+
+def test_memory_versions_count_toward_the_workspace_quota(sdk, api_key, settings):
+    """Issue 44, finding 5: 500 updates of 100 KB to one memory all succeeded (the quota counted
+    current content only). Every version counts; redacting one frees its bytes."""
+    settings.MANGO_WORKSPACE_MEMORY_MAX_BYTES = 10_000
+    cost = 1000 + len("/a.md") + 256
+    store = sdk.beta.memory_stores.create(name="history")
+    memories = sdk.beta.memory_stores.memories
+    memory = memories.create(store.id, path="/a.md", content="x" * 1000)
+    accepted = 0
+    with pytest.raises(anthropic.BadRequestError, match="every version counts") as refused:
+        for turn in range(20):
+            memories.update(memory.id, memory_store_id=store.id, content=("y" if turn % 2 == 0 else "x") * 1000)
+            accepted += 1
+    assert refused.value.body["error"]["details"]["error_code"] == "memory_quota_exceeded"
+    assert accepted == 10_000 // cost - 1
+    assert MemoryVersion.objects.filter(store_id=store.id).count() == 10_000 // cost
+    assert MemoryStore.objects.get(pk=store.id).stored_bytes == (10_000 // cost) * cost
+    oldest = list(sdk.beta.memory_stores.memory_versions.list(memory_store_id=store.id))[-1]
+    sdk.beta.memory_stores.memory_versions.redact(oldest.id, memory_store_id=store.id)
+    memories.update(memory.id, memory_store_id=store.id, content="z" * 1000)  # the freed bytes hold it
+    with pytest.raises(anthropic.BadRequestError, match="every version counts"):
+        memories.update(memory.id, memory_store_id=store.id, content="w" * 1000)

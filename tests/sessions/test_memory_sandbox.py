@@ -5,7 +5,7 @@ the memory rules refuse are named and not stored; the system prompt's memory sec
 
 import pytest
 
-from memory.models import Memory, MemoryVersion
+from memory.models import Memory, MemoryStore, MemoryVersion
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for
 
@@ -164,3 +164,61 @@ def test_two_sessions_on_one_store_and_a_conflict(sdk, live_server, api_key, mod
     output, _ = _turn(sdk, model, third.id, f"cat {root}/shared.md; rm {root}/second.md")
     assert "one" in output
     assert _memories(store.id) == {"/shared.md": "one"}
+
+
+@pytest.mark.timeout(180)
+def test_a_memory_that_cannot_be_placed_is_never_deleted(sdk, live_server, api_key, model, celery_worker):
+    """Issue 44, finding 7: a store written before the API refused the clash holds `/x` and
+    `/x/y`; the sandbox can hold only one of them. The other is not placed, and the write-back
+    after a turn that only lists the store deletes neither."""
+    from django.utils import timezone
+
+    from memory.services import memory_version_row, session_actor
+
+    store = sdk.beta.memory_stores.create(name="clash")
+    now = timezone.now()
+    for path in ("/x", "/x/y"):  # as the previous build let the API write them
+        memory = Memory(store_id=store.id, created_at=now)
+        version = memory_version_row(
+            store=MemoryStore.objects.get(pk=store.id),
+            memory_id=memory.id,
+            operation="created",
+            path=path,
+            content=f"content of {path}",
+            actor=session_actor("sesn_before"),
+            now=now,
+        )
+        version.save(force_insert=True)
+        memory.path, memory.content, memory.content_sha256 = path, version.content, version.content_sha256
+        memory.content_size_bytes, memory.version_id, memory.updated_at = version.content_size_bytes, version.id, now
+        memory.save(force_insert=True)
+    agent, env = _agent_env(sdk)
+    session = sdk.beta.sessions.create(
+        agent=agent.id, environment_id=env.id, resources=[{"type": "memory_store", "memory_store_id": store.id}]
+    )
+    output, _ = _turn(sdk, model, session.id, "ls -la /mnt/memory/clash; cat /mnt/memory/clash/x")
+    assert "content of /x" in output
+    assert _memories(store.id) == {"/x": "content of /x", "/x/y": "content of /x/y"}
+    assert not MemoryVersion.objects.filter(store_id=store.id, operation="deleted").exists()
+
+
+@pytest.mark.timeout(180)
+def test_an_error_event_names_a_bounded_number_of_paths(sdk, live_server, api_key, model, celery_worker):
+    """Issue 44, finding 8: a sandbox holding many files the memory rules refuse (100,000
+    symlinks made a 10 MB session.error) gets one error that names at most 20 of them and says
+    how many more there are."""
+    from sessions.events import ERROR_MAX_NAMES
+
+    store = sdk.beta.memory_stores.create(name="links")
+    sdk.beta.memory_stores.memories.create(store.id, path="/kept.md", content="kept")
+    agent, env = _agent_env(sdk)
+    session = sdk.beta.sessions.create(
+        agent=agent.id, environment_id=env.id, resources=[{"type": "memory_store", "memory_store_id": store.id}]
+    )
+    long = "l" * 200
+    _turn(sdk, model, session.id, f"cd /mnt/memory/links && for i in $(seq 1 500); do ln -s kept.md {long}$i; done")
+    (error,) = _errors(sdk, session.id)
+    assert error.startswith("500 changes under /mnt/memory were not saved")
+    assert error.count(long) == ERROR_MAX_NAMES and f"and {500 - ERROR_MAX_NAMES} more" in error
+    assert len(error) < (ERROR_MAX_NAMES + 2) * 300
+    assert _memories(store.id) == {"/kept.md": "kept"}

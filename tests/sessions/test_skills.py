@@ -154,6 +154,8 @@ SKILL_OK = SKILL_MD.format(name="ok-skill", description="Fine.").encode()
         ([("ok-skill/SKILL.md", b"---\nname: fine\ndescription: <b>x</b>\n---\n")], "XML tags"),
         ([("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/a\\b", b"x")], "backslash"),
         ([("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/SKILL.md", SKILL_OK)], "appears twice"),
+        ([("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/x", b"file"), ("ok-skill/x/y", b"under")], "both a file"),
+        ([("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/x/y", b"under"), ("ok-skill/x", b"file")], "both a file"),
     ],
     ids=[
         "traversal",
@@ -169,6 +171,8 @@ SKILL_OK = SKILL_MD.format(name="ok-skill", description="Fine.").encode()
         "xml-description",
         "backslash",
         "duplicate",
+        "file-then-directory",
+        "directory-then-file",
     ],
 )
 def test_hostile_uploads_are_refused_with_nothing_stored(sdk, api_key, s3_bucket, files, fragment):
@@ -378,3 +382,76 @@ def test_skills_stored_before_owned_objects_are_owned_by_the_migration(sdk, api_
 
     sdk.beta.skills.delete(skill.id)
     assert bucket_keys(workspace.id) == set() and not OwnedObject.objects.exists()
+
+
+def _lying_zip() -> bytes:
+    """A zip whose member's local header lies about the size of its file name: the archive
+    opens (its central directory is sound) and reading the member raises zipfile.BadZipFile."""
+    patched = bytearray(_zip([("liar/SKILL.md", SKILL_OK, 0o100644)]))
+    local = patched.index(b"PK\x03\x04")
+    patched[local + 26 : local + 28] = (200).to_bytes(2, "little")
+    return bytes(patched)
+
+
+def test_malformed_uploads_are_a_400_with_nothing_stored(sdk, api, api_key, s3_bucket):
+    """Issue 44, finding 9: a zip whose header lies about a size, a multipart part header over
+    Django's limit and a deeply nested YAML frontmatter were 500s."""
+    with pytest.raises(anthropic.BadRequestError, match="not a valid zip"):
+        sdk.beta.skills.create(files=[("liar.zip", _lying_zip(), "application/zip")])
+    deep = b"---\nname: deep\ndescription: " + b"[" * 20_000 + b"]" * 20_000 + b"\n---\n"
+    with pytest.raises(anthropic.BadRequestError, match="nested too deeply"):
+        sdk.beta.skills.create(files=[("deep/SKILL.md", deep)])
+    boundary = "mango-boundary"
+    body = (
+        (
+            f"--{boundary}\r\n"
+            f'Content-Disposition: form-data; name="files"; filename="ok-skill/SKILL.md"\r\n'
+            f"X-Padding: {'a' * 20_000}\r\n\r\n"
+        ).encode()
+        + SKILL_OK
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    response = api.post("/v1/skills", data=body, content_type=f"multipart/form-data; boundary={boundary}")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    assert "multipart" in response.json()["error"]["message"]
+    assert not Skill.objects.exists() and not SkillVersion.objects.exists()
+    assert bucket_keys(api_key.workspace.id) == set()
+
+
+def test_skill_bytes_count_toward_the_workspace_quotas(sdk, api_key, s3_bucket, settings):
+    """Issue 44, finding 6: three 28 MiB versions were accepted with no check (about 3.2 TB per
+    workspace within the per-skill limits). A workspace's skill versions are capped by
+    MANGO_WORKSPACE_SKILLS_MAX_BYTES, and their files count toward its storage quota as Files do."""
+    from files.quotas import workspace_usage
+
+    data = b"x" * 10_000
+    size = len(SKILL_OK) + len(data)
+    upload = [("ok-skill/SKILL.md", SKILL_OK), ("ok-skill/data.bin", data)]
+    other = [("other-skill/SKILL.md", SKILL_MD.format(name="other-skill", description="d").encode())]
+    settings.MANGO_WORKSPACE_SKILLS_MAX_BYTES = 2 * size
+    skill = sdk.beta.skills.create(files=upload)
+    sdk.beta.skills.versions.create(skill.id, files=upload)
+    for refused in (
+        lambda: sdk.beta.skills.versions.create(skill.id, files=upload),
+        lambda: sdk.beta.skills.create(files=other),
+    ):
+        with pytest.raises(anthropic.BadRequestError, match="MANGO_WORKSPACE_SKILLS_MAX_BYTES") as over:
+            refused()
+        assert over.value.body["error"]["details"]["error_code"] == "skill_quota_exceeded"
+    assert SkillVersion.objects.count() == 2 and len(bucket_keys(api_key.workspace.id)) == 4
+    assert workspace_usage(api_key.workspace.id).bytes == 2 * size
+
+    # The storage quota: skill files take room a File could have had, and the other way round.
+    settings.MANGO_WORKSPACE_SKILLS_MAX_BYTES = 10**12
+    settings.MANGO_WORKSPACE_FILES_MAX_BYTES = 3 * size - 1
+    with pytest.raises(anthropic.BadRequestError) as full:
+        sdk.beta.skills.versions.create(skill.id, files=upload)
+    assert full.value.body["error"]["details"]["error_code"] == "storage_quota_exceeded"
+    with pytest.raises(anthropic.BadRequestError):
+        sdk.beta.files.upload(file=("f.bin", b"y" * size, "application/octet-stream"))
+    assert SkillVersion.objects.count() == 2 and len(bucket_keys(api_key.workspace.id)) == 4
+    # Deleting a version frees its bytes.
+    (oldest,) = [v.id for v in sdk.beta.skills.versions.list(skill.id)][-1:]
+    sdk.beta.skills.versions.delete(oldest, skill_id=skill.id)
+    sdk.beta.skills.versions.create(skill.id, files=upload)

@@ -208,6 +208,43 @@ def test_a_lost_lease_is_reclaimed_and_the_old_holder_gets_a_412(sdk, live_serve
     assert WorkItem.objects.get(id=first.id).claims == 2
 
 
+def test_a_reclaimed_item_gets_a_new_token_and_the_old_one_stops_working(sdk, live_server, hosted):
+    """Issue 44, finding 10: a worker that lost its claim (its poll was not acknowledged in time,
+    or its lease ran out) keeps no access to the session."""
+    env_id = hosted.environment.id
+    session_id = _session(sdk, hosted)
+    work = hosted.worker.beta.environments.work
+    first = work.poll(env_id)
+    old_token = _sessions_token_from_secret(first.secret)
+    old = _bearer(live_server, old_token)
+    assert old.beta.sessions.retrieve(session_id).id == session_id
+    time.sleep(0.05)
+    second = work.poll(env_id, reclaim_older_than_ms=10)
+    new_token = _sessions_token_from_secret(second.secret)
+    assert second.id == first.id and new_token != old_token
+    for refused in (
+        lambda: old.beta.sessions.retrieve(session_id),
+        lambda: old.beta.sessions.events.list(session_id),
+        lambda: old.beta.sessions.events.send(
+            session_id, events=[{"type": "user.message", "content": [{"type": "text", "text": "still mine"}]}]
+        ),
+        lambda: old.beta.environments.work.ack(first.id, environment_id=env_id),
+        lambda: old.beta.environments.work.stop(first.id, environment_id=env_id),
+    ):
+        with pytest.raises(anthropic.AuthenticationError):
+            refused()
+    # Its heartbeat learns what the SDK's worker needs to let the item go: the lease is lost.
+    with pytest.raises(BetaHeartbeatPreconditionFailedError):
+        old.beta.environments.work.heartbeat(first.id, environment_id=env_id, expected_last_heartbeat="NO_HEARTBEAT")
+    new = _bearer(live_server, new_token)
+    assert new.beta.sessions.retrieve(session_id).id == session_id
+    work.ack(second.id, environment_id=env_id)
+    assert new.beta.environments.work.heartbeat(
+        second.id, environment_id=env_id, expected_last_heartbeat="NO_HEARTBEAT"
+    ).lease_extended
+    assert WorkItem.objects.get(id=first.id).state == "active"
+
+
 def test_an_unacknowledged_item_is_handed_out_again_after_the_reclaim_window(sdk, hosted):
     env_id = hosted.environment.id
     _session(sdk, hosted)
@@ -305,7 +342,7 @@ def test_the_admin_creates_a_key_once_and_revokes_it(admin_client, sdk, live_ser
 def test_a_work_secret_is_the_sdks_payload():
     from sessions.credentials import work_secret
 
-    secret = work_secret(work_id="work_x", session_id="sesn_y")
+    secret = work_secret(work_id="work_x", session_id="sesn_y", claim=1)
     assert "=" not in secret
     payload = json.loads(base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4)))
     assert list(payload) == ["sessions_token"] and payload["sessions_token"].startswith("mango-worktoken-work_x.")
@@ -375,3 +412,60 @@ def test_a_work_token_reaches_its_sessions_skills_and_memory_stores_only(sdk, li
     ):
         with pytest.raises(anthropic.AuthenticationError):
             refused()
+
+
+def test_a_work_token_writes_no_memory_store_attached_read_only(sdk, live_server, hosted):
+    """Issue 44, finding 1: the token's scope carries each attachment's access. A read_only store
+    is read through it and never written; a read_write one is written."""
+    kept = sdk.beta.memory_stores.create(name="kept")
+    keep = sdk.beta.memory_stores.memories.create(memory_store_id=kept.id, path="/keep.md", content="keep me")
+    notes = sdk.beta.memory_stores.create(name="notes")
+    session = sdk.beta.sessions.create(
+        agent=hosted.agent.id,
+        environment_id=hosted.environment.id,
+        resources=[
+            {"type": "memory_store", "memory_store_id": kept.id, "access": "read_only"},
+            {"type": "memory_store", "memory_store_id": notes.id, "access": "read_write"},
+        ],
+    )
+    work = hosted.worker.beta.environments.work.poll(hosted.environment.id)
+    assert work.data.id == session.id
+    item = _bearer(live_server, _sessions_token_from_secret(work.secret))
+    memories = item.beta.memory_stores.memories
+    assert [m.path for m in memories.list(memory_store_id=kept.id)] == ["/keep.md"]
+    assert memories.retrieve(keep.id, memory_store_id=kept.id).content == "keep me"
+    for refused in (
+        lambda: memories.create(memory_store_id=kept.id, path="/new.md", content="x"),
+        lambda: memories.update(keep.id, memory_store_id=kept.id, content="overwritten"),
+        lambda: memories.delete(keep.id, memory_store_id=kept.id),
+        lambda: item.beta.memory_stores.memory_versions.list(memory_store_id=kept.id),
+    ):
+        with pytest.raises(anthropic.AuthenticationError):
+            refused()
+    stored = sdk.beta.memory_stores.memories.list(memory_store_id=kept.id, view="full")
+    assert [(m.path, m.content) for m in stored] == [("/keep.md", "keep me")]
+    assert memories.create(memory_store_id=notes.id, path="/n.md", content="written").path == "/n.md"
+
+
+def test_a_work_token_names_only_the_files_its_session_can_see(sdk, live_server, hosted, s3_bucket):
+    """Issue 44, finding 2: admission on a work token's behalf sees only what the session sees
+    (its resources, the Files scoped to it); any other File of the workspace is as missing as a
+    foreign one, so its text never reaches the model."""
+    from tests.sessions.test_file_admission import doc, message, upload
+
+    secret = upload(sdk, "secret.md", b"the workspace's secret")
+    attached = upload(sdk, "attached.md", b"the session's own notes")
+    session = sdk.beta.sessions.create(
+        agent=hosted.agent.id,
+        environment_id=hosted.environment.id,
+        resources=[{"type": "file", "file_id": attached.id, "mount_path": "/mnt/notes.md"}],
+    )
+    work = hosted.worker.beta.environments.work.poll(hosted.environment.id)
+    item = _bearer(live_server, _sessions_token_from_secret(work.secret))
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        item.beta.sessions.events.send(session.id, events=[message(doc(secret.id))])
+    assert secret.id in refused.value.message and "the workspace's secret" not in str(refused.value.body)
+    assert list(sdk.beta.sessions.events.list(session.id)) == []
+    assert item.beta.sessions.events.send(session.id, events=[message(doc(attached.id))]).data
+    # An API key sees the whole workspace, as before.
+    assert sdk.beta.sessions.events.send(session.id, events=[message(doc(secret.id))]).data

@@ -146,7 +146,7 @@ def test_the_sdk_worker_runs_a_sessions_tools_in_its_workdir(server, api_key, mo
     assert item.state in ("active", "stopped") and item.claims == 1
     assert worker.process.poll() is None  # still serving (it stops the item after max_idle)
     # The worker's credentials are in no log line of the API and in no event.
-    token = work_token(work_id=item.id, session_id=session.id)
+    token = work_token(work_id=item.id, session_id=session.id, claim=item.claims)
     logged = server.log_text()
     assert logged and key not in logged and token not in logged
     assert not [e for e in events if key in e.model_dump_json() or token in e.model_dump_json()]
