@@ -7,6 +7,7 @@ tool errors.
 """
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -26,6 +27,17 @@ POLL_SECONDS = 0.1
 
 class SandboxError(Exception):
     """The sandbox could not be created or reached."""
+
+
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def size_bytes(value: str | int) -> int:
+    """`10g`, `512m`, `1048576` (Docker's and tmpfs's binary units) as bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", str(value).lower())
+    if not match:
+        raise SandboxError(f"not a size: {value!r}")
+    return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 @dataclass

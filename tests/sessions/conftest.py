@@ -37,6 +37,7 @@ def worker_env(scripted_model: ScriptedModel) -> dict[str, str]:
         "ANTHROPIC_API_KEY": "sk-test-scripted",
         "MANGO_SANDBOX": "docker",
         "MANGO_SANDBOX_IMAGE": settings.MANGO_SANDBOX_IMAGE,
+        "MANGO_SANDBOX_WORKDIR_SIZE": settings.MANGO_SANDBOX_WORKDIR_SIZE,
         "MANGO_SESSION_LEASE_SECONDS": str(TEST_LEASE_SECONDS),
         "MANGO_MODEL_MAX_RETRIES": "1",
         "MANGO_MODEL_RETRY_BACKOFF_SECONDS": "0.1",
