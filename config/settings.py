@@ -302,6 +302,9 @@ MANGO_SANDBOX_SKILLS_SIZE = env.str("MANGO_SANDBOX_SKILLS_SIZE", default="256m")
 # only: they make a sandbox's disks; with CAP_KILL only: they stop a sandbox's processes when no
 # exec can start). Needs python3, mkfs.ext4 and debugfs; it never runs tenant code.
 MANGO_SANDBOX_HELPER_IMAGE = env.str("MANGO_SANDBOX_HELPER_IMAGE", default="mango-sandbox:bookworm")
+# A session idle this long has its sandbox checkpointed into the object store and removed; the
+# next tool call restores it on whichever worker runs it (sessions/runtime/sleep.py). 0: never.
+MANGO_SANDBOX_SLEEP_SECONDS = env.float("MANGO_SANDBOX_SLEEP_SECONDS", default=600.0)
 MANGO_SANDBOX_NOFILE = env.int("MANGO_SANDBOX_NOFILE", default=1024)
 # The largest file a sandbox command may write (RLIMIT_FSIZE); 0: none beyond the size of the
 # mount it is written to (every writable path of a sandbox is a bounded mount).

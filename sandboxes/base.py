@@ -110,6 +110,9 @@ class SandboxBackend:
     """One sandbox per session. Subclasses implement every method."""
 
     name = "abstract"
+    # Whether idle sandboxes are checkpointed and removed (sessions.runtime.sleep): they need
+    # get_archive/put_archive of /workspace and the outputs tree, and sessions_present.
+    sleeps = False
 
     def ensure(self, *, session_id: str, workspace_id: str, networking: dict | None, image: str | None = None) -> str:
         """Create the session's sandbox if needed (durable across turns) and start it, from
@@ -152,6 +155,10 @@ class SandboxBackend:
         raise NotImplementedError
 
     def containers(self, *, session_id: str) -> list[dict]:
+        raise NotImplementedError
+
+    def sessions_present(self) -> list[str]:
+        """The ids of the sessions whose sandbox (container) this backend's host holds."""
         raise NotImplementedError
 
     def has_outputs_mount(self, *, session_id: str) -> bool:

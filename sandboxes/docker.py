@@ -130,6 +130,7 @@ def _tar_one(name: str, data: bytes, *, uid: int) -> bytes:
 
 class DockerBackend(SandboxBackend):
     name = "docker"
+    sleeps = True
 
     def __init__(self):
         self._client_lock = threading.Lock()
@@ -741,6 +742,15 @@ class DockerBackend(SandboxBackend):
             all=True, filters={"label": f"{LABEL_SESSION}={session_id}"}, ignore_removed=True
         )
         return [{"id": c.id, "name": c.name, "status": c.status, "labels": c.labels} for c in found]
+
+    @_translated
+    def sessions_present(self) -> list[str]:
+        found = self._docker().containers.list(
+            all=True, filters={"label": LABEL_SESSION, "name": "mango-sbx-"}, ignore_removed=True
+        )
+        return sorted(
+            {c.labels[LABEL_SESSION] for c in found if c.name == container_name(c.labels.get(LABEL_SESSION, ""))}
+        )
 
     @_translated
     def has_outputs_mount(self, *, session_id: str) -> bool:

@@ -75,6 +75,7 @@ class SessionAdmin(admin.ModelAdmin):
         "sandbox_state",
         "sandbox_ref",
         "sandbox_live",
+        "sandbox_checkpoint",
         "last_error",
         "errors",
         "environment_config",
@@ -99,6 +100,16 @@ class SessionAdmin(admin.ModelAdmin):
     def get_queryset(self, request):
         names = Environment.objects.filter(id=OuterRef("environment_id")).values("name")[:1]
         return super().get_queryset(request).annotate(_environment_name=Subquery(names))
+    @admin.display(description="sandbox checkpoint")
+    def sandbox_checkpoint(self, obj):
+        """The last committed checkpoint (what a wake restores): when, how large."""
+        checkpoint = obj.sandbox_checkpoints.filter(state="committed").first()
+        if checkpoint is None:
+            return "none"
+        return (
+            f"{checkpoint.committed_at:%Y-%m-%d %H:%M:%S} UTC: {checkpoint.logical_bytes} bytes archived, "
+            f"{checkpoint.stored_bytes} bytes stored in {len(set(checkpoint.chunk_ids()))} chunks"
+        )
 
     @admin.display(description="session.error events")
     def errors(self, obj):

@@ -1,7 +1,8 @@
 """The session's sandbox made ready before a built-in tool runs in it: admitted under the
 workspace's cap, created (from the environment's packages image) with its networking and the
 vault credentials its egress proxy substitutes, then given its skills, memory stores, file
-resources and repositories."""
+resources and repositories. A sandbox made for a session that slept first gets its checkpoint
+back (sessions.runtime.sleep)."""
 
 from django.utils.crypto import salted_hmac
 
@@ -13,6 +14,7 @@ from sessions.events import EventType
 from sessions.models import Session, SessionResource
 from sessions.runtime.control import TurnControl, db_release
 from sessions.runtime.repositories import repositories_place
+from sessions.runtime.sleep import sandbox_restore
 from sessions.selectors.runner import session_unplaced_resource_types
 from sessions.services.events import events_append
 from sessions.services.memory_mounts import session_memory_place
@@ -46,7 +48,11 @@ def sandbox_ready(control: TurnControl, session: Session) -> None:
         session_sandbox_failed(session_id=session.id, error=f"sandbox: {exc}")
         raise
     fresh = ref != session.sandbox_ref
-    if fresh:  # a new container: its skills and memory first, before it is recorded
+    if fresh:  # a new container: its checkpoint, skills and memory first, before it is recorded
+        try:
+            sandbox_restore(session=session, ref=ref)  # a sandbox that slept wakes (runtime.sleep)
+        except Exception as exc:
+            raise sandbox.SandboxError(f"the sandbox's checkpoint could not be restored: {exc}") from exc
         _credential_hosts_check(session, networking, unreadable)
         try:
             session_skills_place(session=session)

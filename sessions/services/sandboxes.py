@@ -16,7 +16,7 @@ from django.db import transaction
 import sandboxes as sandbox
 from core.models import Workspace
 from sessions.dispatch import sandbox_proxy_remove_enqueue
-from sessions.models import Session
+from sessions.models import Session, SessionResource
 
 logger = logging.getLogger(__name__)
 
@@ -74,3 +74,17 @@ def _proxies_remove(*, workspace_id: str, vault_id: str) -> None:
         except sandbox.SandboxError:
             logger.exception("egress proxy removal failed; retrying in a task", extra={"session_id": session_id})
             sandbox_proxy_remove_enqueue(session_id=session_id)
+
+
+def session_sandbox_repositories_rehome(*, session_id: str, old_ref: str, new_ref: str) -> int:
+    """A woken sandbox got /workspace back from its checkpoint, with the repositories cloned
+    into it (and the agent's changes to them): they count as placed in the new sandbox, so they
+    are not cloned over. Repositories elsewhere (outside /workspace) are cloned again."""
+    if not old_ref:
+        return 0
+    return SessionResource.objects.filter(
+        session_id=session_id,
+        type=SessionResource.Type.GITHUB_REPOSITORY,
+        placed_ref=old_ref,
+        mount_path__startswith=f"{sandbox.WORKDIR}/",
+    ).update(placed_ref=new_ref)

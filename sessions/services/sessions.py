@@ -24,6 +24,7 @@ from sessions.events import EventType
 from sessions.models import Session
 from sessions.selectors import session_get
 from sessions.services.admission import events_admit
+from sessions.services.checkpoints import checkpoints_delete
 from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
 from sessions.services.repositories import repositories_admit, repository_rows_create
 from sessions.services.resources import (
@@ -321,8 +322,9 @@ def session_archive(*, workspace, session_id: str) -> Session:
 
 
 def session_delete(*, workspace, session_id: str) -> None:
-    """Hide the session from every route at once and end its streams (session.deleted), then,
-    after commit, stop any running turn, remove the sandbox and clean up the session's Files."""
+    """Hide the session from every route at once and end its streams (session.deleted), and delete
+    its sandbox checkpoints (their objects go once this commits); then stop any running turn,
+    remove the sandbox and clean up the session's Files."""
     with transaction.atomic():
         session = session_get(workspace=workspace, session_id=session_id, for_update=True)
         session.deleted_at = timezone.now()
@@ -332,6 +334,7 @@ def session_delete(*, workspace, session_id: str) -> None:
         # A multiagent session's child threads go with it (their turns stop: their flags).
         threads = list(Session.objects.filter(primary=session, deleted_at__isnull=True).values_list("id", flat=True))
         Session.objects.filter(id__in=threads).update(deleted_at=session.deleted_at)
+        checkpoints_delete(session_id=session_id)  # a sleeping sandbox's objects go after the commit
     notify.set_interrupt(session_id)
     for thread_id in threads:
         notify.set_interrupt(thread_id)

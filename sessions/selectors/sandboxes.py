@@ -1,0 +1,42 @@
+"""Reads about sessions' sandboxes for the sleep and the sweep (sessions.runtime.sleep)."""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from sessions.models import Session
+
+
+def sessions_sandbox_sleep_due(*, ids: list[str] | None = None, limit: int = 200) -> list[str]:
+    """Sessions whose sandbox runs while they have been idle, with no runner, for
+    MANGO_SANDBOX_SLEEP_SECONDS (their last event is that old); among `ids` when given."""
+    cutoff = timezone.now() - timedelta(seconds=settings.MANGO_SANDBOX_SLEEP_SECONDS)
+    rows = Session.objects.filter(
+        deleted_at__isnull=True,
+        sandbox_state=Session.SandboxState.RUNNING,
+        status=Session.Status.IDLE,
+        runner_token__isnull=True,
+        updated_at__lt=cutoff,
+    )
+    if ids is not None:
+        rows = rows.filter(id__in=ids)
+    return list(rows.values_list("id", flat=True)[:limit])
+
+
+def sessions_sandbox_states(*, ids: list[str]) -> dict[str, str]:
+    """{session id: its sandbox state, or "deleted"} for the sessions of `ids` this database
+    knows (a Docker host may run other deployments' sandboxes: those are not ours to touch)."""
+    return {
+        session_id: "deleted" if deleted_at is not None else state
+        for session_id, state, deleted_at in Session.objects.filter(id__in=ids).values_list(
+            "id", "sandbox_state", "deleted_at"
+        )
+    }
+
+
+def session_sandbox_awake(*, session_id: str) -> bool:
+    """Whether the session (not deleted) has a sandbox running."""
+    return Session.objects.filter(
+        id=session_id, deleted_at__isnull=True, sandbox_state=Session.SandboxState.RUNNING
+    ).exists()
