@@ -3,8 +3,14 @@ byte-identical restore at the next tool call (on a second Docker daemon too), de
 session, and kill -9 of the worker at each step of checkpoint and wake. Real dockerd, store,
 PostgreSQL, Redis and Celery workers throughout."""
 
+import os
+import signal
+import subprocess
+from pathlib import Path
+
 import docker
 import pytest
+import requests
 
 from files import storage
 from files.quotas import workspace_usage
@@ -57,7 +63,8 @@ def _asleep(session_id: str, client: docker.DockerClient | None = None) -> Sessi
     def sleeping():
         session = Session.objects.get(pk=session_id)
         containers = client.containers.list(all=True, filters={"label": f"mango.session={session_id}"})
-        return session if session.sandbox_state == Session.SandboxState.SLEEPING and not containers else None
+        asleep = session.sandbox_state == Session.SandboxState.SLEEPING and session.runner_token is None
+        return session if asleep and not containers else None
 
     return wait_for(sleeping, 120, 0.2)
 
@@ -136,3 +143,106 @@ def test_a_session_deleted_while_its_sandbox_sleeps_leaves_no_object_in_the_buck
     assert not SandboxCheckpoint.objects.filter(session_id=session.id).exists()
     wait_for(lambda: not _chunk_keys(api_key.workspace.id), 10)
     assert workspace_usage(api_key.workspace.id).bytes == 0
+
+
+# --- a second Docker host ----------------------------------------------------------------------
+
+SECOND = Path("/var/tmp/mango-sbx-dockerd2")  # its data root is kept: the image loads once
+SECOND_RUN = Path("/run/mango-sbx-dockerd2")
+SECOND_BRIDGE = "mgo2-sbx"  # a bridge of its own (not docker0): 15 characters at most
+HELPER_IMAGE = "mango-sandbox:bookworm"
+
+
+@pytest.fixture
+def second_dockerd():
+    """A second dockerd standing in for a second host: its own --data-root, exec root, socket,
+    containerd namespace and bridge, started here and stopped afterwards. Yields its DOCKER_HOST."""
+    if subprocess.run(["which", "dockerd"], capture_output=True).returncode != 0:
+        pytest.skip("dockerd is not installed")
+    SECOND.mkdir(parents=True, exist_ok=True)
+    SECOND_RUN.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["ip", "link", "del", SECOND_BRIDGE], capture_output=True)
+    subprocess.run(["ip", "link", "add", "name", SECOND_BRIDGE, "type", "bridge"], check=True)
+    subprocess.run(["ip", "addr", "add", "10.251.0.1/24", "dev", SECOND_BRIDGE], check=True)
+    subprocess.run(["ip", "link", "set", SECOND_BRIDGE, "up"], check=True)
+    host = f"unix://{SECOND_RUN}/docker.sock"
+    log = open(SECOND / "dockerd.log", "ab")  # noqa: SIM115 — the daemon writes it until stopped
+    daemon = subprocess.Popen(
+        [
+            "dockerd",
+            f"--data-root={SECOND}/data",
+            f"--exec-root={SECOND_RUN}/exec",
+            f"--pidfile={SECOND_RUN}/dockerd.pid",
+            f"--host={host}",
+            f"--bridge={SECOND_BRIDGE}",
+            "--containerd-namespace=mango-sbx-d2",
+            "--containerd-plugins-namespace=mango-sbx-d2-plugins",
+            "--iptables=false",
+            "--ip-masq=false",
+        ],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    client = docker.DockerClient(base_url=host, version="1.41", timeout=300)  # no version query before it runs
+    try:
+        wait_for(lambda: _answers(client), 60, 0.2)
+        first = docker.from_env()
+        image = first.images.get(HELPER_IMAGE)
+        try:
+            client.images.get(image.id)
+        except docker.errors.ImageNotFound:  # once per data root: about 800 MB
+            client.images.load(b"".join(first.api.get_image(HELPER_IMAGE)))
+        client.images.get(image.id).tag(HELPER_IMAGE)
+        yield host
+    finally:
+        for container in client.containers.list(all=True, filters={"label": "mango.session"}):
+            container.remove(force=True, v=True)
+        for volume in client.volumes.list(filters={"label": "mango.session"}):
+            volume.remove(force=True)
+        client.close()
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+        log.close()
+        subprocess.run(["ip", "link", "del", SECOND_BRIDGE], capture_output=True)
+
+
+def _answers(client) -> bool:
+    try:
+        return client.ping()
+    except (docker.errors.DockerException, OSError, requests.RequestException):
+        return False
+
+
+def test_a_sandbox_that_slept_on_one_docker_host_wakes_on_another(
+    sdk, model, celery_worker, agent_env, api_key, s3_bucket, second_dockerd
+):
+    agent, environment = agent_env
+    model.script(
+        [tool_use("bash", {"command": MAKE + LIST}), text("made"), tool_use("bash", {"command": LIST}), text("same")]
+    )
+    celery_worker.kill()
+    celery_worker.start_new(MANGO_SANDBOX_IMAGE=HELPER_IMAGE, **SLEEP_ENV)
+    try:
+        session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+        _send(sdk, session.id)
+        before = _results(sdk, session.id, 1)[0].content[0].text
+        _asleep(session.id)
+        # The first host's worker is gone; a worker of the second host runs the next turn.
+        celery_worker.kill()
+        celery_worker.start_new(MANGO_SANDBOX_IMAGE=HELPER_IMAGE, DOCKER_HOST=second_dockerd, **SLEEP_ENV)
+        _send(sdk, session.id)
+        after = _results(sdk, session.id, 2)[1].content[0].text
+        assert after == before.replace("made\n", "", 1)
+        second = docker.DockerClient(base_url=second_dockerd)
+        served = second.containers.list(filters={"label": f"mango.session={session.id}"})
+        assert served or Session.objects.get(pk=session.id).sandbox_state == Session.SandboxState.SLEEPING
+        assert not docker.from_env().containers.list(all=True, filters={"label": f"mango.session={session.id}"})
+        _asleep(session.id, second)  # and it sleeps there too
+        second.close()
+    finally:
+        celery_worker.kill()
+        celery_worker.start_new()
