@@ -11,8 +11,9 @@
   Docker host the turn runs: the same tar streams, so /workspace and the outputs tree are
   byte-identical (modes, owners, symlinks, mtimes).
 * **Sweep** (``sandboxes_sweep``, each worker's reaper): sandboxes on this worker's Docker host
-  whose session is deleted, or asleep (a crash between commit and removal), are removed; idle
-  ones past the setting are put to sleep (also those whose worker died).
+  whose session is deleted, or that no turn runs in (a sleep that crashed between its commit and
+  the removal, a creation or wake that crashed before it was recorded), are removed; idle ones
+  past the setting are put to sleep (also those whose worker died).
 """
 
 import logging
@@ -21,7 +22,7 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from django.db import close_old_connections, connections
+from django.db import close_old_connections, connection
 
 import sandboxes as sandbox
 from core.crashpoints import crash_point
@@ -31,8 +32,8 @@ from sessions.dispatch import session_run_enqueue_soon
 from sessions.models import Session
 from sessions.runtime.control import db_release
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
-from sessions.selectors.runner import session_pending_input
-from sessions.selectors.sandboxes import sessions_sandbox_sleep_due, sessions_sandbox_states
+from sessions.selectors.runner import session_by_id, session_pending_input
+from sessions.selectors.sandboxes import session_sandbox_state, sessions_sandbox_sleep_due, sessions_sandbox_states
 from sessions.services.checkpoints import (
     CheckpointAbandoned,
     checkpoint_abandon,
@@ -43,7 +44,7 @@ from sessions.services.checkpoints import (
     chunk_store,
     chunks_known,
 )
-from sessions.services.sandboxes import session_sandbox_repositories_rehome
+from sessions.services.sandboxes import session_sandbox_forgotten, session_sandbox_repositories_rehome
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def sandbox_sleep(*, session_id: str, force: bool = False) -> str:
         return "busy"
     lease = keeper.hold(session_id=session_id, token=token)
     try:
-        session = Session.objects.get(pk=session_id)
+        session = session_by_id(session_id=session_id)
         if session.deleted_at is not None or session.sandbox_state != Session.SandboxState.RUNNING:
             return "not_due"
         if session_pending_input(session_id=session_id):
@@ -133,7 +134,7 @@ def _archive(session: Session, should_stop) -> tuple[dict[str, list[int]], int]:
             return chunk_store(session=session, data=data)
         finally:
             slots.release()
-            connections.close_all()
+            connection.close()  # this upload thread's own
 
     with ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="mango-checkpoint") as pool:
         for name, directory, _target in STREAMS:
@@ -197,7 +198,7 @@ def sandboxes_sweep() -> dict[str, int]:
         if state == "deleted":
             sandbox.remove(session_id=session_id)
             done["removed"] += 1
-        elif state == Session.SandboxState.SLEEPING and _remove_if_asleep(session_id):
+        elif state in LEFT_BEHIND and _remove_left_behind(session_id):
             done["removed"] += 1
     for session_id in sessions_sandbox_sleep_due(ids=list(states)):
         if sandbox_sleep(session_id=session_id) == "slept":
@@ -205,16 +206,22 @@ def sandboxes_sweep() -> dict[str, int]:
     return done
 
 
-def _remove_if_asleep(session_id: str) -> bool:
-    """A sandbox left behind by a sleep that crashed after its commit: removed under the session's
-    lease (no wake is making a new one meanwhile)."""
+# Sandboxes no session runs in: a sleep that crashed after its commit (sleeping), a creation or a
+# wake that crashed before it was recorded (starting, failed). Creation and wake hold the lease.
+LEFT_BEHIND = (Session.SandboxState.SLEEPING, Session.SandboxState.STARTING, Session.SandboxState.FAILED)
+
+
+def _remove_left_behind(session_id: str) -> bool:
+    """Remove the sandbox under the session's lease (so no turn is making it right now); the
+    session then sleeps (its committed checkpoint is what it had) or has no sandbox."""
     token = uuid.uuid4().hex
     if not lease_acquire(session_id=session_id, token=token):
         return False
     try:
-        if Session.objects.filter(pk=session_id, sandbox_state=Session.SandboxState.SLEEPING).exists():
-            sandbox.remove(session_id=session_id)
-            return True
-        return False
+        if session_sandbox_state(session_id=session_id) not in LEFT_BEHIND:
+            return False
+        sandbox.remove(session_id=session_id)
+        session_sandbox_forgotten(session_id=session_id)
+        return True
     finally:
         lease_release(session_id=session_id, token=token)

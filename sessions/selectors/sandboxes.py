@@ -40,3 +40,7 @@ def session_sandbox_awake(*, session_id: str) -> bool:
     return Session.objects.filter(
         id=session_id, deleted_at__isnull=True, sandbox_state=Session.SandboxState.RUNNING
     ).exists()
+
+
+def session_sandbox_state(*, session_id: str) -> str | None:
+    return Session.objects.filter(id=session_id).values_list("sandbox_state", flat=True).first()

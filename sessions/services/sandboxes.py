@@ -16,7 +16,7 @@ from django.db import transaction
 import sandboxes as sandbox
 from core.models import Workspace
 from sessions.dispatch import sandbox_proxy_remove_enqueue
-from sessions.models import Session, SessionResource
+from sessions.models import SandboxCheckpoint, Session, SessionResource
 
 logger = logging.getLogger(__name__)
 
@@ -88,3 +88,11 @@ def session_sandbox_repositories_rehome(*, session_id: str, old_ref: str, new_re
         placed_ref=old_ref,
         mount_path__startswith=f"{sandbox.WORKDIR}/",
     ).update(placed_ref=new_ref)
+
+
+def session_sandbox_forgotten(*, session_id: str) -> None:
+    """A sandbox no turn ran in was removed (sessions.runtime.sleep's sweep): the session sleeps
+    if it has a committed checkpoint (a wake restores it), else it has no sandbox."""
+    committed = SandboxCheckpoint.objects.filter(session_id=session_id, state=SandboxCheckpoint.State.COMMITTED)
+    state = Session.SandboxState.SLEEPING if committed.exists() else Session.SandboxState.REMOVED
+    Session.objects.filter(id=session_id).update(sandbox_state=state, sandbox_ref=None)

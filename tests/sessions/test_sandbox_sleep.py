@@ -14,6 +14,7 @@ import requests
 
 from files import storage
 from files.quotas import workspace_usage
+from files.reconcile import reconcile
 from sessions.models import SandboxCheckpoint, SandboxChunk, Session
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for
@@ -243,6 +244,87 @@ def test_a_sandbox_that_slept_on_one_docker_host_wakes_on_another(
         assert not docker.from_env().containers.list(all=True, filters={"label": f"mango.session={session.id}"})
         _asleep(session.id, second)  # and it sleeps there too
         second.close()
+    finally:
+        celery_worker.kill()
+        celery_worker.start_new()
+
+
+# --- kill -9 of the worker at each step of checkpoint and wake ---------------------------------
+
+SLEEP_POINTS = [
+    "sandbox_checkpoint_begun",
+    "sandbox_chunk_before_write",
+    "owned_object_before_commit",
+    "sandbox_chunk_stored",
+    "sandbox_checkpoint_before_commit",
+    "sandbox_checkpoint_committed",
+    "sandbox_sleep_removed",
+]
+WAKE_POINTS = ["sandbox_wake_workspace_restored", "sandbox_wake_outputs_restored"]
+# The successor: recovers the dead worker's session (stale lease) and sweeps its Docker host.
+RECOVERING = {"MANGO_SESSION_REAPER_SECONDS": "1", "MANGO_SANDBOX_IMAGE": HELPER_IMAGE, **SLEEP_ENV}
+
+
+def _died(worker) -> None:
+    wait_for(lambda: worker.process.poll() is not None, 120, 0.2)
+
+
+def _no_leaks(session_id: str, workspace_id: str) -> None:
+    """0 sandboxes (the session sleeps: nothing of it on the Docker host, no loop device), 0
+    objects (every object under the workspace's sandbox_chunk/ prefix is a chunk its committed
+    checkpoint names, and every chunk row is), once reconciliation finished the dead worker's
+    open intents."""
+    reconcile(grace_seconds=0)
+    client = docker.from_env()
+    assert not client.containers.list(all=True, filters={"label": f"mango.session={session_id}"})
+    assert not client.volumes.list(filters={"label": f"mango.session={session_id}"})
+    backing = [p.read_text() for p in Path("/sys/block").glob("loop*/loop/backing_file")]
+    assert not [name for name in backing if session_id in name], backing
+    checkpoint = SandboxCheckpoint.objects.get(session_id=session_id, state="committed")
+    assert not SandboxCheckpoint.objects.filter(session_id=session_id, state="pending").exists()
+    named = set(checkpoint.chunk_ids())
+    rows = dict(SandboxChunk.objects.filter(session_id=session_id).values_list("id", "object_key"))
+    assert set(rows) == named
+    assert _chunk_keys(workspace_id) == set(rows.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", SLEEP_POINTS + WAKE_POINTS)
+def test_kill_9_at_each_step_of_sleep_and_wake_loses_no_byte_and_leaks_nothing(
+    sdk, model, celery_worker, agent_env, api_key, s3_bucket, point
+):
+    agent, environment = agent_env
+    waking = point in WAKE_POINTS
+    model.script(
+        [
+            tool_use("bash", {"command": MAKE + LIST}),
+            text("made"),
+            *([tool_use("bash", {"command": LIST}), text("the worker died")] if waking else []),
+            tool_use("bash", {"command": LIST}),
+            text("same"),
+        ]
+    )
+    crash = {"MANGO_TEST_CRASH_POINT": point}
+    celery_worker.kill()
+    try:
+        worker = celery_worker.start_new(**RECOVERING, **({} if waking else crash))
+        session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+        _send(sdk, session.id)
+        before = _results(sdk, session.id, 1)[0].content[0].text
+        if waking:
+            _asleep(session.id)
+            celery_worker.kill()
+            worker = celery_worker.start_new(**RECOVERING, **crash)
+            _send(sdk, session.id)
+        _died(worker)  # at the point
+        celery_worker.start_new(**RECOVERING)
+        _asleep(session.id)  # the successor finished the sleep (or the woken turn, then slept)
+        _no_leaks(session.id, api_key.workspace.id)
+        _send(sdk, session.id)
+        after = _results(sdk, session.id, 3 if waking else 2)[-1].content[0].text
+        assert after == before.replace("made\n", "", 1)  # 0 bytes lost
+        _asleep(session.id)
+        _no_leaks(session.id, api_key.workspace.id)
     finally:
         celery_worker.kill()
         celery_worker.start_new()
