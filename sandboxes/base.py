@@ -29,6 +29,11 @@ class SandboxError(Exception):
     """The sandbox could not be created or reached."""
 
 
+class SandboxGone(SandboxError):
+    """The session's sandbox is not there (or not running) any more: nothing of the call ran. The
+    caller provisions it again (runtime.sandbox_ready) and retries."""
+
+
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 

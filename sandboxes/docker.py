@@ -41,6 +41,7 @@ from sandboxes.base import (
     OutputCollector,
     SandboxBackend,
     SandboxError,
+    SandboxGone,
     reader_thread,
     supervise,
 )
@@ -154,7 +155,7 @@ class DockerBackend(SandboxBackend):
     def _require_container(self, session_id: str):
         container = self._get_container(session_id)
         if container is None:
-            raise SandboxError("the sandbox container is gone")
+            raise SandboxGone("the sandbox container is gone")
         return container
 
     def _concurrent_container(self, session_id: str):
@@ -620,21 +621,29 @@ class DockerBackend(SandboxBackend):
         should_cancel: Callable[[], bool],
         workdir: str | None = None,
     ) -> ExecResult:
-        container = self._require_container(session_id)
+        # By name, without reading the container first: a running sandbox's tool call is one exec
+        # (create, start, inspect) and nothing else (issue 38, provision once).
         api = self._docker().api
-        exec_id = api.exec_create(
-            container.id,
-            ["/bin/sh", "-c", _REAPED, "sh", command],
-            stdout=True,
-            stderr=True,
-            environment={"MANGO_REAPER": REAPER_SOURCE},
-            workdir=workdir or WORKDIR,
-        )["Id"]
+        try:
+            exec_id = api.exec_create(
+                container_name(session_id),
+                ["/bin/sh", "-c", _REAPED, "sh", command],
+                stdout=True,
+                stderr=True,
+                environment={"MANGO_REAPER": REAPER_SOURCE},
+                workdir=workdir or WORKDIR,
+            )["Id"]
+        except NotFound as exc:
+            raise SandboxGone("the sandbox container is gone") from exc
+        except APIError as exc:
+            if exc.status_code == 409:  # not running
+                raise SandboxGone(f"the sandbox container is not running: {exc.explanation}") from exc
+            raise
         collector = OutputCollector()
         reader = reader_thread(api.exec_start(exec_id, stream=True), collector)
 
         def kill():
-            self._kill_commands(container)
+            self._kill_commands(self._require_container(session_id))
             reader.join(1.0)
 
         cancelled, timed_out = supervise(

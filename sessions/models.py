@@ -73,6 +73,12 @@ class Session(Archivable, models.Model):
     # Sandbox (docker container or local folder), created lazily on the first tool call.
     sandbox_state = models.CharField(max_length=16, choices=SandboxState.choices, default=SandboxState.NONE)
     sandbox_ref = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001 — null and "" differ
+    # Provision once (issue 38): a change that needs the running sandbox provisioned again (a
+    # credential revoked or changed: its egress proxy goes) adds one to sandbox_changes; the runner
+    # provisions (ensure, proxy, placements) only while sandbox_provisioned is behind it, or when the
+    # sandbox is new or gone. Otherwise a tool call in a running sandbox is one Docker exec.
+    sandbox_changes = models.PositiveIntegerField(default=0)
+    sandbox_provisioned = models.PositiveIntegerField(default=0)
     last_error = models.TextField(null=True, blank=True)  # noqa: DJ001 — null and "" differ
     # {type: limit, max_list_cost: {amount, currency}} or null (sessions/pricing.py): at the cap
     # the session makes no more model requests (stop_reason budget_reached).

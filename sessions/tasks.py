@@ -10,13 +10,21 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 import sandboxes as sandbox
-from sessions.dispatch import QUEUE_ERRORS, SANDBOX_PROXY_REMOVE, SANDBOX_REMOVE, SANDBOX_SLEEP, SESSION_RUN
+from sessions.dispatch import (
+    QUEUE_ERRORS,
+    SANDBOX_PATH_REMOVE,
+    SANDBOX_PROXY_REMOVE,
+    SANDBOX_REMOVE,
+    SANDBOX_SLEEP,
+    SESSION_RUN,
+)
 from sessions.events import RUNNER_INPUT_TYPES
 from sessions.models import Session, SessionEvent
 from sessions.runtime import turn  # imported before the pool forks: children start warm (anthropic is slow to import)
 from sessions.runtime.fleet import fleet_connect
 from sessions.runtime.sleep import sandbox_sleep, sandboxes_sweep
 from sessions.services.checkpoints import checkpoint_stale_sweep
+from sessions.services.sandboxes import sandbox_resource_path_remove, session_sandbox_changed
 from sessions.services.sessions import deleted_session_logs_purge, session_orphan_files_delete
 from skills.services import skills_unfinished_sweep
 
@@ -83,10 +91,18 @@ def session_sandbox_remove(session_id: str) -> None:
     Session.objects.filter(id=session_id).update(sandbox_state=Session.SandboxState.REMOVED)
 
 
+@shared_task(name=SANDBOX_PATH_REMOVE, acks_late=True, autoretry_for=(Exception,), retry_backoff=True, max_retries=10)
+def session_sandbox_path_remove(session_id: str, ref: str, path: str, tree: bool) -> None:
+    """A deleted resource leaves the sandbox it was placed in (the API does not call Docker)."""
+    sandbox_resource_path_remove(session_id=session_id, ref=ref, path=path, tree=tree)
+
+
 @shared_task(name=SANDBOX_PROXY_REMOVE, acks_late=True, autoretry_for=(Exception,), retry_backoff=True, max_retries=10)
 def session_sandbox_proxy_remove(session_id: str) -> None:
-    """A revoked credential's secret leaves the session's egress proxy (the API could not)."""
+    """A revoked credential's secret leaves the session's egress proxy (the API does not call
+    Docker); the next tool call provisions the sandbox again (a new proxy, current credentials)."""
     sandbox.proxy_remove(session_id=session_id)
+    session_sandbox_changed(session_ids=[session_id])
 
 
 @shared_task(name=SANDBOX_SLEEP, acks_late=True, soft_time_limit=3600, time_limit=3900)

@@ -16,21 +16,30 @@ from sessions.runtime.control import TurnControl, db_release
 from sessions.runtime.repositories import repositories_place
 from sessions.runtime.sleep import sandbox_restore
 from sessions.selectors.runner import session_unplaced_resource_types
+from sessions.selectors.sandboxes import session_sandbox_generation
 from sessions.services.events import events_append
 from sessions.services.memory_mounts import session_memory_place
 from sessions.services.resources import resources_place
 from sessions.services.runner import session_error_record, session_sandbox_failed, session_sandbox_running
-from sessions.services.sandboxes import sandbox_admit
+from sessions.services.sandboxes import sandbox_admit, session_sandbox_provisioned
 from sessions.services.skill_mounts import session_skills_place
 from vaults.selectors import session_environment_credentials
 from vaults.services import credential_secrets
 
 
-def sandbox_ready(control: TurnControl, session: Session) -> None:
+def sandbox_ready(control: TurnControl, session: Session, *, gone: bool = False) -> None:
+    """Provision once: a running sandbox that nothing changed since it was provisioned needs no
+    Docker call here (the tool's exec is the only one); only file resources and repositories
+    added since are placed. Otherwise (new, asleep, `gone` — its exec found no container — or a
+    change counted: session_sandbox_changed) it is made ready in full."""
+    changes, provisioned = session_sandbox_generation(session_id=session.id)  # one statement
     if session.sandbox_state == Session.SandboxState.RUNNING:
         # Deleting the session raises its interrupt flag (and removes the sandbox; what a late
         # ensure makes again goes with the runner's end, turn._run_leased).
         control.check_stop()
+        if not gone and session.sandbox_ref and provisioned >= changes:
+            _placements(control, session, session.sandbox_ref, fresh=False)
+            return
     else:
         control.check_deleted()  # never create a sandbox for a deleted session
     sandbox_admit(session=session)  # the workspace's cap of live sandboxes
@@ -63,6 +72,12 @@ def sandbox_ready(control: TurnControl, session: Session) -> None:
         except Exception as exc:
             raise sandbox.SandboxError(f"memory stores could not be placed: {exc}") from exc
     session_sandbox_running(session=session, ref=ref)
+    session_sandbox_provisioned(session=session, generation=changes)
+    _placements(control, session, ref, fresh=fresh)
+
+
+def _placements(control: TurnControl, session: Session, ref: str, *, fresh: bool) -> None:
+    """File resources and repositories not yet in sandbox `ref` (added since it was made)."""
     unplaced = session_unplaced_resource_types(session_id=session.id, ref=ref)  # one statement per tool call
     if SessionResource.Type.FILE in unplaced:
         try:

@@ -60,7 +60,7 @@ class InputArrived(Exception):
 
 def sandbox_sleep(*, session_id: str, force: bool = False) -> str:
     """Checkpoint and remove the session's sandbox if it is idle past the setting (or `force`).
-    Returns what happened: slept, not_due, busy, woken or abandoned."""
+    Returns what happened: slept, not_due, busy, woken, stale or abandoned."""
     close_old_connections()
     if not sandbox.get_backend().sleeps:
         return "not_due"
@@ -76,6 +76,17 @@ def sandbox_sleep(*, session_id: str, force: bool = False) -> str:
             return "not_due"
         if session_pending_input(session_id=session_id):
             return "woken"
+        here = [
+            c["id"]
+            for c in sandbox.containers(session_id=session_id)
+            if c["name"] == sandbox.container_name(session_id)
+        ]
+        if here != [session.sandbox_ref]:
+            # Not the session's sandbox (it was made again on another worker's host since): archiving
+            # it would overwrite newer files. It goes; the session's own sleeps where it runs.
+            if here:
+                sandbox.remove(session_id=session_id)
+            return "stale"
         return _checkpoint_and_remove(session, lambda: lease.lost)
     finally:
         keeper.drop(lease)

@@ -44,3 +44,10 @@ def session_sandbox_awake(*, session_id: str) -> bool:
 
 def session_sandbox_state(*, session_id: str) -> str | None:
     return Session.objects.filter(id=session_id).values_list("sandbox_state", flat=True).first()
+
+
+def session_sandbox_generation(*, session_id: str) -> tuple[int, int]:
+    """(sandbox_changes, sandbox_provisioned): the running sandbox needs provisioning again while
+    the second is behind the first."""
+    row = Session.objects.filter(id=session_id).values_list("sandbox_changes", "sandbox_provisioned").first()
+    return row or (0, 0)

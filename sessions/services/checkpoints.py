@@ -111,6 +111,8 @@ def checkpoint_commit(*, checkpoint: SandboxCheckpoint, manifest: dict[str, list
                 raise CheckpointAbandoned("the session was deleted meanwhile")
             if session.sandbox_state != Session.SandboxState.RUNNING:
                 raise CheckpointAbandoned(f"the sandbox is {session.sandbox_state}")
+            if session.sandbox_ref != checkpoint.sandbox_ref:
+                raise CheckpointAbandoned("the session's sandbox was made again meanwhile")
             ids = [chunk_id for stream in STREAMS for chunk_id in manifest.get(stream, [])]
             stored = SandboxChunk.objects.filter(pk__in=set(ids), state=SandboxChunk.State.READY)
             sizes = dict(stored.values_list("id", "size_bytes"))
