@@ -7,9 +7,9 @@ in order, back into dockerd. The same bytes come back, so the tree is byte-ident
 next checkpoint to upload only what changed, the cuts must fall at the same places in an
 unchanged part of the stream however other parts changed:
 
-* a member (its extended headers, header and data) of at most ``CHUNK_BYTES`` is never split; a
-  larger one starts a chunk of its own and is cut every ``CHUNK_BYTES`` of its data, counted
-  from its header, so an in-place change of a big file changes only the chunks it touches;
+* a member (its extended headers, header and data) of at most ``PIECE_BYTES`` is never split; a
+  larger one starts a chunk of its own and is cut every ``PIECE_BYTES`` (1 MiB), counted from its
+  header, so an in-place change of a big file re-uploads about what changed;
 * small members are packed, and a pack ends after a member whose name hashes to 0 modulo
   ``PACK_MODULUS`` (a cut decided by content, not by offset: an inserted or grown file moves no
   cut outside its own pack), or before the member that would take it past ``CHUNK_BYTES``.
@@ -22,7 +22,8 @@ import hashlib
 from collections.abc import Iterable, Iterator
 
 BLOCK = 512
-CHUNK_BYTES = 4 * 1024 * 1024
+CHUNK_BYTES = 4 * 1024 * 1024  # the most a pack of small members holds
+PIECE_BYTES = 1024 * 1024  # a large member's pieces
 PACK_MODULUS = 64
 
 
@@ -113,20 +114,20 @@ def chunks(stream: Iterable[bytes]) -> Iterator[bytes]:
             if pack:
                 yield bytes(pack)
             return
-        if len(headers) + data_size > CHUNK_BYTES:
+        if len(headers) + data_size > PIECE_BYTES:
             if pack:
                 yield bytes(pack)
                 pack = bytearray()
             piece = bytearray(headers)
             left = data_size
             while left:
-                take = min(CHUNK_BYTES - len(piece), left)
+                take = min(PIECE_BYTES - len(piece), left)
                 data = reader.read(take)
                 if len(data) < take:
                     raise TarStreamError("the archive ended inside a member")
                 piece += data
                 left -= take
-                if len(piece) >= CHUNK_BYTES:
+                if len(piece) >= PIECE_BYTES:
                     yield bytes(piece)
                     piece = bytearray()
             if piece:
