@@ -55,4 +55,4 @@ def test_requests_that_change_a_sandbox_work_with_docker_unreachable_and_workers
     sdk.beta.sessions.delete(session.id)
     # A worker removed the sandbox.
     wait_for(lambda: not client.containers.list(all=True, filters={"label": f"mango.session={session.id}"}), 30)
-    assert Session.objects.get(pk=session.id).sandbox_state == Session.SandboxState.REMOVED
+    wait_for(lambda: Session.objects.get(pk=session.id).sandbox_state == Session.SandboxState.REMOVED, 30)

@@ -55,7 +55,11 @@ def _results(sdk, session_id: str, count: int) -> list:
         done = [e for e in events if e.type == "agent.tool_result"]
         return done if len(done) >= count and events[-1].type == "session.status_idle" else None
 
-    return wait_for(ready, 120, 0.2)
+    try:
+        return wait_for(ready, 120, 0.2)
+    except AssertionError:
+        events = [(e.type, getattr(e, "content", None)) for e in sdk.beta.sessions.events.list(session_id)]
+        raise AssertionError(f"{count} tool results not seen: {events}") from None
 
 
 def _asleep(session_id: str, client: docker.DockerClient | None = None) -> Session:
@@ -63,7 +67,9 @@ def _asleep(session_id: str, client: docker.DockerClient | None = None) -> Sessi
 
     def sleeping():
         session = Session.objects.get(pk=session_id)
-        containers = client.containers.list(all=True, filters={"label": f"mango.session={session_id}"})
+        containers = client.containers.list(
+            all=True, filters={"label": f"mango.session={session_id}"}, ignore_removed=True
+        )
         asleep = session.sandbox_state == Session.SandboxState.SLEEPING and session.runner_token is None
         return session if asleep and not containers else None
 
@@ -318,6 +324,8 @@ def test_kill_9_at_each_step_of_sleep_and_wake_loses_no_byte_and_leaks_nothing(
             _send(sdk, session.id)
         _died(worker)  # at the point
         celery_worker.start_new(**RECOVERING)
+        if waking:  # the successor resumes the turn: the tool use the crash cut short gets an error
+            assert _results(sdk, session.id, 2)[1].is_error
         _asleep(session.id)  # the successor finished the sleep (or the woken turn, then slept)
         _no_leaks(session.id, api_key.workspace.id)
         _send(sdk, session.id)
