@@ -102,6 +102,7 @@ class SessionAdmin(admin.ModelAdmin):
     def get_queryset(self, request):
         names = Environment.objects.filter(id=OuterRef("environment_id")).values("name")[:1]
         return super().get_queryset(request).annotate(_environment_name=Subquery(names))
+
     @admin.display(description="sandbox checkpoint")
     def sandbox_checkpoint(self, obj):
         """The last committed checkpoint (what a wake restores): when, how large."""

@@ -111,6 +111,12 @@ def session_run_enqueue_on_commit(*, session_id: str) -> None:
     transaction.on_commit(lambda: _send_or_keep(SESSION_RUN, session_id))
 
 
+def sandbox_remove_enqueue(*, session_id: str) -> None:
+    """Remove the session's sandbox from a worker (the API never calls Docker); kept in the outbox
+    when the queue does not answer."""
+    _send_or_keep(SANDBOX_REMOVE, session_id)
+
+
 def sandbox_remove_enqueue_on_commit(*, session_id: str) -> None:
     """Remove the session's sandbox from a worker (the API never calls Docker) once the current
     transaction commits; kept in the outbox when the queue does not answer."""

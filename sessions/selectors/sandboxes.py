@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from sessions.models import Session
@@ -10,7 +11,8 @@ from sessions.models import Session
 
 def sessions_sandbox_sleep_due(*, ids: list[str] | None = None, limit: int = 200) -> list[str]:
     """Sessions whose sandbox runs while they have been idle, with no runner, for
-    MANGO_SANDBOX_SLEEP_SECONDS (their last event is that old); among `ids` when given."""
+    MANGO_SANDBOX_SLEEP_SECONDS (their last event is that old), and so have their child threads
+    (multiagent: they share the sandbox); among `ids` when given."""
     cutoff = timezone.now() - timedelta(seconds=settings.MANGO_SANDBOX_SLEEP_SECONDS)
     rows = Session.objects.filter(
         deleted_at__isnull=True,
@@ -18,10 +20,18 @@ def sessions_sandbox_sleep_due(*, ids: list[str] | None = None, limit: int = 200
         status=Session.Status.IDLE,
         runner_token__isnull=True,
         updated_at__lt=cutoff,
-    )
+    ).exclude(Exists(threads_active(since=cutoff)))
     if ids is not None:
         rows = rows.filter(id__in=ids)
     return list(rows.values_list("id", flat=True)[:limit])
+
+
+def threads_active(*, since):
+    """A multiagent session's child threads (they run their tools in its sandbox) that run, hold a
+    runner or had an event since `since`: for an Exists over the primary (OuterRef "pk")."""
+    return Session.objects.filter(primary_id=OuterRef("pk"), deleted_at__isnull=True).filter(
+        Q(runner_token__isnull=False) | ~Q(status=Session.Status.IDLE) | Q(updated_at__gte=since)
+    )
 
 
 def sessions_sandbox_states(*, ids: list[str]) -> dict[str, str]:

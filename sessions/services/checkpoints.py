@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Exists
 from django.utils import timezone
 
 from core.crashpoints import crash_point
@@ -41,6 +42,7 @@ from files.quotas import StorageQuotaExceeded, quota_enforce
 from files.selectors import owned_object_stream
 from files.services import owned_object_write, owned_objects_delete
 from sessions.models import SandboxCheckpoint, SandboxChunk, Session
+from sessions.selectors.sandboxes import threads_active
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +115,9 @@ def checkpoint_commit(*, checkpoint: SandboxCheckpoint, manifest: dict[str, list
                 raise CheckpointAbandoned(f"the sandbox is {session.sandbox_state}")
             if session.sandbox_ref != checkpoint.sandbox_ref:
                 raise CheckpointAbandoned("the session's sandbox was made again meanwhile")
+            threads = Session.objects.filter(pk=session.pk).filter(Exists(threads_active(since=checkpoint.started_at)))
+            if threads.exists():
+                raise CheckpointAbandoned("a thread of the session used its sandbox meanwhile")
             ids = [chunk_id for stream in STREAMS for chunk_id in manifest.get(stream, [])]
             stored = SandboxChunk.objects.filter(pk__in=set(ids), state=SandboxChunk.State.READY)
             sizes = dict(stored.values_list("id", "size_bytes"))
