@@ -286,18 +286,29 @@ MANGO_SANDBOX_PIDS = env.int("MANGO_SANDBOX_PIDS", default=256)
 # a session's first tool call beyond it gets an error result. 0: no cap.
 MANGO_WORKSPACE_MAX_SANDBOXES = env.int("MANGO_WORKSPACE_MAX_SANDBOXES", default=32)
 # Isolation of docker sandboxes (sandboxes/policy.py). Commands run as this fixed
-# unprivileged uid:gid with no capabilities. The workdir, /tmp and /mnt/session/outputs are
-# tmpfs-backed volumes of these sizes (ENOSPC beyond them; their pages count toward the
-# sandbox's memory limit). RLIMIT_NPROC counts per uid on the whole host, so it is a safety net
-# above MANGO_SANDBOX_PIDS (the per-sandbox bound).
+# unprivileged uid:gid with no capabilities. /workspace and /mnt/session/outputs are ext4
+# filesystems of these sizes on the Docker host's disk (sparse: only what is written takes
+# space; ENOSPC beyond; not the sandbox's memory; sandboxes/disks.py). /tmp, /var/tmp, the memory
+# stores and the skills are tmpfs of these sizes (ENOSPC beyond; what the sandbox writes to /tmp
+# and /var/tmp counts toward MANGO_SANDBOX_MEMORY). The number of processes is bounded by
+# MANGO_SANDBOX_PIDS alone (a uid's RLIMIT_NPROC counts it on the whole host: not set).
 MANGO_SANDBOX_UID = env.int("MANGO_SANDBOX_UID", default=10001)
-MANGO_SANDBOX_WORKDIR_SIZE = env.str("MANGO_SANDBOX_WORKDIR_SIZE", default="256m")
+MANGO_SANDBOX_WORKDIR_SIZE = env.str("MANGO_SANDBOX_WORKDIR_SIZE", default="10g")
 MANGO_SANDBOX_TMP_SIZE = env.str("MANGO_SANDBOX_TMP_SIZE", default="64m")
-MANGO_SANDBOX_OUTPUTS_SIZE = env.str("MANGO_SANDBOX_OUTPUTS_SIZE", default="256m")
+MANGO_SANDBOX_OUTPUTS_SIZE = env.str("MANGO_SANDBOX_OUTPUTS_SIZE", default="2g")
 MANGO_SANDBOX_MEMORY_STORES_SIZE = env.str("MANGO_SANDBOX_MEMORY_STORES_SIZE", default="256m")
+MANGO_SANDBOX_SKILLS_SIZE = env.str("MANGO_SANDBOX_SKILLS_SIZE", default="256m")
+# The image of the short-lived helper containers (root with CAP_SYS_ADMIN and the loop devices
+# only: they make a sandbox's disks; with CAP_KILL only: they stop a sandbox's processes when no
+# exec can start). Needs python3, mkfs.ext4 and debugfs; it never runs tenant code.
+MANGO_SANDBOX_HELPER_IMAGE = env.str("MANGO_SANDBOX_HELPER_IMAGE", default="mango-sandbox:bookworm")
+# A session idle this long has its sandbox checkpointed into the object store and removed; the
+# next tool call restores it on whichever worker runs it (sessions/runtime/sleep.py). 0: never.
+MANGO_SANDBOX_SLEEP_SECONDS = env.float("MANGO_SANDBOX_SLEEP_SECONDS", default=600.0)
 MANGO_SANDBOX_NOFILE = env.int("MANGO_SANDBOX_NOFILE", default=1024)
-MANGO_SANDBOX_NPROC = env.int("MANGO_SANDBOX_NPROC", default=8192)
-MANGO_SANDBOX_FSIZE_BYTES = env.int("MANGO_SANDBOX_FSIZE_BYTES", default=512 * 1024 * 1024)
+# The largest file a sandbox command may write (RLIMIT_FSIZE); 0: none beyond the size of the
+# mount it is written to (every writable path of a sandbox is a bounded mount).
+MANGO_SANDBOX_FSIZE_BYTES = env.int("MANGO_SANDBOX_FSIZE_BYTES", default=0)
 # `unrestricted` sandboxes get a bridge network of their own, a /29 from this pool; the host
 # firewall rule that keeps them away from the host is installed by the worker (`iptables`, needs
 # root) or by the operator (`external`, see docs/operating.md).

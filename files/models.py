@@ -147,6 +147,8 @@ class OwnedObject(models.Model):
     class OwnerKind(models.TextChoices):
         # owner_id: the SkillVersion's primary key.
         SKILL_VERSION = "skill_version"
+        # owner_id: the SandboxChunk's primary key (a sleeping sandbox's checkpoint, sessions).
+        SANDBOX_CHUNK = "sandbox_chunk"
 
     class State(models.TextChoices):
         READY = "ready"

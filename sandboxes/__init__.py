@@ -23,6 +23,7 @@ from sandboxes.base import (
     ExecResult,
     SandboxBackend,
     SandboxError,
+    SandboxGone,
 )
 from sandboxes.docker import DockerBackend, container_name
 from sandboxes.local import LocalProcessBackend
@@ -37,6 +38,7 @@ __all__ = [
     "PackageInstallFailed",
     "SandboxBackend",
     "SandboxError",
+    "SandboxGone",
     "container_name",
     "containers",
     "describe",

@@ -7,6 +7,7 @@ tool errors.
 """
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -26,6 +27,22 @@ POLL_SECONDS = 0.1
 
 class SandboxError(Exception):
     """The sandbox could not be created or reached."""
+
+
+class SandboxGone(SandboxError):
+    """The session's sandbox is not there (or not running) any more: nothing of the call ran. The
+    caller provisions it again (runtime.sandbox_ready) and retries."""
+
+
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def size_bytes(value: str | int) -> int:
+    """`10g`, `512m`, `1048576` (Docker's and tmpfs's binary units) as bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", str(value).lower())
+    if not match:
+        raise SandboxError(f"not a size: {value!r}")
+    return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 @dataclass
@@ -98,6 +115,9 @@ class SandboxBackend:
     """One sandbox per session. Subclasses implement every method."""
 
     name = "abstract"
+    # Whether idle sandboxes are checkpointed and removed (sessions.runtime.sleep): they need
+    # get_archive/put_archive of /workspace and the outputs tree, and sessions_present.
+    sleeps = False
 
     def ensure(self, *, session_id: str, workspace_id: str, networking: dict | None, image: str | None = None) -> str:
         """Create the session's sandbox if needed (durable across turns) and start it, from
@@ -140,6 +160,10 @@ class SandboxBackend:
         raise NotImplementedError
 
     def containers(self, *, session_id: str) -> list[dict]:
+        raise NotImplementedError
+
+    def sessions_present(self) -> list[str]:
+        """The ids of the sessions whose sandbox (container) this backend's host holds."""
         raise NotImplementedError
 
     def has_outputs_mount(self, *, session_id: str) -> bool:

@@ -1,8 +1,10 @@
 """The ``docker`` backend: the only module that imports ``docker`` (STYLE.md 8).
 
 One durable container per session, created lazily on the first tool call, from
-MANGO_SANDBOX_IMAGE (it needs nothing but /bin/sh), with the privileges, writable mounts and
-network that ``policy.py`` states (issue #10). Labels: ``mango.session``, ``mango.workspace`` and
+MANGO_SANDBOX_IMAGE (it needs nothing but /bin/sh; python3 for ``call_reaper.py``), with the
+privileges, writable mounts and network that ``policy.py`` states (issue #10) and its disks
+(``disks.py``). A container that is not running is never started again: its disks went when it
+stopped, so it is removed and made anew. Labels: ``mango.session``, ``mango.workspace`` and
 ``mango.outputs_mount_version`` on the container, its volumes and its network. Containers
 without that label predate the outputs mount and are treated as having no outputs (fail closed).
 
@@ -32,13 +34,14 @@ from docker.errors import APIError, DockerException, NotFound
 
 from core import caps
 from core.errors import RateLimited
-from sandboxes import firewall, packages, policy
+from sandboxes import disks, firewall, packages, policy
 from sandboxes.base import (
     WORKDIR,
     ExecResult,
     OutputCollector,
     SandboxBackend,
     SandboxError,
+    SandboxGone,
     reader_thread,
     supervise,
 )
@@ -70,6 +73,15 @@ done"""
 
 # The egress proxy's program (standard library only), run by the proxy image's python3.
 PROXY_SOURCE = Path(__file__).resolve().parent / "egress_proxy.py"
+# Every command runs under call_reaper.py (what it leaves running dies with it), by python3 when
+# the image has it, else by the shell alone.
+REAPER_SOURCE = (Path(__file__).resolve().parent / "call_reaper.py").read_text()
+_REAPED = (
+    "command -v python3 >/dev/null 2>&1 && "
+    'exec python3 -S -c "import os; exec(os.environ.pop(\'MANGO_REAPER\'))" "$1"; '
+    'unset MANGO_REAPER; exec /bin/sh -c "$1"'
+)
+KILLER_NAME = "mango-kill-{}"
 PROXY_READY_SECONDS = 15
 INSTALL_OUTPUT_BYTES = 256 * 1024
 INSTALL_DISK_CHECK_SECONDS = 2.0
@@ -119,6 +131,7 @@ def _tar_one(name: str, data: bytes, *, uid: int) -> bytes:
 
 class DockerBackend(SandboxBackend):
     name = "docker"
+    sleeps = True
 
     def __init__(self):
         self._client_lock = threading.Lock()
@@ -142,7 +155,7 @@ class DockerBackend(SandboxBackend):
     def _require_container(self, session_id: str):
         container = self._get_container(session_id)
         if container is None:
-            raise SandboxError("the sandbox container is gone")
+            raise SandboxGone("the sandbox container is gone")
         return container
 
     def _concurrent_container(self, session_id: str):
@@ -164,7 +177,10 @@ class DockerBackend(SandboxBackend):
                 return container.id  # created and started
             container = self._concurrent_container(session_id)
         if container.status != "running":
-            container.start()
+            # Its disks went with it (disks.py): never started again, made anew.
+            logger.warning("sandbox container found %s; made anew", container.status, extra={"session_id": session_id})
+            self.remove(session_id=session_id)
+            return self.ensure(session_id=session_id, workspace_id=workspace_id, networking=networking, image=image)
         self._proxy_current(session_id, container, networking)
         return container.id
 
@@ -384,37 +400,52 @@ class DockerBackend(SandboxBackend):
     def _create(self, session_id: str, workspace_id: str, networking: dict | None, image: str):
         client = self._docker()
         labels = _labels(session_id, workspace_id)
-        # Named volumes declared as mounts are created by dockerd with the container (one round
-        # trip less each), and found again as they are when the container is recreated.
-        mounts = [
-            docker.types.Mount(
-                target,
-                name,
-                type="volume",
-                driver_config=docker.types.DriverConfig("local", options),
-                labels=labels,
-            )
-            for name, target, options in policy.volume_specs(session_id)
-        ]
         network_mode, environment, authority = self._network_mode(session_id, labels, networking)
-        try:
-            container = client.containers.run(
-                image,
-                command=["/bin/sh", "-c", policy.KEEPALIVE],
-                name=container_name(session_id),
-                detach=True,
-                labels={**labels, LABEL_OUTPUTS_MOUNT: OUTPUTS_MOUNT_VERSION},
-                network_mode=network_mode,
-                mounts=mounts,
-                **policy.container_spec(session_id, environment=environment),
-            )
-        except APIError as exc:
-            if exc.status_code == 409:
-                return None
-            raise SandboxError(f"could not create the sandbox container: {exc}") from exc
+        with disks.attached(client, session_id=session_id, labels=labels, disks=policy.disk_sizes()) as devices:
+            incarnation = os.urandom(4).hex()
+            # Named volumes declared as mounts are created by dockerd with the container (one
+            # round trip less each); nothing of the image is copied into them.
+            mounts = [
+                docker.types.Mount(
+                    target,
+                    name,
+                    type="volume",
+                    no_copy=True,
+                    driver_config=docker.types.DriverConfig("local", options),
+                    labels=labels,
+                )
+                for name, target, options in policy.volume_specs(session_id, incarnation, devices)
+            ]
+            try:
+                container = client.containers.run(
+                    image,
+                    command=["/bin/sh", "-c", policy.KEEPALIVE],
+                    name=container_name(session_id),
+                    detach=True,
+                    labels={**labels, LABEL_OUTPUTS_MOUNT: OUTPUTS_MOUNT_VERSION},
+                    network_mode=network_mode,
+                    mounts=mounts,
+                    **policy.container_spec(session_id, environment=environment),
+                )
+            except APIError as exc:
+                self._volumes_remove(session_id, incarnation)
+                if exc.status_code == 409:
+                    return None
+                raise SandboxError(f"could not create the sandbox container: {exc}") from exc
         if authority:
             self._place_authority(session_id, authority)
         return container
+
+    def _volumes_remove(self, session_id: str, incarnation: str | None = None) -> None:
+        """The session's volumes (of one incarnation, or all): none is in use by then."""
+        for volume in self._docker().volumes.list(filters={"label": f"{LABEL_SESSION}={session_id}"}):
+            if incarnation is None or volume.name.endswith(f"-{incarnation}"):
+                try:
+                    volume.remove(force=True)
+                except NotFound:
+                    pass
+                except APIError:
+                    logger.warning("volume %s still in use; left for the next removal", volume.name)
 
     def _network_mode(self, session_id: str, labels: dict, networking: dict | None) -> tuple[str, dict, str | None]:
         """(network_mode, environment, CA certificate) of the session's sandbox and of its build
@@ -590,16 +621,29 @@ class DockerBackend(SandboxBackend):
         should_cancel: Callable[[], bool],
         workdir: str | None = None,
     ) -> ExecResult:
-        container = self._require_container(session_id)
+        # By name, without reading the container first: a running sandbox's tool call is one exec
+        # (create, start, inspect) and nothing else (issue 38, provision once).
         api = self._docker().api
-        exec_id = api.exec_create(
-            container.id, ["/bin/sh", "-c", command], stdout=True, stderr=True, workdir=workdir or WORKDIR
-        )["Id"]
+        try:
+            exec_id = api.exec_create(
+                container_name(session_id),
+                ["/bin/sh", "-c", _REAPED, "sh", command],
+                stdout=True,
+                stderr=True,
+                environment={"MANGO_REAPER": REAPER_SOURCE},
+                workdir=workdir or WORKDIR,
+            )["Id"]
+        except NotFound as exc:
+            raise SandboxGone("the sandbox container is gone") from exc
+        except APIError as exc:
+            if exc.status_code == 409:  # not running
+                raise SandboxGone(f"the sandbox container is not running: {exc.explanation}") from exc
+            raise
         collector = OutputCollector()
         reader = reader_thread(api.exec_start(exec_id, stream=True), collector)
 
         def kill():
-            self._kill_commands(container)
+            self._kill_commands(self._require_container(session_id))
             reader.join(1.0)
 
         cancelled, timed_out = supervise(
@@ -622,9 +666,29 @@ class DockerBackend(SandboxBackend):
             logger.warning("the kill exec failed: %s", result.output[:200])
         except APIError:
             logger.warning("could not start the kill exec", exc_info=True)
-        # No exec can start (e.g. the commands hold every pid of MANGO_SANDBOX_PIDS): restart the
-        # container, which kills everything in it (the writable mounts start empty again).
-        container.restart(timeout=0)
+        # No exec can start (e.g. the commands hold every pid of MANGO_SANDBOX_PIDS): a container
+        # of its own (its own pids cgroup) in the sandbox's pid namespace kills them, with
+        # CAP_KILL alone. (Restarting the sandbox would lose its disks.)
+        client = self._docker()
+        killer = client.containers.run(
+            settings.MANGO_SANDBOX_HELPER_IMAGE,
+            command=["/bin/sh", "-c", _KILL_ALL],
+            name=KILLER_NAME.format(f"{container.name}-{os.urandom(3).hex()}"),
+            detach=True,
+            labels=dict(container.labels),
+            pid_mode=f"container:{container.id}",
+            network_mode="none",
+            user=ROOT,
+            cap_drop=["ALL"],
+            cap_add=["KILL"],
+            security_opt=["no-new-privileges"],
+            pids_limit=16,
+            mem_limit="64m",
+        )
+        try:
+            killer.wait(timeout=30)
+        finally:
+            killer.remove(force=True)
 
     def _exec_root(self, container, argv: list[str]) -> tuple[int, str]:
         """A server-side operation as root in the sandbox (no capabilities: owner rights only)."""
@@ -674,11 +738,7 @@ class DockerBackend(SandboxBackend):
                 container.remove(force=True, v=True)
             except NotFound:
                 pass
-        for name, _target, _options in policy.volume_specs(session_id):
-            try:
-                client.volumes.get(name).remove(force=True)
-            except NotFound:
-                pass
+        self._volumes_remove(session_id)
         for network in client.networks.list(filters=by_session):
             try:
                 network.remove()
@@ -691,6 +751,15 @@ class DockerBackend(SandboxBackend):
             all=True, filters={"label": f"{LABEL_SESSION}={session_id}"}, ignore_removed=True
         )
         return [{"id": c.id, "name": c.name, "status": c.status, "labels": c.labels} for c in found]
+
+    @_translated
+    def sessions_present(self) -> list[str]:
+        found = self._docker().containers.list(
+            all=True, filters={"label": LABEL_SESSION, "name": "mango-sbx-"}, ignore_removed=True
+        )
+        return sorted(
+            {c.labels[LABEL_SESSION] for c in found if c.name == container_name(c.labels.get(LABEL_SESSION, ""))}
+        )
 
     @_translated
     def has_outputs_mount(self, *, session_id: str) -> bool:

@@ -104,6 +104,9 @@ class LocalProcessBackend(SandboxBackend):
     def containers(self, *, session_id: str) -> list[dict]:
         return []
 
+    def sessions_present(self) -> list[str]:
+        return []  # never sleeps (sleeps = False)
+
     def has_outputs_mount(self, *, session_id: str) -> bool:
         return False  # not a mount this server can vouch for: fail closed
 

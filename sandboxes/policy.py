@@ -2,16 +2,28 @@
 its network, as plain data for ``docker.py`` (issue #10). No I/O here.
 
 * Least privilege: a fixed unprivileged uid (MANGO_SANDBOX_UID), no capabilities at all,
-  ``no-new-privileges``, Docker's default seccomp profile, ulimits, memory-swap = memory.
-* Root filesystem: the sandbox user owns no directory of the image and holds no capability, so
-  it can write only to the mounts below. (Docker's ``read_only`` flag is not set: file resources
-  may be added to a running sandbox at any mount path, and Docker's put_archive refuses every
-  path of a read-only root; the writes come from the server, never from the sandbox.)
-* Writable mounts (``MOUNTS``): tmpfs-backed named volumes with ``size=``, so a write beyond the
-  size fails inside with ENOSPC, while dockerd can still stream them (get_archive of outputs,
-  put_archive of resources and files) — a container ``--tmpfs`` is invisible to both. All are
-  root-owned with the sticky bit: the sandbox user creates files there but cannot remove, rename
-  or replace what it does not own (a file resource, owned by RESOURCE_OWNER_UID).
+  ``no-new-privileges``, Docker's default seccomp profile, ulimits, memory-swap = memory. The
+  number of processes is bounded by the container's pids cgroup only (MANGO_SANDBOX_PIDS): no
+  RLIMIT_NPROC is set, because it counts the uid on the whole host, which every sandbox shares,
+  so one sandbox's processes would use up another's (issue 44, finding 4).
+* Root filesystem: the sandbox user owns no directory of the image and holds no capability, and
+  every directory of the image it could write to (/tmp, /var/tmp, /run/lock) has a bounded mount
+  over it, so it can write only to the mounts below. (Docker's ``read_only`` flag is not set:
+  file resources may be added to a running sandbox at any mount path, and Docker's put_archive
+  refuses every path of a read-only root; those writes come from the server, never from the
+  sandbox, and are bounded by the resource limits.)
+* Writable mounts, each bounded:
+  - ``DISKS`` (/workspace, /mnt/session/outputs): ext4 filesystems of their setting's size on
+    the host's disk (``disks.py``): a write beyond the size fails inside with ENOSPC, and they
+    are not the sandbox's memory.
+  - ``TMPFS_VOLUMES`` (/tmp, the memory stores, the skills): tmpfs-backed named volumes with
+    ``size=``, which dockerd can still stream (put_archive of resources, files and skills) —
+    a container ``--tmpfs`` is invisible to it.
+  - ``CONTAINER_TMPFS`` (/var/tmp, /run/lock): plain container tmpfs mounts, nothing of the
+    server's goes there.
+  All are root-owned; the sandbox's own are sticky and world-writable (1777): the sandbox user
+  creates files there but cannot remove, rename or replace what it does not own (a file
+  resource, owned by RESOURCE_OWNER_UID). The skills mount is root's alone (0755).
 * Network: ``unrestricted``: a bridge of its own (``network_spec``), a /29 from
   MANGO_SANDBOX_NETWORK_POOL, inter-container traffic off, and a bridge name under BRIDGE_PREFIX
   so one host firewall rule (``firewall.py``) drops everything from sandboxes to the host itself.
@@ -33,33 +45,69 @@ from django.conf import settings
 from django.utils.crypto import salted_hmac
 
 from processors.memory import MEMORY_ROOT
-from sandboxes.base import OUTPUTS_PATH, WORKDIR
+from processors.resources import SKILLS_DIR
+from sandboxes.base import OUTPUTS_PATH, WORKDIR, size_bytes
 
 BRIDGE_PREFIX = "mgo-"  # interface names are at most 15 characters
 SUBNET_PREFIX = 29  # gateway + the sandbox, 6 usable addresses
 TMP_PATH = "/tmp"
-# (volume name prefix, mount point, size setting)
-MOUNTS = (
-    ("mango-work-", WORKDIR, "MANGO_SANDBOX_WORKDIR_SIZE"),
-    ("mango-tmp-", TMP_PATH, "MANGO_SANDBOX_TMP_SIZE"),
-    ("mango-outputs-", OUTPUTS_PATH, "MANGO_SANDBOX_OUTPUTS_SIZE"),
-    # Memory stores (sessions/services/memory_mounts.py): one directory per attached store.
-    ("mango-memory-", MEMORY_ROOT, "MANGO_SANDBOX_MEMORY_STORES_SIZE"),
+# (disk name, mount point, size setting): ext4 filesystems on the host's disk (disks.py).
+DISKS = (
+    ("workspace", WORKDIR, "MANGO_SANDBOX_WORKDIR_SIZE"),
+    ("outputs", OUTPUTS_PATH, "MANGO_SANDBOX_OUTPUTS_SIZE"),
 )
+# (volume name prefix, mount point, size setting, mode): tmpfs-backed named volumes.
+TMPFS_VOLUMES = (
+    ("mango-tmp-", TMP_PATH, "MANGO_SANDBOX_TMP_SIZE", "1777"),
+    # Memory stores (sessions/services/memory_mounts.py): one directory per attached store.
+    ("mango-memory-", MEMORY_ROOT, "MANGO_SANDBOX_MEMORY_STORES_SIZE", "1777"),
+    # Skills (sessions/services/skills.py), placed by the server, read-only for the sandbox.
+    ("mango-skills-", SKILLS_DIR, "MANGO_SANDBOX_SKILLS_SIZE", "0755"),
+)
+# The image's other world-writable directories, bounded in place.
+CONTAINER_TMPFS = (
+    ("/var/tmp", "MANGO_SANDBOX_TMP_SIZE"),
+    ("/run/lock", None),  # lock files only
+)
+LOCK_SIZE = "1m"
+DISK_MOUNT_OPTIONS = "nosuid,nodev,noatime"
 # pid 1 ignores every signal it installs no handler for, so nothing inside can stop the sandbox.
 KEEPALIVE = "while :; do sleep 3600 & wait $!; done"
 
 
-def volume_specs(session_id: str) -> list[tuple[str, str, dict]]:
-    """[(volume name, mount point, local-driver options)] of the session's writable mounts."""
-    return [
+def disk_sizes() -> list[tuple[str, int]]:
+    """[(disk name, bytes)] of the sandbox's on-disk filesystems."""
+    return [(name, size_bytes(getattr(settings, size))) for name, _target, size in DISKS]
+
+
+def volume_specs(session_id: str, incarnation: str, devices: dict[str, str]) -> list[tuple[str, str, dict]]:
+    """[(volume name, mount point, local-driver options)] of the session's writable volumes: its
+    disks (`devices`: disk name → the loop node disks.attached made) and its tmpfs volumes.
+    Names carry the incarnation: a sandbox made again never finds an old volume."""
+    disks = [
         (
-            f"{prefix}{session_id}",
+            f"mango-{name}-{session_id}-{incarnation}",
             target,
-            {"type": "tmpfs", "device": "tmpfs", "o": f"size={getattr(settings, size)},mode=1777"},
+            {"type": "ext4", "device": devices[name], "o": DISK_MOUNT_OPTIONS},
         )
-        for prefix, target, size in MOUNTS
+        for name, target, _size in DISKS
     ]
+    tmpfs = [
+        (
+            f"{prefix}{session_id}-{incarnation}",
+            target,
+            {"type": "tmpfs", "device": "tmpfs", "o": f"size={getattr(settings, size)},mode={mode},nosuid,nodev"},
+        )
+        for prefix, target, size, mode in TMPFS_VOLUMES
+    ]
+    return disks + tmpfs
+
+
+def container_tmpfs() -> dict[str, str]:
+    return {
+        target: f"size={getattr(settings, size) if size else LOCK_SIZE},mode=1777,nosuid,nodev"
+        for target, size in CONTAINER_TMPFS
+    }
 
 
 def bridge_name(session_id: str) -> str:
@@ -303,9 +351,13 @@ def container_spec(session_id: str, *, environment: dict | None = None) -> dict:
         "pids_limit": settings.MANGO_SANDBOX_PIDS,
         "ulimits": [
             {"Name": "nofile", "Soft": settings.MANGO_SANDBOX_NOFILE, "Hard": settings.MANGO_SANDBOX_NOFILE},
-            {"Name": "nproc", "Soft": settings.MANGO_SANDBOX_NPROC, "Hard": settings.MANGO_SANDBOX_NPROC},
-            {"Name": "fsize", "Soft": settings.MANGO_SANDBOX_FSIZE_BYTES, "Hard": settings.MANGO_SANDBOX_FSIZE_BYTES},
-        ],
+        ]
+        + (
+            [{"Name": "fsize", "Soft": settings.MANGO_SANDBOX_FSIZE_BYTES, "Hard": settings.MANGO_SANDBOX_FSIZE_BYTES}]
+            if settings.MANGO_SANDBOX_FSIZE_BYTES > 0
+            else []
+        ),
+        "tmpfs": container_tmpfs(),
         "working_dir": WORKDIR,
         "environment": {
             "HOME": WORKDIR,

@@ -10,7 +10,6 @@ from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-import sandboxes as sandbox
 from agents.models import Environment
 from core.adminkit import pretty_json
 from sessions.dispatch import sandbox_remove_enqueue
@@ -75,6 +74,7 @@ class SessionAdmin(admin.ModelAdmin):
         "sandbox_state",
         "sandbox_ref",
         "sandbox_live",
+        "sandbox_checkpoint",
         "last_error",
         "errors",
         "environment_config",
@@ -84,9 +84,12 @@ class SessionAdmin(admin.ModelAdmin):
     list_select_related = ("workspace", "agent")
     change_form_template = "admin/agent_sessions/session/change_form.html"
 
-    @admin.display(description="sandbox (live)")
+    @admin.display(description="sandbox")
     def sandbox_live(self, obj):
-        return sandbox.describe(session_id=obj.id)
+        """What the database knows (the API process never calls Docker: the workers do)."""
+        if obj.sandbox_state == obj.SandboxState.RUNNING:
+            return f"running: container {obj.sandbox_ref}"
+        return obj.sandbox_state
 
     @admin.display(description="agent", ordering="agent")
     def agent_name(self, obj):
@@ -99,6 +102,17 @@ class SessionAdmin(admin.ModelAdmin):
     def get_queryset(self, request):
         names = Environment.objects.filter(id=OuterRef("environment_id")).values("name")[:1]
         return super().get_queryset(request).annotate(_environment_name=Subquery(names))
+
+    @admin.display(description="sandbox checkpoint")
+    def sandbox_checkpoint(self, obj):
+        """The last committed checkpoint (what a wake restores): when, how large."""
+        checkpoint = obj.sandbox_checkpoints.filter(state="committed").first()
+        if checkpoint is None:
+            return "none"
+        return (
+            f"{checkpoint.committed_at:%Y-%m-%d %H:%M:%S} UTC: {checkpoint.logical_bytes} bytes archived, "
+            f"{checkpoint.stored_bytes} bytes stored in {len(set(checkpoint.chunk_ids()))} chunks"
+        )
 
     @admin.display(description="session.error events")
     def errors(self, obj):

@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 SESSION_RUN = "sessions.run"
 SANDBOX_REMOVE = "sessions.sandbox_remove"
 SANDBOX_PROXY_REMOVE = "sessions.sandbox_proxy_remove"
+SANDBOX_SLEEP = "sessions.sandbox_sleep"
+SANDBOX_PATH_REMOVE = "sessions.sandbox_path_remove"
 
 OUTBOX_RETRY_SECONDS = 0.5
 # Distinct (task, args) kept at most; beyond it the sweep is the only way back (logged).
@@ -110,10 +112,32 @@ def session_run_enqueue_on_commit(*, session_id: str) -> None:
 
 
 def sandbox_remove_enqueue(*, session_id: str) -> None:
-    _send(SANDBOX_REMOVE, session_id)
+    """Remove the session's sandbox from a worker (the API never calls Docker); kept in the outbox
+    when the queue does not answer."""
+    _send_or_keep(SANDBOX_REMOVE, session_id)
+
+
+def sandbox_remove_enqueue_on_commit(*, session_id: str) -> None:
+    """Remove the session's sandbox from a worker (the API never calls Docker) once the current
+    transaction commits; kept in the outbox when the queue does not answer."""
+    transaction.on_commit(lambda: _send_or_keep(SANDBOX_REMOVE, session_id))
+
+
+def sandbox_path_remove_enqueue_on_commit(*, session_id: str, ref: str, path: str, tree: bool) -> None:
+    """Remove a deleted resource's path from sandbox `ref` from a worker, once this commits."""
+    transaction.on_commit(lambda: _send_or_keep(SANDBOX_PATH_REMOVE, session_id, ref, path, tree))
 
 
 def sandbox_proxy_remove_enqueue(*, session_id: str) -> None:
     """Remove the session's egress proxy from a task (this process could not reach dockerd);
     kept in the outbox when the queue does not answer."""
     _send_or_keep(SANDBOX_PROXY_REMOVE, session_id)
+
+
+def sandbox_sleep_enqueue(*, session_id: str, countdown: float) -> None:
+    """Put the session's sandbox to sleep in `countdown` seconds if it is idle by then (the task
+    checks). A lost one is found by the workers' sweep (sessions.runtime.sleep.sandboxes_sweep)."""
+    try:
+        current_app.send_task(SANDBOX_SLEEP, args=[session_id], countdown=countdown)
+    except QUEUE_ERRORS:
+        logger.warning("queue unavailable; the sweep will put the sandbox to sleep", extra={"session_id": session_id})

@@ -34,6 +34,7 @@ class Session(Archivable, models.Model):
         NONE = "none"  # never needed one (text-only so far)
         STARTING = "starting"  # admitted (services.sandboxes), being created
         RUNNING = "running"
+        SLEEPING = "sleeping"  # checkpointed into the store and removed (sessions.runtime.sleep)
         REMOVED = "removed"
         FAILED = "failed"
 
@@ -72,6 +73,12 @@ class Session(Archivable, models.Model):
     # Sandbox (docker container or local folder), created lazily on the first tool call.
     sandbox_state = models.CharField(max_length=16, choices=SandboxState.choices, default=SandboxState.NONE)
     sandbox_ref = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001 — null and "" differ
+    # Provision once (issue 38): a change that needs the running sandbox provisioned again (a
+    # credential revoked or changed: its egress proxy goes) adds one to sandbox_changes; the runner
+    # provisions (ensure, proxy, placements) only while sandbox_provisioned is behind it, or when the
+    # sandbox is new or gone. Otherwise a tool call in a running sandbox is one Docker exec.
+    sandbox_changes = models.PositiveIntegerField(default=0)
+    sandbox_provisioned = models.PositiveIntegerField(default=0)
     last_error = models.TextField(null=True, blank=True)  # noqa: DJ001 — null and "" differ
     # {type: limit, max_list_cost: {amount, currency}} or null (sessions/pricing.py): at the cap
     # the session makes no more model requests (stop_reason budget_reached).
@@ -95,6 +102,70 @@ class Session(Archivable, models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class SandboxCheckpoint(models.Model):
+    """A sleeping sandbox's state (sessions/services/checkpoints.py): PENDING while an attempt
+    archives it (the intent: a crash leaves the live sandbox and this row, collected by the next
+    attempt or the sweep), COMMITTED once complete (at most one per session; the one a wake
+    restores and the next checkpoint builds on). `manifest`: {"workspace": [chunk id, …],
+    "outputs": […]}, the tar streams in order."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        COMMITTED = "committed"
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="sandbox_checkpoints")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    # The sandbox archived (repositories placed in it come back with /workspace).
+    sandbox_ref = models.CharField(max_length=128, blank=True, default="")
+    manifest = models.JSONField(default=dict)
+    logical_bytes = models.BigIntegerField(default=0)  # the streams' size
+    stored_bytes = models.BigIntegerField(default=0)  # its distinct chunks' size
+    started_at = models.DateTimeField(auto_now_add=True)
+    committed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session"], condition=Q(state="committed"), name="sandbox_checkpoint_one_committed"
+            ),
+            models.CheckConstraint(condition=Q(state__in=["pending", "committed"]), name="sandbox_checkpoint_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} checkpoint {self.pk} ({self.state})"
+
+    def chunk_ids(self) -> list[int]:
+        return [chunk_id for ids in self.manifest.values() for chunk_id in ids]
+
+
+class SandboxChunk(models.Model):
+    """One chunk of a session's checkpoints, held once per session by content (SHA-256); its
+    bytes are an owned object of the files app (owner kind `sandbox_chunk`, owner id this row's
+    id). PENDING from before its object is written until after: a crash leaves a row that owns
+    whatever was written, so nothing is orphaned."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        READY = "ready"
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="sandbox_chunks")
+    sha256 = models.CharField(max_length=64)
+    size_bytes = models.BigIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    object_key = models.CharField(max_length=512, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "sha256"], name="sandbox_chunk_unique"),
+            models.CheckConstraint(condition=Q(state__in=["pending", "ready"]), name="sandbox_chunk_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} chunk {self.sha256[:12]}"
 
 
 class SessionEvent(models.Model):

@@ -10,11 +10,21 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 import sandboxes as sandbox
-from sessions.dispatch import QUEUE_ERRORS, SANDBOX_PROXY_REMOVE, SANDBOX_REMOVE, SESSION_RUN
+from sessions.dispatch import (
+    QUEUE_ERRORS,
+    SANDBOX_PATH_REMOVE,
+    SANDBOX_PROXY_REMOVE,
+    SANDBOX_REMOVE,
+    SANDBOX_SLEEP,
+    SESSION_RUN,
+)
 from sessions.events import RUNNER_INPUT_TYPES
 from sessions.models import Session, SessionEvent
 from sessions.runtime import turn  # imported before the pool forks: children start warm (anthropic is slow to import)
 from sessions.runtime.fleet import fleet_connect
+from sessions.runtime.sleep import sandbox_sleep, sandboxes_sweep
+from sessions.services.checkpoints import checkpoint_stale_sweep
+from sessions.services.sandboxes import sandbox_resource_path_remove, session_sandbox_changed
 from sessions.services.sessions import deleted_session_logs_purge, session_orphan_files_delete
 from skills.services import skills_unfinished_sweep
 
@@ -81,10 +91,34 @@ def session_sandbox_remove(session_id: str) -> None:
     Session.objects.filter(id=session_id).update(sandbox_state=Session.SandboxState.REMOVED)
 
 
+@shared_task(name=SANDBOX_PATH_REMOVE, acks_late=True, autoretry_for=(Exception,), retry_backoff=True, max_retries=10)
+def session_sandbox_path_remove(session_id: str, ref: str, path: str, tree: bool) -> None:
+    """A deleted resource leaves the sandbox it was placed in (the API does not call Docker)."""
+    sandbox_resource_path_remove(session_id=session_id, ref=ref, path=path, tree=tree)
+
+
 @shared_task(name=SANDBOX_PROXY_REMOVE, acks_late=True, autoretry_for=(Exception,), retry_backoff=True, max_retries=10)
 def session_sandbox_proxy_remove(session_id: str) -> None:
-    """A revoked credential's secret leaves the session's egress proxy (the API could not)."""
+    """A revoked credential's secret leaves the session's egress proxy (the API does not call
+    Docker); the next tool call provisions the sandbox again (a new proxy, current credentials)."""
     sandbox.proxy_remove(session_id=session_id)
+    session_sandbox_changed(session_ids=[session_id])
+
+
+@shared_task(name=SANDBOX_SLEEP, acks_late=True, soft_time_limit=3600, time_limit=3900)
+def session_sandbox_sleep(session_id: str) -> str:
+    """Checkpoint and remove the session's sandbox if it is still idle past the setting; a no-op
+    otherwise (a runner holds it, it woke, it sleeps already), so redeliveries are harmless."""
+    return sandbox_sleep(session_id=session_id)
+
+
+def _reap() -> None:
+    session_recover_stuck()
+    if settings.MANGO_SANDBOX_SLEEP_SECONDS > 0:
+        try:
+            sandboxes_sweep()
+        except Exception:
+            logger.exception("sandbox sweep failed")
 
 
 @shared_task(name="sessions.orphan_files_sweep", acks_late=True)
@@ -92,7 +126,11 @@ def session_orphan_files_sweep() -> int:
     """Session-scoped Files left without a live session are deleted, and deleted sessions'
     event logs purged (every 10 minutes)."""
     grace = settings.MANGO_RECONCILE_GRACE_SECONDS
-    return session_orphan_files_delete(older_than_seconds=grace) + deleted_session_logs_purge(older_than_seconds=60)
+    return (
+        session_orphan_files_delete(older_than_seconds=grace)
+        + deleted_session_logs_purge(older_than_seconds=60)
+        + checkpoint_stale_sweep(older_than_seconds=grace)
+    )
 
 
 @shared_task(name="sessions.skills_unfinished_sweep", acks_late=True)
@@ -102,4 +140,4 @@ def skills_unfinished_sweep_task() -> int:
 
 
 # Every worker reaps stale leases (a dead worker's turns) and drains on warm shutdown.
-fleet_connect(lambda: session_recover_stuck())
+fleet_connect(_reap)

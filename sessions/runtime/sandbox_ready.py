@@ -1,7 +1,8 @@
 """The session's sandbox made ready before a built-in tool runs in it: admitted under the
 workspace's cap, created (from the environment's packages image) with its networking and the
 vault credentials its egress proxy substitutes, then given its skills, memory stores, file
-resources and repositories."""
+resources and repositories. A sandbox made for a session that slept first gets its checkpoint
+back (sessions.runtime.sleep)."""
 
 from django.utils.crypto import salted_hmac
 
@@ -13,22 +14,32 @@ from sessions.events import EventType
 from sessions.models import Session, SessionResource
 from sessions.runtime.control import TurnControl, db_release
 from sessions.runtime.repositories import repositories_place
+from sessions.runtime.sleep import sandbox_restore
 from sessions.selectors.runner import session_unplaced_resource_types
+from sessions.selectors.sandboxes import session_sandbox_generation
 from sessions.services.events import events_append
 from sessions.services.memory_mounts import session_memory_place
 from sessions.services.resources import resources_place
 from sessions.services.runner import session_error_record, session_sandbox_failed, session_sandbox_running
-from sessions.services.sandboxes import sandbox_admit
+from sessions.services.sandboxes import sandbox_admit, session_sandbox_provisioned
 from sessions.services.skill_mounts import session_skills_place
 from vaults.selectors import session_environment_credentials
 from vaults.services import credential_secrets
 
 
-def sandbox_ready(control: TurnControl, session: Session) -> None:
+def sandbox_ready(control: TurnControl, session: Session, *, gone: bool = False) -> None:
+    """Provision once: a running sandbox that nothing changed since it was provisioned needs no
+    Docker call here (the tool's exec is the only one); only file resources and repositories
+    added since are placed. Otherwise (new, asleep, `gone` — its exec found no container — or a
+    change counted: session_sandbox_changed) it is made ready in full."""
+    changes, provisioned = session_sandbox_generation(session_id=session.id)  # one statement
     if session.sandbox_state == Session.SandboxState.RUNNING:
         # Deleting the session raises its interrupt flag (and removes the sandbox; what a late
         # ensure makes again goes with the runner's end, turn._run_leased).
         control.check_stop()
+        if not gone and session.sandbox_ref and provisioned >= changes:
+            _placements(control, session, session.sandbox_ref, fresh=False)
+            return
     else:
         control.check_deleted()  # never create a sandbox for a deleted session
     sandbox_admit(session=session)  # the workspace's cap of live sandboxes
@@ -46,7 +57,11 @@ def sandbox_ready(control: TurnControl, session: Session) -> None:
         session_sandbox_failed(session_id=session.id, error=f"sandbox: {exc}")
         raise
     fresh = ref != session.sandbox_ref
-    if fresh:  # a new container: its skills and memory first, before it is recorded
+    if fresh:  # a new container: its checkpoint, skills and memory first, before it is recorded
+        try:
+            sandbox_restore(session=session, ref=ref)  # a sandbox that slept wakes (runtime.sleep)
+        except Exception as exc:
+            raise sandbox.SandboxError(f"the sandbox's checkpoint could not be restored: {exc}") from exc
         _credential_hosts_check(session, networking, unreadable)
         try:
             session_skills_place(session=session)
@@ -57,6 +72,12 @@ def sandbox_ready(control: TurnControl, session: Session) -> None:
         except Exception as exc:
             raise sandbox.SandboxError(f"memory stores could not be placed: {exc}") from exc
     session_sandbox_running(session=session, ref=ref)
+    session_sandbox_provisioned(session=session, generation=changes)
+    _placements(control, session, ref, fresh=fresh)
+
+
+def _placements(control: TurnControl, session: Session, ref: str, *, fresh: bool) -> None:
+    """File resources and repositories not yet in sandbox `ref` (added since it was made)."""
     unplaced = session_unplaced_resource_types(session_id=session.id, ref=ref)  # one statement per tool call
     if SessionResource.Type.FILE in unplaced:
         try:

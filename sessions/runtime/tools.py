@@ -234,12 +234,24 @@ def tool_run(*, control: TurnControl, session: Session, event: SessionEvent, mcp
         if name in SANDBOX_TOOLS:
             sandbox_ready(control, session)
         db_release()  # no connection held while the command runs
-        outcome = run_builtin(
-            session_id=session.id,
-            name=name,
-            tool_input=event.payload.get("input") or {},
-            should_cancel=control.should_stop,
-        )
+        try:
+            outcome = run_builtin(
+                session_id=session.id,
+                name=name,
+                tool_input=event.payload.get("input") or {},
+                should_cancel=control.should_stop,
+            )
+        except sandbox.SandboxGone:
+            # The sandbox went (dockerd restarted, removed by hand): nothing of the call ran. It is
+            # made again (from its checkpoint, if it slept before) and the call runs there.
+            sandbox_ready(control, session, gone=True)
+            db_release()
+            outcome = run_builtin(
+                session_id=session.id,
+                name=name,
+                tool_input=event.payload.get("input") or {},
+                should_cancel=control.should_stop,
+            )
     except sandbox.SandboxError as exc:
         outcome = ToolOutcome(f"The sandbox is unavailable: {exc}", is_error=True)
     # Deleted meanwhile (its sandbox went with it): Stop, nothing more is logged.

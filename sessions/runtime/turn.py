@@ -27,7 +27,7 @@ from core.errors import DATABASE_DOWN_ERRORS
 from core.ids import new_id
 from sessions import events as ev
 from sessions import notify, pricing
-from sessions.dispatch import session_run_enqueue, session_run_enqueue_soon
+from sessions.dispatch import sandbox_sleep_enqueue, session_run_enqueue, session_run_enqueue_soon
 from sessions.events import ErrorType, EventType, ToolMode
 from sessions.models import Session
 from sessions.runtime.control import WAKE_SECONDS, Handback, Stop, TurnControl, db_release, draining, watch
@@ -66,6 +66,7 @@ from sessions.selectors.runner import (
     session_threads_busy,
     session_turn_reply,
 )
+from sessions.selectors.sandboxes import session_sandbox_awake
 from sessions.services.events import LeaseLost, SessionGone, events_append, runner_fence, session_event_append
 from sessions.services.memory_mounts import memory_writeback_at_idle
 from sessions.services.outputs import outputs_publish_at_idle
@@ -170,6 +171,18 @@ def _run_leased(*, session_id: str) -> None:
         # not deleted then, and ran no tool since: nothing to release or remove.
         if not runner.released:
             _release_and_clean(session_id=session_id, token=token)
+        _sleep_later(session_id=session_id)
+
+
+def _sleep_later(*, session_id: str) -> None:
+    """The runner let the session go: its sandbox sleeps once idle for MANGO_SANDBOX_SLEEP_SECONDS
+    (the task checks it still is then; a later runner sends another)."""
+    seconds = settings.MANGO_SANDBOX_SLEEP_SECONDS
+    try:
+        if seconds > 0 and session_sandbox_awake(session_id=session_id):
+            sandbox_sleep_enqueue(session_id=session_id, countdown=seconds + 0.5)
+    except Exception:
+        logger.exception("sandbox sleep not scheduled; the sweep finds it", extra={"session_id": session_id})
 
 
 def _database_back(*, timeout: float) -> bool:

@@ -29,6 +29,7 @@ from processors.resources import (
     resolve_mount_path,
     tar_stream_for_file,
 )
+from sessions.dispatch import sandbox_path_remove_enqueue_on_commit
 from sessions.models import Session, SessionMemoryStore, SessionResource, resource_ids
 from sessions.selectors import session_get
 
@@ -141,13 +142,8 @@ def resource_add(*, workspace: Workspace, session_id: str, param) -> SessionReso
         for _, copy, _ in copies:
             file_delete(file=copy)
         raise
-    if session.sandbox_state == Session.SandboxState.RUNNING:
-        try:
-            resources_place(session=session)
-        except Exception:
-            # The row is committed; the runner places it before the next tool call.
-            logger.warning("resource placement deferred", extra={"session_id": session.id}, exc_info=True)
-        row.refresh_from_db()
+    # The runner places it before the sandbox's next tool call (runtime.sandbox_ready): the API
+    # never calls Docker.
     return row
 
 
@@ -160,18 +156,20 @@ def resource_get(*, workspace: Workspace, session_id: str, resource_id: str) -> 
 
 
 def resource_delete(*, workspace: Workspace, session_id: str, resource_id: str) -> None:
-    """Remove the resource from the sandbox, then its row, then the copy (through the Files
-    delete path). The source File is untouched."""
+    """Delete the resource's row, and once that commits have a worker remove it from the running
+    sandbox it was placed in; then the copy goes (through the Files delete path). The source File
+    is untouched."""
     row = resource_get(workspace=workspace, session_id=session_id, resource_id=resource_id)
     session = row.session
     repository = row.type == SessionResource.Type.GITHUB_REPOSITORY
-    if row.placed_ref and session.sandbox_state == Session.SandboxState.RUNNING:
-        if not repository:
-            sandbox.remove_path(session_id=session.id, path=row.mount_path)
-        elif not row.clone_error:
-            sandbox.remove_tree(session_id=session.id, path=row.mount_path)
     with transaction.atomic():
         deleted, _ = SessionResource.objects.filter(pk=row.pk).delete()
+        placed = row.placed_ref and session.sandbox_state == Session.SandboxState.RUNNING
+        if deleted and placed and not (repository and row.clone_error):
+            # A worker takes it out of the sandbox (the API never calls Docker).
+            sandbox_path_remove_enqueue_on_commit(
+                session_id=session.id, ref=row.placed_ref, path=row.mount_path, tree=repository
+            )
     if not deleted:
         raise NotFound(f"Resource {resource_id!r} not found.")
     if repository:

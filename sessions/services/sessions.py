@@ -5,7 +5,6 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-import sandboxes as sandbox
 from agents.configs import agent_snapshot
 from agents.multiagent import roster_entries, roster_replace
 from agents.selectors import agent_get, agent_version_get, environment_get
@@ -19,11 +18,12 @@ from files.selectors import session_scoped_files_orphaned
 from files.services import session_files_delete
 from sessions import events as ev
 from sessions import notify, pricing
-from sessions.dispatch import sandbox_remove_enqueue
+from sessions.dispatch import sandbox_remove_enqueue_on_commit
 from sessions.events import EventType
 from sessions.models import Session
 from sessions.selectors import session_get
 from sessions.services.admission import events_admit
+from sessions.services.checkpoints import checkpoints_delete
 from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
 from sessions.services.repositories import repositories_admit, repository_rows_create
 from sessions.services.resources import (
@@ -321,8 +321,9 @@ def session_archive(*, workspace, session_id: str) -> Session:
 
 
 def session_delete(*, workspace, session_id: str) -> None:
-    """Hide the session from every route at once and end its streams (session.deleted), then,
-    after commit, stop any running turn, remove the sandbox and clean up the session's Files."""
+    """Hide the session from every route at once and end its streams (session.deleted), and delete
+    its sandbox checkpoints (their objects go once this commits); then stop any running turn, have
+    a worker remove the sandbox, and clean up the session's Files."""
     with transaction.atomic():
         session = session_get(workspace=workspace, session_id=session_id, for_update=True)
         session.deleted_at = timezone.now()
@@ -332,6 +333,8 @@ def session_delete(*, workspace, session_id: str) -> None:
         # A multiagent session's child threads go with it (their turns stop: their flags).
         threads = list(Session.objects.filter(primary=session, deleted_at__isnull=True).values_list("id", flat=True))
         Session.objects.filter(id__in=threads).update(deleted_at=session.deleted_at)
+        checkpoints_delete(session_id=session_id)  # a sleeping sandbox's objects go after the commit
+        sandbox_remove_enqueue_on_commit(session_id=session_id)  # by a worker: the API never calls Docker
     notify.set_interrupt(session_id)
     for thread_id in threads:
         notify.set_interrupt(thread_id)
@@ -345,13 +348,7 @@ def session_delete(*, workspace, session_id: str) -> None:
 
 
 def session_resources_cleanup(*, workspace, session_id: str) -> None:
-    """Remove the sandbox and the session's Files. Idempotent; a failure is retried by a task."""
-    try:
-        sandbox.remove(session_id=session_id)
-        Session.objects.filter(id=session_id).update(sandbox_state=Session.SandboxState.REMOVED)
-    except Exception:
-        logger.exception("sandbox removal failed; retrying in a task", extra={"session_id": session_id})
-        sandbox_remove_enqueue(session_id=session_id)
+    """The session's Files. (Its sandbox is removed by a worker: sessions.sandbox_remove.)"""
     session_files_delete(workspace=workspace, session_id=session_id)
 
 

@@ -1,6 +1,7 @@
 """Fixtures for the sessions runtime: the scripted model upstream, a real Celery worker wired to
 it and to the test database, and Docker cleanup per test."""
 
+import contextlib
 import os
 import time
 
@@ -37,6 +38,7 @@ def worker_env(scripted_model: ScriptedModel) -> dict[str, str]:
         "ANTHROPIC_API_KEY": "sk-test-scripted",
         "MANGO_SANDBOX": "docker",
         "MANGO_SANDBOX_IMAGE": settings.MANGO_SANDBOX_IMAGE,
+        "MANGO_SANDBOX_WORKDIR_SIZE": settings.MANGO_SANDBOX_WORKDIR_SIZE,
         "MANGO_SESSION_LEASE_SECONDS": str(TEST_LEASE_SECONDS),
         "MANGO_MODEL_MAX_RETRIES": "1",
         "MANGO_MODEL_RETRY_BACKOFF_SECONDS": "0.1",
@@ -109,14 +111,18 @@ def _remove_test_sandboxes(request):
     except docker.errors.DockerException:  # no dockerd: nothing can have been created
         return
     try:
+        # A worker may be removing the same ones (a session delete): gone or going is fine.
         for container in client.containers.list(
             all=True, filters={"label": f"mango.workspace={workspace_id}"}, ignore_removed=True
         ):
-            container.remove(force=True)
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                container.remove(force=True)
         for volume in client.volumes.list(filters={"label": f"mango.workspace={workspace_id}"}):
-            volume.remove(force=True)
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                volume.remove(force=True)
         for network in client.networks.list(filters={"label": f"mango.workspace={workspace_id}"}):
-            network.remove()
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                network.remove()
     finally:
         client.close()
 

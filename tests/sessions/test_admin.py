@@ -33,7 +33,7 @@ def test_admin_pages_show_sessions_events_and_errors(admin_client, api_key):
     body = page.content.decode()
     assert "session.error" in body
     assert "model_overloaded_error" in body
-    assert "Sandbox (live)" in body
+    assert "Sandbox checkpoint" in body
     assert admin_client.get(f"/admin/agents/agent/{agent.id}/change/").status_code == 200
     assert admin_client.get(f"/admin/agents/environment/{env.id}/change/").status_code == 200
     assert admin_client.get("/admin/agents/agent/").status_code == 200

@@ -7,6 +7,7 @@ import sandboxes as sandbox
 from files import storage
 from files.models import File
 from sessions.models import Session, SessionResource
+from sessions.services.resources import resources_place
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for
 
@@ -127,7 +128,12 @@ def test_at_most_100_resources(sdk, agent_env):
     assert not File.objects.filter(scope_session_id__isnull=False).exists()
 
 
-def test_added_to_a_running_sandbox_it_is_placed_at_once_read_only(sdk, agent_env, api_key):
+def test_added_to_a_running_sandbox_it_is_placed_before_the_next_tool_call_read_only(
+    sdk, agent_env, api_key, celery_worker
+):
+    """The API never calls Docker: the runner places the resource before the sandbox's next tool
+    call (runtime.sandbox_ready calls resources_place, as here), and a worker takes a deleted one
+    out."""
     agent, environment = agent_env
     session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
     ref = sandbox.ensure(session_id=session.id, workspace_id=api_key.workspace.id, networking=None)
@@ -137,6 +143,8 @@ def test_added_to_a_running_sandbox_it_is_placed_at_once_read_only(sdk, agent_en
     resource = sdk.beta.sessions.resources.add(
         session.id, type="file", file_id=source.id, mount_path="/data/in/big.bin"
     )
+    assert SessionResource.objects.get(pk=resource.id).placed_ref is None
+    assert resources_place(session=Session.objects.get(pk=session.id)) == 1
 
     assert SessionResource.objects.get(pk=resource.id).placed_ref == ref
     listing = sh(session.id, "ls -ln /data/in/big.bin && sha256sum /data/in/big.bin").output.decode()
@@ -148,7 +156,7 @@ def test_added_to_a_running_sandbox_it_is_placed_at_once_read_only(sdk, agent_en
     assert copy.sha256 in sh(session.id, "sha256sum /data/in/big.bin").output.decode()
 
     sdk.beta.sessions.resources.delete(resource.id, session_id=session.id)
-    assert sh(session.id, "test -e /data/in/big.bin").exit_code != 0
+    wait_for(lambda: sh(session.id, "test -e /data/in/big.bin").exit_code != 0, 30)
 
 
 @pytest.mark.slow

@@ -139,7 +139,7 @@ def test_bash_turn_streamed_over_sse(sdk, api_key, model, celery_worker, env_clo
         assert deleted.type == "session_deleted"
         tail = [e.type for e in stream]
     assert tail == ["session.deleted"]
-    assert _containers(docker_client, session.id) == []
+    wait_for(lambda: _containers(docker_client, session.id) == [], 30)  # a worker removes it
     with pytest.raises(Exception) as excinfo:
         sdk.beta.sessions.retrieve(session.id)
     assert getattr(excinfo.value, "status_code", None) == 404
@@ -444,7 +444,7 @@ def test_delete_during_a_running_command(sdk, model, celery_worker, env_cloud, a
         sdk.beta.sessions.delete(session.id)
         tail = [e.type for e in stream]
     assert tail[-1] == "session.deleted"
-    assert _containers(docker_client, session.id) == []
+    wait_for(lambda: _containers(docker_client, session.id) == [], 30)  # a worker removes it
 
     def runner_done():
         row = Session.objects.get(id=session.id)
