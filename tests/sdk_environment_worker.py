@@ -17,7 +17,7 @@ async def main(base_url: str, environment_id: str, workdir: str) -> None:
     key = os.environ["MANGO_TEST_ENVIRONMENT_KEY"]
     client = anthropic.AsyncAnthropic(base_url=base_url, auth_token=key)
     worker = client.beta.environments.work.worker(environment_id=environment_id, environment_key=key, workdir=workdir)
-    print("worker started", flush=True)
+    print("worker started", anthropic.__version__, flush=True)
     await worker.run()
 
 

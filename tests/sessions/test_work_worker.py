@@ -21,6 +21,7 @@ from sessions.models import WorkItem
 from sessions.services.work import environment_key_create
 from tests.files.server import ROOT, AsgiServer
 from tests.scripted_model import text, tool_use
+from tests.sdk_venvs import OLDEST_WORKER_SDK, sdk_python
 from tests.sessions.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
@@ -44,14 +45,14 @@ def server(tmp_path, s3_bucket):
 
 
 class SdkWorker:
-    def __init__(self, server, environment_id: str, key: str, workdir: Path, log: Path):
+    def __init__(self, server, environment_id: str, key: str, workdir: Path, log: Path, python: str, env=None):
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = log
         self._log = open(log, "wb")  # noqa: SIM115 — closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.sdk_environment_worker", server.url, environment_id, str(workdir)],
+            [python, "-m", "tests.sdk_environment_worker", server.url, environment_id, str(workdir)],
             cwd=ROOT,
-            env={**os.environ, "MANGO_TEST_ENVIRONMENT_KEY": key},
+            env={**os.environ, "MANGO_TEST_ENVIRONMENT_KEY": key, **(env or {})},
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -71,8 +72,8 @@ class SdkWorker:
 def workers(tmp_path):
     started = []
 
-    def start(server, environment_id, key, name):
-        worker = SdkWorker(server, environment_id, key, tmp_path / name, tmp_path / f"{name}.log")
+    def start(server, environment_id, key, name, python=sys.executable, env=None):
+        worker = SdkWorker(server, environment_id, key, tmp_path / name, tmp_path / f"{name}.log", str(python), env)
         started.append(worker)
         return worker
 
@@ -113,7 +114,12 @@ def _results(events) -> dict[str, str]:
     }
 
 
-def test_the_sdk_worker_runs_a_sessions_tools_in_its_workdir(server, api_key, model, celery_worker, workers, tmp_path):
+@pytest.mark.parametrize("sdk", ["pinned", OLDEST_WORKER_SDK])
+def test_the_sdk_worker_runs_a_sessions_tools_in_its_workdir(
+    server, api_key, model, celery_worker, workers, tmp_path, sdk
+):
+    """The pinned SDK's worker, and beside it the oldest release's that Mango still supports."""
+    python = sys.executable if sdk == "pinned" else sdk_python(sdk)
     client = _client(server, api_key)
     environment, key, agent = _setup(client)
     model.script(
@@ -128,8 +134,9 @@ def test_the_sdk_worker_runs_a_sessions_tools_in_its_workdir(server, api_key, mo
     client.beta.sessions.events.send(
         session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
     )
-    worker = workers(server, environment.id, key, "one")
+    worker = workers(server, environment.id, key, "one", python)
     events = wait_for(lambda: _ended(client, session.id), timeout=90, interval=0.3)
+    assert f"worker started {anthropic.__version__ if sdk == 'pinned' else sdk}" in worker.log.read_text()
 
     workdir = tmp_path / "one"
     assert (workdir / "made_by_bash.txt").read_text() == "from-bash\n"
