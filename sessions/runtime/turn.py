@@ -75,7 +75,8 @@ from sessions.services.runner import (
     session_last_error_set,
     session_turn_begin,
 )
-from sessions.services.threads import ThreadRefused, thread_message_send, thread_terminate_if_archived
+from sessions.services.termination import session_terminate_if_archived
+from sessions.services.threads import ThreadRefused, thread_message_send
 
 logger = logging.getLogger(__name__)
 
@@ -475,8 +476,8 @@ class Runner:
             events_append(session_id=self.session_id, items=[idle], end_turn=True, unless_deleted=True)
         except SessionGone:
             return
-        if thread is not None:  # archived while its turn ran: terminated now that it stopped
-            thread_terminate_if_archived(thread_id=self.session_id)
+        # Archived while its turn ran: terminated now that it stopped.
+        session_terminate_if_archived(session_id=self.session_id)
         self._idled(stop_reason, interrupted=interrupted)
 
     def _report(self, thread: Session, stop_reason: dict) -> None:

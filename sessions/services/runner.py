@@ -127,7 +127,9 @@ def session_turn_begin(*, session_id: str, token: str, wait: ClientWait | None =
         if interrupted:
             return TurnStart(session=session, interrupted=True)
         resume = session.status in ACTIVE
-        if not resume and not _starts_turn(session_id, pending, self_hosted=self_hosted, wait=wait):
+        # A terminated (archived) session starts no turn: input sent before the archive is left.
+        terminated = session.status == Session.Status.TERMINATED
+        if terminated or (not resume and not _starts_turn(session_id, pending, self_hosted=self_hosted, wait=wait)):
             session.runner_token = None
             session.runner_heartbeat_at = None
             session.save(update_fields=["runner_token", "runner_heartbeat_at"])

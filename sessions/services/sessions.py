@@ -32,6 +32,7 @@ from sessions.services.resources import (
     resources_copy,
     session_memory_stores_attach,
 )
+from sessions.services.termination import session_archive_locked
 from sessions.services.work import session_work_ensure, session_work_stop
 from vaults.selectors import live_vault_ids
 
@@ -314,9 +315,14 @@ def session_update(*, workspace, session_id: str, changes: dict) -> Session:
 
 @transaction.atomic
 def session_archive(*, workspace, session_id: str) -> Session:
+    """Archive a session and its child threads: each accepts no more input and is terminated
+    (sessions.services.termination). The primary's row is locked before its threads' (one lock
+    order)."""
     session = session_get(workspace=workspace, session_id=session_id, for_update=True)
-    session.archive()
-    Session.objects.filter(primary=session, archived_at__isnull=True).update(archived_at=session.archived_at)
+    session_archive_locked(locked=session)
+    threads = Session.objects.select_for_update().filter(primary=session, deleted_at__isnull=True).order_by("id")
+    for thread in threads:
+        session_archive_locked(locked=thread)
     return session
 
 

@@ -419,6 +419,35 @@ def test_interrupt_during_a_slow_model_call(sdk, model, celery_worker, env_cloud
     assert rest[-1].stop_reason.type == "end_turn"
 
 
+def test_archive_during_a_slow_model_call_stops_the_turn_and_terminates(
+    sdk, model, celery_worker, env_cloud, agent_bash
+):
+    """Archive terminates a running session too: its turn is interrupted, then the session is
+    `terminated` (session.status_idle, then session.status_terminated, the last event)."""
+    model.script([text("too late", delay=5)])
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    with sdk.beta.sessions.events.stream(session.id) as stream:
+        sdk.beta.sessions.events.send(session.id, events=[_user("think")])
+        for event in stream:
+            if event.type == "span.model_request_start":
+                break
+        archived = sdk.beta.sessions.archive(session.id)
+        assert archived.archived_at is not None and archived.status in ("running", "terminated")
+        rest = []
+        for event in stream:
+            rest.append(event)
+            if event.type == "session.status_terminated":
+                break
+    assert [e.type for e in rest if e.type.startswith("agent.")] == []
+    assert [e.type for e in rest if e.type.startswith("session.status")][-2:] == [
+        "session.status_idle",
+        "session.status_terminated",
+    ]
+    assert wait_for(lambda: sdk.beta.sessions.retrieve(session.id).status == "terminated", 10)
+    assert _events(sdk, session.id)[-1].type == "session.status_terminated"
+    assert len(model.requests) == 1
+
+
 def test_unknown_tool_gets_an_error_result_and_the_turn_continues(sdk, model, celery_worker, env_cloud, agent_bash):
     model.script([tool_use("teleport", {"to": "mars"}), text("I cannot do that.")])
     session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)

@@ -191,3 +191,38 @@ def test_a_killed_workers_item_is_reclaimed_by_a_second_worker(
     item = WorkItem.objects.get(session_id=session.id)
     assert item.claims == 2 and item.state == "active"
     assert second.process.poll() is None
+
+
+def test_an_archived_sessions_worker_exits(server, api_key, model, celery_worker, workers):
+    """Archive terminates: the session is `terminated` with its session.status_terminated and its
+    work item stopped, and the pinned SDK's worker serving the item (handle_item, idle after a
+    turn, with a minute of max_idle left) lets it go and exits; the session refuses input."""
+    client = _client(server, api_key)
+    environment, key, agent = _setup(client)
+    model.script([tool_use("bash", {"command": "echo ran > ran.txt"}), text("Done.")])
+    session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    client.beta.sessions.events.send(
+        session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
+    )
+    poller = anthropic.Anthropic(base_url=server.url, auth_token=key, max_retries=0, _strict_response_validation=True)
+    work = wait_for(lambda: poller.beta.environments.work.poll(environment.id, block_ms=500), timeout=30)
+    assert work.data.id == session.id
+    poller.beta.environments.work.ack(work.id, environment_id=environment.id)  # as the SDK's poller does
+    env = {"MANGO_TEST_WORK_ID": work.id, "MANGO_TEST_SESSION_ID": session.id, "MANGO_TEST_WORK_SECRET": work.secret}
+    worker = workers(server, environment.id, key, "item", env=env)
+    wait_for(lambda: _ended(client, session.id), timeout=90, interval=0.3)
+    assert worker.process.poll() is None  # idle, waiting for more of the session
+
+    archived = client.beta.sessions.archive(session.id)
+    assert archived.status == "terminated" and archived.archived_at is not None
+    assert worker.process.wait(30) == 0
+    assert "item done" in worker.log.read_text()
+    assert client.beta.sessions.retrieve(session.id).status == "terminated"
+    events = _events(client, session.id)
+    assert events[-1].type == "session.status_terminated"
+    assert [e.type for e in events].count("session.status_terminated") == 1
+    assert WorkItem.objects.get(id=work.id).state == "stopped"
+    with pytest.raises(anthropic.BadRequestError, match="archived"):
+        client.beta.sessions.events.send(
+            session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "more"}]}]
+        )
