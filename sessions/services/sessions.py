@@ -6,7 +6,7 @@ from django.db import transaction
 from django.utils import timezone
 
 import sandboxes as sandbox
-from agents.configs import agent_snapshot
+from agents.configs import agent_snapshot, mcp_references_check
 from agents.multiagent import roster_entries, roster_replace
 from agents.selectors import agent_get, agent_version_get, environment_get
 from agents.services import agent_skills_resolve
@@ -112,14 +112,9 @@ def session_create(
 
 
 def _check_mcp_references(snapshot: dict) -> None:
-    """Every mcp_toolset names one of the session agent's MCP servers (after overrides)."""
-    names = {server["name"] for server in snapshot.get("mcp_servers") or []}
-    for tool in snapshot.get("tools") or []:
-        if tool.get("type") == "mcp_toolset" and tool["mcp_server_name"] not in names:
-            raise InvalidRequest(
-                f"agent.tools: mcp_toolset names MCP server {tool['mcp_server_name'][:255]!r}, which is not in"
-                " the agent's mcp_servers."
-            )
+    """Every mcp_toolset names one of the session agent's MCP servers and every server is named
+    by one (after overrides)."""
+    mcp_references_check(snapshot, field="agent.")
 
 
 def _session_create(

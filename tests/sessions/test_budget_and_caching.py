@@ -180,6 +180,41 @@ def test_fields_this_server_cannot_act_on_are_refused_not_dropped(sdk, env, agen
         sdk.beta.sessions.create(
             agent={"type": "agent_with_overrides", "id": with_mcp.id, "mcp_servers": []}, environment_id=env.id
         )
+    # Issue 42: an MCP server no toolset references is refused (the SDK: rejected), on create,
+    # on an update that leaves it alone, and in a session's overrides; nothing is stored.
+    idle = [{"type": "url", "name": "idle", "url": "https://idle.example.com/mcp"}]
+    with pytest.raises(anthropic.BadRequestError, match=r"mcp_servers: \['idle'\] referenced by no mcp_toolset"):
+        sdk.beta.agents.create(name="n", model=MODEL, mcp_servers=idle)
+    with pytest.raises(anthropic.BadRequestError, match=r"mcp_servers: \['idle'\] referenced by no mcp_toolset"):
+        sdk.beta.agents.update(with_mcp.id, version=1, mcp_servers=[*moved, *idle])
+    with pytest.raises(anthropic.BadRequestError, match=r"mcp_servers: \['docs'\] referenced by no mcp_toolset"):
+        sdk.beta.agents.update(with_mcp.id, version=1, tools=[])
+    assert sdk.beta.agents.retrieve(with_mcp.id).version == 1
+    with pytest.raises(anthropic.BadRequestError, match=r"agent.mcp_servers: \['idle'\] referenced by no"):
+        sdk.beta.sessions.update(made.id, agent={"mcp_servers": [*moved, *idle]})
+    # execution_identity.aws_role: nothing here assumes a role, so it is refused, not stored.
+    with pytest.raises(anthropic.BadRequestError, match="aws_role cannot be acted on"):
+        sdk.beta.agents.create(
+            name="r",
+            model=MODEL,
+            execution_identity={"type": "aws_role", "role_arn": "arn:aws:iam::123456789012:role/agent"},
+        )
+    plain = sdk.beta.agents.create(name="s", model=MODEL, execution_identity={"type": "service_account"})
+    assert plain.execution_identity.type == "service_account"
+    # The web tools' domain lists, as the SDK documents them: at most 64, non-empty, not both.
+    for config, fragment in (
+        ({"allowed_domains": [f"d{i}.example.com" for i in range(65)]}, "allowed_domains"),
+        ({"blocked_domains": []}, "must not be empty"),
+        ({"allowed_domains": ["a.example.com"], "blocked_domains": ["b.example.com"]}, "cannot be given with"),
+    ):
+        with pytest.raises(anthropic.BadRequestError, match=fragment):
+            sdk.beta.agents.create(
+                name="w",
+                model=MODEL,
+                tools=[{"type": "agent_toolset_20260401", "configs": [{"name": "web_fetch", **config}]}],
+            )
+    ok = [{"type": "agent_toolset_20260401", "configs": [{"name": "web_fetch", "allowed_domains": ["a.example.com"]}]}]
+    assert sdk.beta.agents.create(name="w", model=MODEL, tools=ok).tools
 
 
 SEARCH_REPLY = message(
