@@ -527,3 +527,30 @@ def test_upstream_key_rejected_names_the_setting_and_hides_upstream_text(
     assert events[-1].stop_reason.type == "retries_exhausted"
     # Operators still find the upstream's words on the session row.
     assert "invalid x-api-key" in Session.objects.get(id=session.id).last_error
+
+
+def test_bash_restart_is_in_the_definition_and_acted_on(sdk, model, celery_worker, env_cloud, agent_bash):
+    """bash's `restart` (the SDK's bash tool has it): offered to the model; alone it answers that
+    the shell restarted, with a command the command runs (in a fresh shell, as every call here)."""
+    model.script(
+        [
+            tool_use("bash", {"command": "export KEPT=1; echo first"}),
+            tool_use("bash", {"restart": True}),
+            tool_use("bash", {"restart": True, "command": "echo after-${KEPT:-unset}"}),
+            tool_use("bash", {}),
+            text("Done."),
+        ]
+    )
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    sdk.beta.sessions.events.send(session.id, events=[_user("go")])
+    events = _wait_idle(sdk, session.id, timeout=60)
+    bash = next(t for t in model.requests[0]["body"]["tools"] if t["name"] == "bash")
+    assert bash["input_schema"]["properties"]["restart"]["type"] == "boolean"
+    assert "command" not in bash["input_schema"].get("required", [])
+    results = [e for e in events if e.type == "agent.tool_result"]
+    texts = [e.content[0].text for e in results]
+    assert "first" in texts[0] and not results[0].is_error
+    assert texts[1] == "bash session restarted" and not results[1].is_error
+    assert "after-unset" in texts[2] and not results[2].is_error
+    assert results[3].is_error and "command is required" in texts[3]
+    assert events[-1].stop_reason.type == "end_turn"
