@@ -476,8 +476,8 @@ class Runner:
             events_append(session_id=self.session_id, items=[idle], end_turn=True, unless_deleted=True)
         except SessionGone:
             return
-        # Archived while its turn ran: terminated now that it stopped.
-        session_terminate_if_archived(session_id=self.session_id)
+        if interrupted:  # archived while its turn ran (the archive interrupts): terminated now
+            session_terminate_if_archived(session_id=self.session_id)
         self._idled(stop_reason, interrupted=interrupted)
 
     def _report(self, thread: Session, stop_reason: dict) -> None:

@@ -3,8 +3,10 @@ is set `terminated` with its session.status_terminated (a child thread's
 session.thread_status_terminated, cross-posted to its primary), and its self-hosted work item is
 stopped, so that the SDK's worker and session tool runner, which stop on a terminated session,
 let it go. A session with no turn running is terminated at once; a running one is given an
-interrupt (as input of its own and its flag) and its runner terminates it once the turn stopped
-(session_terminate_if_archived, after its idle)."""
+interrupt (as input of its own and its flag) and its runner terminates it once the turn stopped:
+after an interrupted turn's idle (session_terminate_if_archived), else when it next looks for
+input (sessions.services.runner.session_turn_begin, under the row lock it holds), so that a turn
+that ends as usual pays no statement for it."""
 
 from django.db import transaction
 
@@ -30,7 +32,7 @@ def session_archive_locked(*, locked: Session) -> None:
         session_id = locked.id
         transaction.on_commit(lambda: notify.set_interrupt(session_id))
     else:
-        _terminate(locked)
+        session_terminate_locked(locked=locked)
 
 
 def session_terminate_if_archived(*, session_id: str) -> None:
@@ -44,10 +46,11 @@ def session_terminate_if_archived(*, session_id: str) -> None:
     with transaction.atomic():
         locked = Session.objects.select_for_update().get(id=session_id)
         if locked.archived_at is not None and locked.status != Session.Status.TERMINATED:
-            _terminate(locked)
+            session_terminate_locked(locked=locked)
 
 
-def _terminate(locked: Session) -> None:
+def session_terminate_locked(*, locked: Session) -> None:
+    """Terminate the session whose row the caller holds locked."""
     locked.status = Session.Status.TERMINATED
     locked.save(update_fields=["status"])
     events_append_locked(session=locked, items=[ev.status_item(EventType.SESSION_STATUS_TERMINATED, locked)])
