@@ -319,6 +319,41 @@ def test_a_conversation_past_the_threshold_is_compacted_and_the_turn_completes(
 
 
 @pytest.mark.docker
+def test_a_turn_after_one_that_ended_past_the_threshold_starts_with_a_compaction(sdk, model, celery_worker, env, agent):
+    """No tool use in either turn: the first turn's one call ends it past the threshold, and the
+    next turn's first call is the compaction (issue 42: it used to be sent whole)."""
+    big = {"input_tokens": 1000, "output_tokens": 10, "cache_read_input_tokens": 200_000}
+    model.script(
+        [
+            message([{"type": "text", "text": "A long answer."}], usage=big),
+            text("SUMMARY: the user asked for a long answer and got it."),
+            text("Short answer."),
+        ]
+    )
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    sdk.beta.sessions.events.send(session.id, events=[user("the long question")])
+    wait_for(lambda: idle_events(sdk, session.id), timeout=60)
+    assert len(model.requests) == 1  # the first turn is not compacted after its last call
+    sdk.beta.sessions.events.send(session.id, events=[user("and now?")])
+    wait_for(lambda: len(idle_events(sdk, session.id)) == 2, timeout=60)
+    _first, summarizing, after = (r["body"] for r in model.requests)
+    assert summarizing["tool_choice"] == {"type": "none"}
+    assert "the long question" in str(summarizing["messages"]) and "and now?" in str(summarizing["messages"])
+    assert "SUMMARY: the user asked" in str(after["messages"][0]) and "the long question" not in str(after["messages"])
+    types = [e.type for e in sdk.beta.sessions.events.list(session.id)]
+    second_turn = types[types.index("session.status_idle") + 1 :]
+    assert second_turn.index("agent.thread_context_compacted") < second_turn.index("agent.message")
+    assert [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "agent.message"][-1].content[
+        0
+    ].text == "Short answer."
+    # The turn after the compacted one starts from a small conversation: no compaction again.
+    model.add(text("Third."))
+    sdk.beta.sessions.events.send(session.id, events=[user("third")])
+    wait_for(lambda: len(idle_events(sdk, session.id)) == 3, timeout=60)
+    assert len(model.requests) == 4 and model.requests[3]["body"].get("tool_choice") != {"type": "none"}
+
+
+@pytest.mark.docker
 def test_compaction_that_cannot_shrink_is_compaction_limit_reached(sdk, model, celery_worker, env, agent):
     big = {"input_tokens": 1000, "output_tokens": 10, "cache_read_input_tokens": 200_000}
     model.script([bash_call(big), text("SUMMARY"), bash_call(big), text("never")])

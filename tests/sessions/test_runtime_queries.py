@@ -28,8 +28,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 # Statements per model call that ends in one bash tool use and its result (BEGIN/COMMIT included).
 MAX_PER_TOOL_STEP = 5
-# Statements of a whole turn without tool use: lease, start, one model call, idle, release.
-MAX_PER_TEXT_TURN = 17
+# Statements of a whole turn without tool use: lease, start, one model call, idle, release; and
+# the last call's usage, read at the turn's first call to decide a compaction (issue 42).
+MAX_PER_TEXT_TURN = 18
 
 
 @pytest.fixture
