@@ -222,12 +222,12 @@ def test_a_reclaimed_item_gets_a_new_token_and_the_old_one_stops_working(sdk, li
     session_id = _session(sdk, hosted)
     work = hosted.worker.beta.environments.work
     first = work.poll(env_id)
-    old_token = _sessions_token_from_secret(first.secret)
+    old_token = _sessions_token(first.secret)
     old = _bearer(live_server, old_token)
     assert old.beta.sessions.retrieve(session_id).id == session_id
     time.sleep(0.05)
     second = work.poll(env_id, reclaim_older_than_ms=10)
-    new_token = _sessions_token_from_secret(second.secret)
+    new_token = _sessions_token(second.secret)
     assert second.id == first.id and new_token != old_token
     for refused in (
         lambda: old.beta.sessions.retrieve(session_id),
@@ -437,7 +437,7 @@ def test_a_work_token_writes_no_memory_store_attached_read_only(sdk, live_server
     )
     work = hosted.worker.beta.environments.work.poll(hosted.environment.id)
     assert work.data.id == session.id
-    item = _bearer(live_server, _sessions_token_from_secret(work.secret))
+    item = _bearer(live_server, _sessions_token(work.secret))
     memories = item.beta.memory_stores.memories
     assert [m.path for m in memories.list(memory_store_id=kept.id)] == ["/keep.md"]
     assert memories.retrieve(keep.id, memory_store_id=kept.id).content == "keep me"
@@ -468,7 +468,7 @@ def test_a_work_token_names_only_the_files_its_session_can_see(sdk, live_server,
         resources=[{"type": "file", "file_id": attached.id, "mount_path": "/mnt/notes.md"}],
     )
     work = hosted.worker.beta.environments.work.poll(hosted.environment.id)
-    item = _bearer(live_server, _sessions_token_from_secret(work.secret))
+    item = _bearer(live_server, _sessions_token(work.secret))
     with pytest.raises(anthropic.BadRequestError) as refused:
         item.beta.sessions.events.send(session.id, events=[message(doc(secret.id))])
     assert secret.id in refused.value.message and "the workspace's secret" not in str(refused.value.body)
