@@ -10,6 +10,22 @@ TOOLSET_TYPE = "agent_toolset_20260401"
 PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
 
 
+def mcp_references_check(config: dict, *, field: str = "") -> None:
+    """Every mcp_toolset names one of the agent's mcp_servers, and every server is named by a
+    toolset (as the SDK documents: an unreferenced server is rejected, not stored idle)."""
+    declared = [server["name"] for server in config.get("mcp_servers") or []]
+    referenced = {tool["mcp_server_name"] for tool in config.get("tools") or [] if tool.get("type") == "mcp_toolset"}
+    unknown = sorted(referenced - set(declared))
+    if unknown:
+        raise InvalidRequest(f"{field}tools: mcp_toolset names {unknown}, which is not in the agent's mcp_servers.")
+    unused = [name for name in declared if name not in referenced]
+    if unused:
+        raise InvalidRequest(
+            f"{field}mcp_servers: {unused} referenced by no mcp_toolset in tools; add an mcp_toolset for each server"
+            " or remove it."
+        )
+
+
 def agent_snapshot(*, agent_id: str, version: int, config: dict) -> dict:
     """The SessionAgent shape: the agent's resolved configuration at one version."""
     return {

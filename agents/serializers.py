@@ -5,7 +5,7 @@ import json
 
 from rest_framework import serializers
 
-from agents.configs import agent_snapshot, environment_config_resolve
+from agents.configs import agent_snapshot, environment_config_resolve, mcp_references_check
 from agents.multiagent import multiagent_parse
 from agents.tools import McpServersField, ToolsField
 from core.api import rfc3339
@@ -113,6 +113,12 @@ class AwsRoleSerializer(InputSerializer):
     type = serializers.ChoiceField(choices=["aws_role"])
     role_arn = Text(max_length=2048)
 
+    def validate(self, data):
+        # No silent drop: nothing in this server assumes a role for the agent's tools.
+        raise serializers.ValidationError(
+            {"type": "aws_role cannot be acted on by this server (it assumes no AWS role); use service_account."}
+        )
+
 
 EXECUTION_IDENTITY_TYPES = {"service_account": ServiceAccountSerializer, "aws_role": AwsRoleSerializer}
 
@@ -173,12 +179,8 @@ def parse_agent_fields(body, *, partial: bool) -> tuple[dict, int | None]:
             out[key] = [] if key != "metadata" else {}
     if "execution_identity" in out:
         out["execution_identity"] = _execution_identity(out["execution_identity"])
-    tools, servers = out.get("tools"), out.get("mcp_servers")
-    if tools is not None and servers is not None:
-        referenced = {tool["mcp_server_name"] for tool in tools if tool["type"] == "mcp_toolset"}
-        declared = {server["name"] for server in servers}
-        if referenced - declared:
-            raise InvalidRequest(f"tools: mcp_toolset names unknown mcp_servers: {sorted(referenced - declared)}.")
+    if out.get("tools") is not None and out.get("mcp_servers") is not None:
+        mcp_references_check(out)  # an update giving one of them is checked once merged (agents.services)
     if len(json.dumps(out, separators=(",", ":"))) > AGENT_CONFIG_MAX_BYTES:
         raise InvalidRequest(f"The agent's configuration must be at most {AGENT_CONFIG_MAX_BYTES} bytes of JSON.")
     return out, data.get("version")

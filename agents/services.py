@@ -1,7 +1,7 @@
 from django.db import transaction
 from django.utils import timezone
 
-from agents.configs import environment_config_resolve
+from agents.configs import environment_config_resolve, mcp_references_check
 from agents.models import Agent, AgentVersion, Environment
 from agents.multiagent import multiagent_merge, multiagent_refusal, roster_entries, roster_replace
 from agents.selectors import agent_get, agent_version_get, environment_get
@@ -101,6 +101,8 @@ def agent_update(*, workspace, agent_id: str, fields: dict, expected_version: in
             workspace=workspace, agent_id=agent.id, version=agent.version + 1, config=merged
         )
     config.update(fields)
+    if "tools" in fields or "mcp_servers" in fields:
+        mcp_references_check(config)
     if patch is not None:
         config["metadata"] = metadata_patch_apply(current.config.get("metadata", {}), patch)
     now = timezone.now()

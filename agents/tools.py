@@ -22,6 +22,7 @@ from core.serializers import Array, Bool, FreeJson, InputSerializer, Int, Text, 
 
 TOOLSET_TOOL_NAMES = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
 PERMISSION_POLICIES = ("always_allow", "always_ask", "auto")
+WEB_DOMAINS_MAX = 64  # allowed_domains / blocked_domains, as the SDK documents them
 CUSTOM_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
@@ -42,11 +43,24 @@ class ToolsetConfigSerializer(InputSerializer):
     enabled = Bool(required=False)
     permission_policy = PermissionPolicySerializer(required=False, allow_null=True)
     # web_fetch / web_search options, stored as given.
-    allowed_domains = Array(child=Text(max_length=HOST_MAX_CHARS), max_length=256, required=False, allow_null=True)
-    blocked_domains = Array(child=Text(max_length=HOST_MAX_CHARS), max_length=256, required=False, allow_null=True)
+    allowed_domains = Array(
+        child=Text(max_length=HOST_MAX_CHARS), max_length=WEB_DOMAINS_MAX, required=False, allow_null=True
+    )
+    blocked_domains = Array(
+        child=Text(max_length=HOST_MAX_CHARS), max_length=WEB_DOMAINS_MAX, required=False, allow_null=True
+    )
     max_content_tokens = Int(min_value=1, required=False, allow_null=True)
     user_location = FreeJson(max_bytes=TOOL_OPTION_MAX_BYTES, max_depth=4, required=False, allow_null=True)
     url_sources = FreeJson(max_bytes=TOOL_OPTION_MAX_BYTES, max_depth=8, required=False, allow_null=True)
+
+    def validate(self, data):
+        # The SDK's rules for the web tools' lists: at most 64 entries, non-empty, not both.
+        for key in ("allowed_domains", "blocked_domains"):
+            if data.get(key) is not None and not data[key]:
+                raise serializers.ValidationError({key: "must not be empty (omit it instead)."})
+        if data.get("allowed_domains") is not None and data.get("blocked_domains") is not None:
+            raise serializers.ValidationError({"blocked_domains": "cannot be given with allowed_domains."})
+        return data
 
     def validate_url_sources(self, value):
         if value is not None:

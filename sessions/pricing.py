@@ -65,6 +65,27 @@ def price_for(model: str) -> Price | None:
     return LIST_PRICES.get(model)
 
 
+def known_models() -> list[str]:
+    """The ids of the models this server knows (/v1/models): the operator's priced models
+    (MANGO_MODEL_LIST_PRICES) first, then the price table's, each once."""
+    overrides = json.loads(settings.MANGO_MODEL_LIST_PRICES or "{}")
+    return list(dict.fromkeys([*overrides, *LIST_PRICES]))
+
+
+def model_display_name(model: str) -> str:
+    """`claude-sonnet-4-5` → `Claude Sonnet 4.5`; a dated id keeps its date (`… (20250929)`)."""
+    words, numbers, date = [], [], None
+    for part in model.split("-"):
+        if part.isdigit() and len(part) == 8:
+            date = part
+        elif part.isdigit():
+            numbers.append(part)
+        else:
+            words.append(part.capitalize())
+    name = " ".join([*words, ".".join(numbers)] if numbers else words)
+    return f"{name} ({date})" if date else name
+
+
 def call_cost_nanousd(price: Price, usage: dict) -> int:
     """The list cost of one model call from its usage (the Messages API's `usage` object)."""
     creation = usage.get("cache_creation") or {}

@@ -3,9 +3,11 @@
 from django.urls import path
 
 from sessions import streams
-from sessions.apis import events, resources, sessions, threads, work
+from sessions.apis import events, models, resources, sessions, threads, work
 
 urlpatterns = [
+    path("models", models.ModelListApi.as_view()),
+    path("models/<str:model_id>", models.ModelDetailApi.as_view()),
     path("environments/<str:environment_id>/work", work.WorkListApi.as_view()),
     path("environments/<str:environment_id>/work/poll", work.WorkPollApi.as_view()),
     path("environments/<str:environment_id>/work/stats", work.WorkStatsApi.as_view()),

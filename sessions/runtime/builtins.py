@@ -56,9 +56,11 @@ def run_builtin(*, session_id: str, name: str, tool_input: dict, should_cancel: 
 
 
 def _bash(session_id, tool_input, should_cancel) -> ToolOutcome:
-    if tool_input.get("restart"):
-        return ToolOutcome("Each bash call runs in a fresh shell; nothing to restart.")
-    command = tool_input["command"]
+    command = tool_input.get("command")
+    if tool_input.get("restart") and not command:  # every call here starts a fresh shell
+        return ToolOutcome("bash session restarted")
+    if not command:
+        return ToolOutcome("bash: command is required (or restart: true).", is_error=True)
     if not isinstance(command, str):
         raise TypeError("command must be a string")
     timeout = DEFAULT_BASH_TIMEOUT_SECONDS

@@ -35,9 +35,13 @@ TOOL_DEFINITIONS = {
             "type": "object",
             "properties": {
                 "command": {"type": "string", "description": "The command to run."},
+                "restart": {
+                    "type": "boolean",
+                    "description": "Start a new shell (each call runs in a fresh one here); with no command, "
+                    "nothing else runs.",
+                },
                 "timeout_ms": {"type": "integer", "description": "Optional timeout in milliseconds."},
             },
-            "required": ["command"],
         },
     },
     "read": {

@@ -62,6 +62,7 @@ from sessions.selectors.runner import (
     session_family_list_cost,
     session_interrupt_pending,
     session_is_deleted,
+    session_last_model_usage,
     session_thread_messages_pending,
     session_threads_busy,
     session_turn_reply,
@@ -76,7 +77,8 @@ from sessions.services.runner import (
     session_last_error_set,
     session_turn_begin,
 )
-from sessions.services.threads import ThreadRefused, thread_message_send, thread_terminate_if_archived
+from sessions.services.termination import session_terminate_if_archived
+from sessions.services.threads import ThreadRefused, thread_message_send
 
 logger = logging.getLogger(__name__)
 
@@ -312,7 +314,10 @@ class Runner:
         system = system_prompt(session)
         spend = Spend(session, primary=self.sandbox_session)
         threshold = compaction_threshold(session.agent_snapshot["model"]["id"])
-        compact_next = just_compacted = False
+        # Decided at every call, the turn's first included: from the last call's usage (a turn
+        # that ended past the threshold has the next one start with a compaction).
+        compact_next = context_tokens(session_last_model_usage(session_id=self.session_id)) > threshold
+        just_compacted = False
         while True:
             self.control.check_handback()  # a safe point: every tool use so far is answered
             self.control.check_stop()
@@ -344,7 +349,7 @@ class Runner:
             if idled:
                 return None
             # Past the threshold, the conversation is compacted before the next call (every tool
-            # use is answered by then).
+            # use is answered by then), in this turn or the next.
             compact_next = context_tokens(reply.response.get("usage") or {}) > threshold
             if reply.response.get("stop_reason") == "refusal":
                 return self.go_idle(ev.stop_refusal())
@@ -488,8 +493,8 @@ class Runner:
             events_append(session_id=self.session_id, items=[idle], end_turn=True, unless_deleted=True)
         except SessionGone:
             return
-        if thread is not None:  # archived while its turn ran: terminated now that it stopped
-            thread_terminate_if_archived(thread_id=self.session_id)
+        if interrupted:  # archived while its turn ran (the archive interrupts): terminated now
+            session_terminate_if_archived(session_id=self.session_id)
         self._idled(stop_reason, interrupted=interrupted)
 
     def _report(self, thread: Session, stop_reason: dict) -> None:

@@ -85,6 +85,25 @@ def session_last_idle_seq(*, session_id: str) -> int:
     ) or 0
 
 
+def session_last_model_usage(*, session_id: str) -> dict:
+    """The model_usage of the session's last model call that succeeded (its
+    span.model_request_end), the size the next call starts from; empty when the conversation was
+    compacted after it, or no call succeeded."""
+    last = (
+        SessionEvent.objects.filter(session_id=session_id)
+        .filter(
+            Q(type=EventType.AGENT_THREAD_CONTEXT_COMPACTED)
+            | Q(type=EventType.SPAN_MODEL_REQUEST_END, payload__is_error=False)
+        )
+        .order_by("-seq")
+        .only("type", "payload")
+        .first()
+    )
+    if last is None or last.type == EventType.AGENT_THREAD_CONTEXT_COMPACTED:
+        return {}
+    return last.payload.get("model_usage") or {}
+
+
 def session_tool_confirmations(*, session_id: str) -> dict[str, dict]:
     """The user.tool_confirmation payloads of the session, by the tool use they answer."""
     rows = SessionEvent.objects.filter(session_id=session_id, type=EventType.USER_TOOL_CONFIRMATION).only("payload")

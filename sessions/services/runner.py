@@ -22,6 +22,7 @@ from sessions.selectors.runner import (
     session_required_action_ids,
 )
 from sessions.services.events import events_append, events_append_locked
+from sessions.services.termination import session_terminate_locked
 
 ACTIVE = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
 
@@ -127,7 +128,12 @@ def session_turn_begin(*, session_id: str, token: str, wait: ClientWait | None =
         if interrupted:
             return TurnStart(session=session, interrupted=True)
         resume = session.status in ACTIVE
-        if not resume and not _starts_turn(session_id, pending, self_hosted=self_hosted, wait=wait):
+        # An archived session starts no turn (input sent before the archive is left): one that went
+        # idle since its archive is terminated now (sessions.services.termination).
+        archived = session.archived_at is not None and not resume
+        if archived and session.status != Session.Status.TERMINATED:
+            session_terminate_locked(locked=session)
+        if archived or (not resume and not _starts_turn(session_id, pending, self_hosted=self_hosted, wait=wait)):
             session.runner_token = None
             session.runner_heartbeat_at = None
             session.save(update_fields=["runner_token", "runner_heartbeat_at"])

@@ -5,7 +5,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from agents.configs import agent_snapshot
+from agents.configs import agent_snapshot, mcp_references_check
 from agents.multiagent import roster_entries, roster_replace
 from agents.selectors import agent_get, agent_version_get, environment_get
 from agents.services import agent_skills_resolve
@@ -32,6 +32,7 @@ from sessions.services.resources import (
     resources_copy,
     session_memory_stores_attach,
 )
+from sessions.services.termination import session_archive_locked
 from sessions.services.work import session_work_ensure, session_work_stop
 from vaults.selectors import live_vault_ids
 
@@ -111,14 +112,9 @@ def session_create(
 
 
 def _check_mcp_references(snapshot: dict) -> None:
-    """Every mcp_toolset names one of the session agent's MCP servers (after overrides)."""
-    names = {server["name"] for server in snapshot.get("mcp_servers") or []}
-    for tool in snapshot.get("tools") or []:
-        if tool.get("type") == "mcp_toolset" and tool["mcp_server_name"] not in names:
-            raise InvalidRequest(
-                f"agent.tools: mcp_toolset names MCP server {tool['mcp_server_name'][:255]!r}, which is not in"
-                " the agent's mcp_servers."
-            )
+    """Every mcp_toolset names one of the session agent's MCP servers and every server is named
+    by one (after overrides)."""
+    mcp_references_check(snapshot, field="agent.")
 
 
 def _session_create(
@@ -314,9 +310,14 @@ def session_update(*, workspace, session_id: str, changes: dict) -> Session:
 
 @transaction.atomic
 def session_archive(*, workspace, session_id: str) -> Session:
+    """Archive a session and its child threads: each accepts no more input and is terminated
+    (sessions.services.termination). The primary's row is locked before its threads' (one lock
+    order)."""
     session = session_get(workspace=workspace, session_id=session_id, for_update=True)
-    session.archive()
-    Session.objects.filter(primary=session, archived_at__isnull=True).update(archived_at=session.archived_at)
+    session_archive_locked(locked=session)
+    threads = Session.objects.select_for_update().filter(primary=session, deleted_at__isnull=True).order_by("id")
+    for thread in threads:
+        session_archive_locked(locked=thread)
     return session
 
 

@@ -15,11 +15,11 @@ from django.utils import timezone
 
 from core.ids import new_id
 from sessions import events as ev
-from sessions import notify
 from sessions.dispatch import session_run_enqueue_on_commit
 from sessions.events import EventType, thread_id_of
 from sessions.models import Session
-from sessions.services.events import events_append, events_append_locked, session_runner_wake_on_commit
+from sessions.services.events import events_append, session_runner_wake_on_commit
+from sessions.services.termination import session_archive_locked
 
 
 class ThreadRefused(Exception):
@@ -94,32 +94,8 @@ def thread_message_send(*, sender: Session, target_id: str, content: list[dict])
 
 def thread_archive(*, thread: Session) -> Session:
     """Archive a child thread: it accepts no more messages and is terminated
-    (session.thread_status_terminated, cross-posted) — at once when no turn of it runs, else
-    by its runner once the interrupt given to it (as input of its own and its flag) stopped the
-    turn (thread_terminate_if_archived)."""
+    (session.thread_status_terminated, cross-posted; sessions.services.termination)."""
     with transaction.atomic():
         locked = Session.objects.select_for_update().get(id=thread.id)
-        if locked.archived_at is None:
-            locked.archive()
-            if locked.status in (Session.Status.RUNNING, Session.Status.RESCHEDULING):
-                interrupt = {"type": EventType.USER_INTERRUPT, "payload": {"session_thread_id": None}}
-                events_append(session_id=locked.id, items=[interrupt], pending=True)
-                transaction.on_commit(lambda: notify.set_interrupt(locked.id))
-            else:
-                _terminate(locked)
+        session_archive_locked(locked=locked)
     return locked
-
-
-def thread_terminate_if_archived(*, thread_id: str) -> None:
-    """The runner's check after a child thread's idle: archived meanwhile, it is terminated now
-    (once: under its row lock, a terminated thread is left as it is)."""
-    with transaction.atomic():
-        locked = Session.objects.select_for_update().get(id=thread_id)
-        if locked.archived_at is not None and locked.status != Session.Status.TERMINATED:
-            _terminate(locked)
-
-
-def _terminate(locked: Session) -> None:
-    locked.status = Session.Status.TERMINATED
-    locked.save(update_fields=["status"])
-    events_append_locked(session=locked, items=[ev.status_item(EventType.SESSION_STATUS_TERMINATED, locked)])

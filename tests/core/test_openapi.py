@@ -17,6 +17,8 @@ from tests import openapi
 pytestmark = pytest.mark.django_db
 
 OPERATIONS = {
+    ("get", "/v1/models"): "models_list",
+    ("get", "/v1/models/{model_id}"): "models_retrieve",
     ("get", "/v1/files"): "files_list",
     ("post", "/v1/files"): "files_upload",
     ("get", "/v1/files/{file_id}"): "files_retrieve_metadata",
@@ -184,6 +186,8 @@ def test_every_operation_replayed_answers_as_documented(api, api_key, s3_bucket)
     file_id = upload.json()["id"]
     assert api.get("/v1/files").status_code == 200
     assert api.get(f"/v1/files/{file_id}").status_code == 200
+    assert api.get("/v1/models?limit=2").status_code == 200
+    assert api.get("/v1/models/claude-sonnet-4-5").status_code == 200
 
     agent = _post(api, "/v1/agents", {"name": "a", "model": "claude-sonnet-4-5", "tools": [
         {"type": "agent_toolset_20260401"},

@@ -4,7 +4,6 @@ after_id, x-api-key, files beta header, ?beta=true) in its own virtualenv."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import anthropic
@@ -12,12 +11,9 @@ import pytest
 
 from files.models import File
 from tests.files.conftest import assert_store_consistent, make_file
+from tests.sdk_venvs import sdk_python
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ROOT = Path(__file__).resolve().parents[2]
-OLD_SDK_VENV = ROOT / ".venv-sdk110"
-OLD_SDK_PYTHON = OLD_SDK_VENV / "bin" / "python"
 
 
 def many_files(workspace, count=47):
@@ -106,19 +102,8 @@ def test_new_sdk_oversize_is_content_too_large(sdk, workspace, settings):
     assert File.objects.count() == 0
 
 
-def ensure_old_sdk() -> Path:
-    if not OLD_SDK_PYTHON.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(OLD_SDK_VENV)], check=True)
-    probe = subprocess.run(
-        [str(OLD_SDK_PYTHON), "-c", "import anthropic; print(anthropic.__version__)"], capture_output=True, text=True
-    )
-    if probe.stdout.strip() != "1.1.0":
-        subprocess.run([str(OLD_SDK_VENV / "bin" / "pip"), "install", "-q", "anthropic==1.1.0"], check=True)
-    return OLD_SDK_PYTHON
-
-
 def test_old_sdk_1_1_0(live_server, api_key, workspace, tmp_path):
-    python = ensure_old_sdk()
+    python = sdk_python("1.1.0")
     expected = many_files(workspace, 45)
     result = subprocess.run(
         [

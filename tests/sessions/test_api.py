@@ -152,7 +152,10 @@ def test_session_create_retrieve_update_archive(sdk):
     assert sdk.beta.sessions.update(session.id, metadata={"x": ""}).metadata == {"x": ""}
     assert sdk.beta.sessions.update(session.id, metadata={"x": "y"}).metadata == {"x": "y"}
     archived = sdk.beta.sessions.archive(session.id)
-    assert archived.archived_at is not None
+    assert archived.archived_at is not None and archived.status == "terminated"  # no turn ran: at once
+    assert [e.type for e in sdk.beta.sessions.events.list(session.id)][-1] == "session.status_terminated"
+    assert sdk.beta.sessions.archive(session.id).archived_at == archived.archived_at  # once
+    assert [e.type for e in sdk.beta.sessions.events.list(session.id)].count("session.status_terminated") == 1
     with pytest.raises(anthropic.BadRequestError):
         sdk.beta.sessions.events.send(session.id, events=[{"type": "user.interrupt"}])
 

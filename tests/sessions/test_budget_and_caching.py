@@ -180,6 +180,41 @@ def test_fields_this_server_cannot_act_on_are_refused_not_dropped(sdk, env, agen
         sdk.beta.sessions.create(
             agent={"type": "agent_with_overrides", "id": with_mcp.id, "mcp_servers": []}, environment_id=env.id
         )
+    # Issue 42: an MCP server no toolset references is refused (the SDK: rejected), on create,
+    # on an update that leaves it alone, and in a session's overrides; nothing is stored.
+    idle = [{"type": "url", "name": "idle", "url": "https://idle.example.com/mcp"}]
+    with pytest.raises(anthropic.BadRequestError, match=r"mcp_servers: \['idle'\] referenced by no mcp_toolset"):
+        sdk.beta.agents.create(name="n", model=MODEL, mcp_servers=idle)
+    with pytest.raises(anthropic.BadRequestError, match=r"mcp_servers: \['idle'\] referenced by no mcp_toolset"):
+        sdk.beta.agents.update(with_mcp.id, version=1, mcp_servers=[*moved, *idle])
+    with pytest.raises(anthropic.BadRequestError, match=r"mcp_servers: \['docs'\] referenced by no mcp_toolset"):
+        sdk.beta.agents.update(with_mcp.id, version=1, tools=[])
+    assert sdk.beta.agents.retrieve(with_mcp.id).version == 1
+    with pytest.raises(anthropic.BadRequestError, match=r"agent.mcp_servers: \['idle'\] referenced by no"):
+        sdk.beta.sessions.update(made.id, agent={"mcp_servers": [*moved, *idle]})
+    # execution_identity.aws_role: nothing here assumes a role, so it is refused, not stored.
+    with pytest.raises(anthropic.BadRequestError, match="aws_role cannot be acted on"):
+        sdk.beta.agents.create(
+            name="r",
+            model=MODEL,
+            execution_identity={"type": "aws_role", "role_arn": "arn:aws:iam::123456789012:role/agent"},
+        )
+    plain = sdk.beta.agents.create(name="s", model=MODEL, execution_identity={"type": "service_account"})
+    assert plain.execution_identity.type == "service_account"
+    # The web tools' domain lists, as the SDK documents them: at most 64, non-empty, not both.
+    for config, fragment in (
+        ({"allowed_domains": [f"d{i}.example.com" for i in range(65)]}, "allowed_domains"),
+        ({"blocked_domains": []}, "must not be empty"),
+        ({"allowed_domains": ["a.example.com"], "blocked_domains": ["b.example.com"]}, "cannot be given with"),
+    ):
+        with pytest.raises(anthropic.BadRequestError, match=fragment):
+            sdk.beta.agents.create(
+                name="w",
+                model=MODEL,
+                tools=[{"type": "agent_toolset_20260401", "configs": [{"name": "web_fetch", **config}]}],
+            )
+    ok = [{"type": "agent_toolset_20260401", "configs": [{"name": "web_fetch", "allowed_domains": ["a.example.com"]}]}]
+    assert sdk.beta.agents.create(name="w", model=MODEL, tools=ok).tools
 
 
 SEARCH_REPLY = message(
@@ -281,6 +316,41 @@ def test_a_conversation_past_the_threshold_is_compacted_and_the_turn_completes(
     assert "agent.tool_use" in types and types[-1] == "session.status_idle"  # the full public log is kept
     assert [e for e in events if e.type == "agent.message"][-1].content[0].text == "All done."
     assert idle_events(sdk, session.id)[-1].stop_reason.type == "end_turn"
+
+
+@pytest.mark.docker
+def test_a_turn_after_one_that_ended_past_the_threshold_starts_with_a_compaction(sdk, model, celery_worker, env, agent):
+    """No tool use in either turn: the first turn's one call ends it past the threshold, and the
+    next turn's first call is the compaction (issue 42: it used to be sent whole)."""
+    big = {"input_tokens": 1000, "output_tokens": 10, "cache_read_input_tokens": 200_000}
+    model.script(
+        [
+            message([{"type": "text", "text": "A long answer."}], usage=big),
+            text("SUMMARY: the user asked for a long answer and got it."),
+            text("Short answer."),
+        ]
+    )
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    sdk.beta.sessions.events.send(session.id, events=[user("the long question")])
+    wait_for(lambda: idle_events(sdk, session.id), timeout=60)
+    assert len(model.requests) == 1  # the first turn is not compacted after its last call
+    sdk.beta.sessions.events.send(session.id, events=[user("and now?")])
+    wait_for(lambda: len(idle_events(sdk, session.id)) == 2, timeout=60)
+    _first, summarizing, after = (r["body"] for r in model.requests)
+    assert summarizing["tool_choice"] == {"type": "none"}
+    assert "the long question" in str(summarizing["messages"]) and "and now?" in str(summarizing["messages"])
+    assert "SUMMARY: the user asked" in str(after["messages"][0]) and "the long question" not in str(after["messages"])
+    types = [e.type for e in sdk.beta.sessions.events.list(session.id)]
+    second_turn = types[types.index("session.status_idle") + 1 :]
+    assert second_turn.index("agent.thread_context_compacted") < second_turn.index("agent.message")
+    assert [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "agent.message"][-1].content[
+        0
+    ].text == "Short answer."
+    # The turn after the compacted one starts from a small conversation: no compaction again.
+    model.add(text("Third."))
+    sdk.beta.sessions.events.send(session.id, events=[user("third")])
+    wait_for(lambda: len(idle_events(sdk, session.id)) == 3, timeout=60)
+    assert len(model.requests) == 4 and model.requests[3]["body"].get("tool_choice") != {"type": "none"}
 
 
 @pytest.mark.docker

@@ -103,7 +103,9 @@ def test_bash_turn_streamed_over_sse(sdk, api_key, model, celery_worker, env_clo
     assert first["system"] == [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
     assert {"bash", "read", "write", "edit", "glob", "grep"} <= {t["name"] for t in first["tools"]}
     bash_tool = next(t for t in first["tools"] if t["name"] == "bash")
-    assert bash_tool["input_schema"]["required"] == ["command"]
+    # command or restart (the SDK's bash tool): neither is required on its own
+    assert set(bash_tool["input_schema"]["properties"]) == {"command", "restart", "timeout_ms"}
+    assert "required" not in bash_tool["input_schema"]
     assert first["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "run it", "cache_control": {"type": "ephemeral"}}]}
     ]
@@ -419,6 +421,35 @@ def test_interrupt_during_a_slow_model_call(sdk, model, celery_worker, env_cloud
     assert rest[-1].stop_reason.type == "end_turn"
 
 
+def test_archive_during_a_slow_model_call_stops_the_turn_and_terminates(
+    sdk, model, celery_worker, env_cloud, agent_bash
+):
+    """Archive terminates a running session too: its turn is interrupted, then the session is
+    `terminated` (session.status_idle, then session.status_terminated, the last event)."""
+    model.script([text("too late", delay=5)])
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    with sdk.beta.sessions.events.stream(session.id) as stream:
+        sdk.beta.sessions.events.send(session.id, events=[_user("think")])
+        for event in stream:
+            if event.type == "span.model_request_start":
+                break
+        archived = sdk.beta.sessions.archive(session.id)
+        assert archived.archived_at is not None and archived.status in ("running", "terminated")
+        rest = []
+        for event in stream:
+            rest.append(event)
+            if event.type == "session.status_terminated":
+                break
+    assert [e.type for e in rest if e.type.startswith("agent.")] == []
+    assert [e.type for e in rest if e.type.startswith("session.status")][-2:] == [
+        "session.status_idle",
+        "session.status_terminated",
+    ]
+    assert wait_for(lambda: sdk.beta.sessions.retrieve(session.id).status == "terminated", 10)
+    assert _events(sdk, session.id)[-1].type == "session.status_terminated"
+    assert len(model.requests) == 1
+
+
 def test_unknown_tool_gets_an_error_result_and_the_turn_continues(sdk, model, celery_worker, env_cloud, agent_bash):
     model.script([tool_use("teleport", {"to": "mars"}), text("I cannot do that.")])
     session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
@@ -498,3 +529,30 @@ def test_upstream_key_rejected_names_the_setting_and_hides_upstream_text(
     assert events[-1].stop_reason.type == "retries_exhausted"
     # Operators still find the upstream's words on the session row.
     assert "invalid x-api-key" in Session.objects.get(id=session.id).last_error
+
+
+def test_bash_restart_is_in_the_definition_and_acted_on(sdk, model, celery_worker, env_cloud, agent_bash):
+    """bash's `restart` (the SDK's bash tool has it): offered to the model; alone it answers that
+    the shell restarted, with a command the command runs (in a fresh shell, as every call here)."""
+    model.script(
+        [
+            tool_use("bash", {"command": "export KEPT=1; echo first"}),
+            tool_use("bash", {"restart": True}),
+            tool_use("bash", {"restart": True, "command": "echo after-${KEPT:-unset}"}),
+            tool_use("bash", {}),
+            text("Done."),
+        ]
+    )
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    sdk.beta.sessions.events.send(session.id, events=[_user("go")])
+    events = _wait_idle(sdk, session.id, timeout=60)
+    bash = next(t for t in model.requests[0]["body"]["tools"] if t["name"] == "bash")
+    assert bash["input_schema"]["properties"]["restart"]["type"] == "boolean"
+    assert "command" not in bash["input_schema"].get("required", [])
+    results = [e for e in events if e.type == "agent.tool_result"]
+    texts = [e.content[0].text for e in results]
+    assert "first" in texts[0] and not results[0].is_error
+    assert texts[1] == "bash session restarted" and not results[1].is_error
+    assert "after-unset" in texts[2] and not results[2].is_error
+    assert results[3].is_error and "command is required" in texts[3]
+    assert events[-1].stop_reason.type == "end_turn"

@@ -26,10 +26,14 @@ from tests.sessions.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
-# Statements per model call that ends in one bash tool use and its result (BEGIN/COMMIT included).
-MAX_PER_TOOL_STEP = 5
-# Statements of a whole turn without tool use: lease, start, one model call, idle, release.
-MAX_PER_TEXT_TURN = 17
+# Statements per model call that ends in one bash tool use and its result (BEGIN/COMMIT included);
+# one of them reads the sandbox's provisioning counter (issue 38: it replaces two dockerd round
+# trips per tool call, and a changed counter re-provisions the sandbox).
+MAX_PER_TOOL_STEP = 6
+# Statements of a whole turn without tool use: lease, start, one model call, idle, release; and
+# the last call's usage, read at the turn's first call to decide a compaction (issue 42); and
+# whether the session's sandbox sleeps (issue 38: a sleeping one is woken before a tool runs).
+MAX_PER_TEXT_TURN = 19
 
 
 @pytest.fixture

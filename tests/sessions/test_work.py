@@ -11,7 +11,7 @@ import time
 
 import anthropic
 import pytest
-from anthropic.lib.environments._worker import _sessions_token_from_secret
+from anthropic.lib.environments._poller import sessions_token_from_secret
 from anthropic.types.beta.environments import BetaHeartbeatPreconditionFailedError
 from django.core.management import call_command
 from django.db import connection
@@ -20,6 +20,13 @@ from core.errors import InvalidRequest
 from sessions.credentials import credential_hash
 from sessions.models import EnvironmentKey, WorkItem
 from sessions.services.work import environment_key_create
+
+
+def _sessions_token(secret: str | None) -> str | None:
+    """The SDK's own decoding of a work item's secret (a SecretStr since 2.17)."""
+    token = sessions_token_from_secret(secret)
+    return token.get_secret_value() if token is not None else None
+
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,7 +70,7 @@ def test_the_eight_work_methods_conform(sdk, live_server, hosted):
 
     work = hosted.worker.beta.environments.work.poll(env_id, block_ms=1, anthropic_worker_id="worker-a")
     assert (work.id, work.state, work.environment_id, work.data.id) == (listed[0].id, "queued", env_id, session_id)
-    token = _sessions_token_from_secret(work.secret)  # the SDK's own decoding
+    token = _sessions_token(work.secret)  # the SDK's own decoding
     assert token and token.startswith("mango-worktoken-")
     stats = sdk.beta.environments.work.stats(env_id)
     assert (stats.depth, stats.pending, stats.workers_polling) == (0, 1, 1)
@@ -119,7 +126,7 @@ def test_environment_keys_work_tokens_and_api_keys_are_kept_apart(sdk, live_serv
     session_id = _session(sdk, hosted)
     other_session = _session(sdk, hosted)
     work = hosted.worker.beta.environments.work.poll(env_id)
-    token = _sessions_token_from_secret(work.secret)
+    token = _sessions_token(work.secret)
     item = _bearer(live_server, token)
     api = hosted.worker
 
@@ -188,7 +195,7 @@ def test_a_lost_lease_is_reclaimed_and_the_old_holder_gets_a_412(sdk, live_serve
     _session(sdk, hosted)
     first = hosted.worker.beta.environments.work.poll(env_id, anthropic_worker_id="one")
     hosted.worker.beta.environments.work.ack(first.id, environment_id=env_id)
-    old = _bearer(live_server, _sessions_token_from_secret(first.secret))
+    old = _bearer(live_server, _sessions_token(first.secret))
     beat = old.beta.environments.work.heartbeat(
         first.id, environment_id=env_id, expected_last_heartbeat="NO_HEARTBEAT", desired_ttl_seconds=1
     )
@@ -201,7 +208,7 @@ def test_a_lost_lease_is_reclaimed_and_the_old_holder_gets_a_412(sdk, live_serve
         old.beta.environments.work.heartbeat(
             first.id, environment_id=env_id, expected_last_heartbeat=beat.last_heartbeat
         )
-    new = _bearer(live_server, _sessions_token_from_secret(second.secret))
+    new = _bearer(live_server, _sessions_token(second.secret))
     assert new.beta.environments.work.heartbeat(
         second.id, environment_id=env_id, expected_last_heartbeat="NO_HEARTBEAT"
     ).lease_extended
@@ -215,12 +222,12 @@ def test_a_reclaimed_item_gets_a_new_token_and_the_old_one_stops_working(sdk, li
     session_id = _session(sdk, hosted)
     work = hosted.worker.beta.environments.work
     first = work.poll(env_id)
-    old_token = _sessions_token_from_secret(first.secret)
+    old_token = _sessions_token(first.secret)
     old = _bearer(live_server, old_token)
     assert old.beta.sessions.retrieve(session_id).id == session_id
     time.sleep(0.05)
     second = work.poll(env_id, reclaim_older_than_ms=10)
-    new_token = _sessions_token_from_secret(second.secret)
+    new_token = _sessions_token(second.secret)
     assert second.id == first.id and new_token != old_token
     for refused in (
         lambda: old.beta.sessions.retrieve(session_id),
@@ -358,7 +365,7 @@ def test_a_workers_requests_count_in_its_tenants_share(sdk, hosted, api_key):
 
     _session(sdk, hosted)
     work = hosted.worker.beta.environments.work.poll(hosted.environment.id)
-    token = _sessions_token_from_secret(work.secret)
+    token = _sessions_token(work.secret)
 
     async def workspace_of(raw):
         return await shares().workspace_of({"HTTP_AUTHORIZATION": f"Bearer {raw}"})
@@ -389,7 +396,7 @@ def test_a_work_token_reaches_its_sessions_skills_and_memory_stores_only(sdk, li
         resources=[{"type": "memory_store", "memory_store_id": store.id}],
     )
     work = hosted.worker.beta.environments.work.poll(hosted.environment.id)
-    token = _sessions_token_from_secret(work.secret)
+    token = _sessions_token(work.secret)
     item = _bearer(live_server, token)
 
     async def download():
@@ -430,7 +437,7 @@ def test_a_work_token_writes_no_memory_store_attached_read_only(sdk, live_server
     )
     work = hosted.worker.beta.environments.work.poll(hosted.environment.id)
     assert work.data.id == session.id
-    item = _bearer(live_server, _sessions_token_from_secret(work.secret))
+    item = _bearer(live_server, _sessions_token(work.secret))
     memories = item.beta.memory_stores.memories
     assert [m.path for m in memories.list(memory_store_id=kept.id)] == ["/keep.md"]
     assert memories.retrieve(keep.id, memory_store_id=kept.id).content == "keep me"
@@ -461,7 +468,7 @@ def test_a_work_token_names_only_the_files_its_session_can_see(sdk, live_server,
         resources=[{"type": "file", "file_id": attached.id, "mount_path": "/mnt/notes.md"}],
     )
     work = hosted.worker.beta.environments.work.poll(hosted.environment.id)
-    item = _bearer(live_server, _sessions_token_from_secret(work.secret))
+    item = _bearer(live_server, _sessions_token(work.secret))
     with pytest.raises(anthropic.BadRequestError) as refused:
         item.beta.sessions.events.send(session.id, events=[message(doc(secret.id))])
     assert secret.id in refused.value.message and "the workspace's secret" not in str(refused.value.body)

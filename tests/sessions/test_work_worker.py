@@ -21,6 +21,7 @@ from sessions.models import WorkItem
 from sessions.services.work import environment_key_create
 from tests.files.server import ROOT, AsgiServer
 from tests.scripted_model import text, tool_use
+from tests.sdk_venvs import OLDEST_WORKER_SDK, sdk_python
 from tests.sessions.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
@@ -44,14 +45,14 @@ def server(tmp_path, s3_bucket):
 
 
 class SdkWorker:
-    def __init__(self, server, environment_id: str, key: str, workdir: Path, log: Path):
+    def __init__(self, server, environment_id: str, key: str, workdir: Path, log: Path, python: str, env=None):
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = log
         self._log = open(log, "wb")  # noqa: SIM115 — closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.sdk_environment_worker", server.url, environment_id, str(workdir)],
+            [python, "-m", "tests.sdk_environment_worker", server.url, environment_id, str(workdir)],
             cwd=ROOT,
-            env={**os.environ, "MANGO_TEST_ENVIRONMENT_KEY": key},
+            env={**os.environ, "MANGO_TEST_ENVIRONMENT_KEY": key, **(env or {})},
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -71,8 +72,8 @@ class SdkWorker:
 def workers(tmp_path):
     started = []
 
-    def start(server, environment_id, key, name):
-        worker = SdkWorker(server, environment_id, key, tmp_path / name, tmp_path / f"{name}.log")
+    def start(server, environment_id, key, name, python=sys.executable, env=None):
+        worker = SdkWorker(server, environment_id, key, tmp_path / name, tmp_path / f"{name}.log", str(python), env)
         started.append(worker)
         return worker
 
@@ -113,7 +114,12 @@ def _results(events) -> dict[str, str]:
     }
 
 
-def test_the_sdk_worker_runs_a_sessions_tools_in_its_workdir(server, api_key, model, celery_worker, workers, tmp_path):
+@pytest.mark.parametrize("sdk", ["pinned", OLDEST_WORKER_SDK])
+def test_the_sdk_worker_runs_a_sessions_tools_in_its_workdir(
+    server, api_key, model, celery_worker, workers, tmp_path, sdk
+):
+    """The pinned SDK's worker, and beside it the oldest release's that Mango still supports."""
+    python = sys.executable if sdk == "pinned" else sdk_python(sdk)
     client = _client(server, api_key)
     environment, key, agent = _setup(client)
     model.script(
@@ -128,8 +134,9 @@ def test_the_sdk_worker_runs_a_sessions_tools_in_its_workdir(server, api_key, mo
     client.beta.sessions.events.send(
         session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
     )
-    worker = workers(server, environment.id, key, "one")
+    worker = workers(server, environment.id, key, "one", python)
     events = wait_for(lambda: _ended(client, session.id), timeout=90, interval=0.3)
+    assert f"worker started {anthropic.__version__ if sdk == 'pinned' else sdk}" in worker.log.read_text()
 
     workdir = tmp_path / "one"
     assert (workdir / "made_by_bash.txt").read_text() == "from-bash\n"
@@ -184,3 +191,38 @@ def test_a_killed_workers_item_is_reclaimed_by_a_second_worker(
     item = WorkItem.objects.get(session_id=session.id)
     assert item.claims == 2 and item.state == "active"
     assert second.process.poll() is None
+
+
+def test_an_archived_sessions_worker_exits(server, api_key, model, celery_worker, workers):
+    """Archive terminates: the session is `terminated` with its session.status_terminated and its
+    work item stopped, and the pinned SDK's worker serving the item (handle_item, idle after a
+    turn, with a minute of max_idle left) lets it go and exits; the session refuses input."""
+    client = _client(server, api_key)
+    environment, key, agent = _setup(client)
+    model.script([tool_use("bash", {"command": "echo ran > ran.txt"}), text("Done.")])
+    session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    client.beta.sessions.events.send(
+        session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
+    )
+    poller = anthropic.Anthropic(base_url=server.url, auth_token=key, max_retries=0, _strict_response_validation=True)
+    work = wait_for(lambda: poller.beta.environments.work.poll(environment.id, block_ms=500), timeout=30)
+    assert work.data.id == session.id
+    poller.beta.environments.work.ack(work.id, environment_id=environment.id)  # as the SDK's poller does
+    env = {"MANGO_TEST_WORK_ID": work.id, "MANGO_TEST_SESSION_ID": session.id, "MANGO_TEST_WORK_SECRET": work.secret}
+    worker = workers(server, environment.id, key, "item", env=env)
+    wait_for(lambda: _ended(client, session.id), timeout=90, interval=0.3)
+    assert worker.process.poll() is None  # idle, waiting for more of the session
+
+    archived = client.beta.sessions.archive(session.id)
+    assert archived.status == "terminated" and archived.archived_at is not None
+    assert worker.process.wait(30) == 0
+    assert "item done" in worker.log.read_text()
+    assert client.beta.sessions.retrieve(session.id).status == "terminated"
+    events = _events(client, session.id)
+    assert events[-1].type == "session.status_terminated"
+    assert [e.type for e in events].count("session.status_terminated") == 1
+    assert WorkItem.objects.get(id=work.id).state == "stopped"
+    with pytest.raises(anthropic.BadRequestError, match="archived"):
+        client.beta.sessions.events.send(
+            session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "more"}]}]
+        )
