@@ -33,6 +33,7 @@ from sessions.services.resources import (
     session_memory_stores_attach,
 )
 from sessions.services.work import session_work_ensure, session_work_stop
+from sessions.signals import session_changed
 from vaults.selectors import live_vault_ids
 
 logger = logging.getLogger(__name__)
@@ -188,6 +189,9 @@ def _session_create(
         user_events_append_locked(session=session, parsed=initial_events)
     # A new self_hosted session needs a worker (a no-op if its initial events queued one).
     session_work_ensure(session=session)
+    session_changed.send(
+        sender=Session, workspace_id=workspace.id, session_id=session.id, change="session.created", payload={}
+    )
     return session
 
 
@@ -315,8 +319,17 @@ def session_update(*, workspace, session_id: str, changes: dict) -> Session:
 @transaction.atomic
 def session_archive(*, workspace, session_id: str) -> Session:
     session = session_get(workspace=workspace, session_id=session_id, for_update=True)
+    archived = session.archived_at is None
     session.archive()
     Session.objects.filter(primary=session, archived_at__isnull=True).update(archived_at=session.archived_at)
+    if archived and session.primary_id is None:
+        session_changed.send(
+            sender=Session,
+            workspace_id=session.workspace_id,
+            session_id=session.id,
+            change="session.archived",
+            payload={},
+        )
     return session
 
 
