@@ -110,13 +110,16 @@ def delivery_fleet(transactional_db, tmp_path):
     `fleet.worker` may be killed and `fleet.start_worker()` starts a successor."""
 
     class Fleet:
-        def __init__(self, **worker_env):
+        def __init__(self, concurrency: int = 2, **worker_env):
             self.workers = []
+            self.concurrency = concurrency
             self.start_worker(**worker_env)
             self.beat = Beat(FAST, tmp_path / "beat-schedule")
 
         def start_worker(self, **env) -> CeleryWorker:
-            worker = CeleryWorker(env={**FAST, **env}, queues=settings.MANGO_WEBHOOKS_QUEUE, concurrency=2).start()
+            worker = CeleryWorker(
+                env={**FAST, **env}, queues=settings.MANGO_WEBHOOKS_QUEUE, concurrency=self.concurrency
+            ).start()
             self.workers.append(worker)
             self.worker = worker
             return worker
@@ -128,8 +131,8 @@ def delivery_fleet(transactional_db, tmp_path):
 
     fleets = []
 
-    def make(**worker_env) -> Fleet:
-        fleets.append(Fleet(**worker_env))
+    def make(concurrency: int = 2, **worker_env) -> Fleet:
+        fleets.append(Fleet(concurrency, **worker_env))
         return fleets[-1]
 
     yield make
