@@ -20,13 +20,19 @@ class WebhookEventType(StrEnum):
     SESSION_UPDATED = "session.updated"
     SESSION_ARCHIVED = "session.archived"
     SESSION_DELETED = "session.deleted"
+    SESSION_BUDGET_REACHED = "session.budget_reached"
+    SESSION_OUTCOME_EVALUATION_ENDED = "session.outcome_evaluation_ended"
+    SESSION_THREAD_CREATED = "session.thread_created"
+    SESSION_THREAD_IDLED = "session.thread_idled"
+    SESSION_THREAD_TERMINATED = "session.thread_terminated"
 
 
 TYPES = frozenset(t.value for t in WebhookEventType)
 
 # A session's status event (sessions.events.EventType values, by their wire names) and the
 # webhook types it is sent as. session.status_idle: session.status_idled always, and
-# session.requires_action when the turn stopped for the client, else session.idled.
+# session.requires_action when the turn stopped for the client, session.budget_reached when the
+# budget stopped it, else session.idled.
 _FROM_SESSION_EVENT = {
     "session.status_running": (WebhookEventType.SESSION_RUNNING,),
     "session.status_rescheduled": (WebhookEventType.SESSION_STATUS_RESCHEDULED,),
@@ -35,29 +41,41 @@ _FROM_SESSION_EVENT = {
     "session.deleted": (WebhookEventType.SESSION_DELETED,),
     "session.created": (WebhookEventType.SESSION_CREATED,),
     "session.archived": (WebhookEventType.SESSION_ARCHIVED,),
+    "span.outcome_evaluation_end": (WebhookEventType.SESSION_OUTCOME_EVALUATION_ENDED,),
+    # A child thread's, as cross-posted to its primary's log (data.session_thread_id names it).
+    "session.thread_created": (WebhookEventType.SESSION_THREAD_CREATED,),
+    "session.thread_status_idle": (WebhookEventType.SESSION_THREAD_IDLED,),
+    "session.thread_status_terminated": (WebhookEventType.SESSION_THREAD_TERMINATED,),
 }
+# The webhook types whose data names the thread (the SDK's session_thread_id).
+THREAD_TYPES = frozenset(
+    {
+        WebhookEventType.SESSION_THREAD_CREATED,
+        WebhookEventType.SESSION_THREAD_IDLED,
+        WebhookEventType.SESSION_THREAD_TERMINATED,
+    }
+)
 SESSION_CHANGES = frozenset([*_FROM_SESSION_EVENT, "session.status_idle"])
 
 
 def webhook_types_for(change: str, payload: dict) -> tuple[WebhookEventType, ...]:
     if change == "session.status_idle":
         stop = (payload.get("stop_reason") or {}).get("type")
-        second = (
-            WebhookEventType.SESSION_REQUIRES_ACTION if stop == "requires_action" else WebhookEventType.SESSION_IDLED
-        )
+        second = {
+            "requires_action": WebhookEventType.SESSION_REQUIRES_ACTION,
+            "budget_reached": WebhookEventType.SESSION_BUDGET_REACHED,
+        }.get(stop, WebhookEventType.SESSION_IDLED)
         return (WebhookEventType.SESSION_STATUS_IDLED, second)
     return _FROM_SESSION_EVENT.get(change, ())
 
 
-def event_body(*, event_id: str, type: str, created_at: datetime, object_id: str, workspace_id: str) -> str:
+def event_body(
+    *, event_id: str, type: str, created_at: datetime, object_id: str, workspace_id: str, extra: dict | None = None
+) -> str:
     """The body of one webhook event, as sent (and signed) on every attempt. Mango has no
-    organizations: organization_id is the workspace's id."""
-    envelope = {
-        "id": event_id,
-        "created_at": rfc3339(created_at),
-        "type": "event",
-        "data": {"id": object_id, "organization_id": workspace_id, "type": type, "workspace_id": workspace_id},
-    }
+    organizations: organization_id is the workspace's id. `extra`: the type's own data fields."""
+    data = {"id": object_id, "organization_id": workspace_id, "type": type, "workspace_id": workspace_id}
+    envelope = {"id": event_id, "created_at": rfc3339(created_at), "type": "event", "data": {**data, **(extra or {})}}
     return json.dumps(envelope, separators=(",", ":"))
 
 

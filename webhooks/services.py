@@ -134,7 +134,9 @@ def endpoint_delete(*, workspace, endpoint_id: str) -> None:
     endpoint_get(workspace=workspace, endpoint_id=endpoint_id, for_update=True).delete()
 
 
-def webhook_event_emit(*, workspace_id: str, type: str, object_id: str, created_at: datetime | None = None) -> int:
+def webhook_event_emit(
+    *, workspace_id: str, type: str, object_id: str, created_at: datetime | None = None, extra: dict | None = None
+) -> int:
     """One outbox row per enabled endpoint of the workspace that subscribes to `type`, written in
     the caller's transaction (the caller's change and its webhook commit or roll back together),
     and a delivery run asked for after commit. Returns the rows written."""
@@ -149,7 +151,12 @@ def webhook_event_emit(*, workspace_id: str, type: str, object_id: str, created_
     now = timezone.now()
     event_id = new_event_id()
     body = event_body(
-        event_id=event_id, type=type, created_at=created_at or now, object_id=object_id, workspace_id=workspace_id
+        event_id=event_id,
+        type=type,
+        created_at=created_at or now,
+        object_id=object_id,
+        workspace_id=workspace_id,
+        extra=extra,
     )
     WebhookDelivery.objects.bulk_create(
         WebhookDelivery(

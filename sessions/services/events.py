@@ -108,6 +108,10 @@ ANNOUNCED_TYPES = frozenset(
         EventType.SESSION_STATUS_TERMINATED,
         EventType.SESSION_UPDATED,
         EventType.SESSION_DELETED,
+        EventType.SESSION_THREAD_CREATED,
+        EventType.SESSION_THREAD_STATUS_IDLE,
+        EventType.SESSION_THREAD_STATUS_TERMINATED,
+        EventType.SPAN_OUTCOME_EVALUATION_END,
     )
 )
 

@@ -2,13 +2,18 @@
 in the transaction of the change it reports."""
 
 import io
+from datetime import UTC, datetime
 
+import anthropic
 import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 
 from sessions.models import Session
+from sessions.services.events import events_append
 from sessions.signals import session_changed
+from tests.factories import make_session
+from webhooks.delivery import signed_headers
 from webhooks.models import WebhookDelivery, WebhookEndpoint
 from webhooks.services import webhook_event_emit
 
@@ -125,3 +130,45 @@ def test_replay_one_delivery_or_a_time_range(api, api_key):
     log = api.get(f"{BASE}/{endpoint_id}/deliveries", {"status": "pending"}).json()
     assert len(log["data"]) == 3 and {row["id"] for row in log["data"]} >= {one.id}
     assert api.get(f"{BASE}/{endpoint_id}/deliveries/{one.id}").json()["attempt_log"] == []
+
+
+def test_every_session_type_sent_is_the_sdks_own_shape(api, api_key):
+    """The outbox bodies of a session's life, signed as a delivery is and unwrapped by the SDK
+    (strict types: each data is the SDK's class of its type)."""
+    secret = _create(api).json()["secret"]
+    session = make_session(api_key.workspace)
+    thread = {"session_thread_id": "sthr_child", "agent_name": "helper"}
+    events_append(
+        session_id=session.id,
+        items=[
+            {"type": "session.status_running", "payload": {}},
+            {"type": "session.thread_created", "payload": {**thread, "workflow_run_id": None}},
+            {"type": "session.thread_status_idle", "payload": {**thread, "stop_reason": {"type": "end_turn"}}},
+            {"type": "session.thread_status_terminated", "payload": thread},
+            {"type": "span.outcome_evaluation_end", "payload": {"outcome_id": "outc_x"}},
+            {"type": "session.status_idle", "payload": {"stop_reason": {"type": "budget_reached"}}},
+            {"type": "session.status_idle", "payload": {"stop_reason": {"type": "end_turn"}}},
+            {"type": "session.status_terminated", "payload": {}},
+        ],
+    )
+    client = anthropic.Anthropic(api_key="unused", base_url="http://127.0.0.1:9")
+    seen = {}
+    for delivery in WebhookDelivery.objects.filter(workspace=api_key.workspace).order_by("created_at", "id"):
+        headers = signed_headers(delivery_id=delivery.id, body=delivery.body, secrets=[secret], now=datetime.now(UTC))
+        event = client.beta.webhooks.unwrap(delivery.body, headers=headers, key=secret)
+        assert event.data.id == session.id and event.data.type == delivery.event_type
+        seen[event.data.type] = type(event.data).__name__
+        if "thread" in event.data.type:
+            assert event.data.session_thread_id == "sthr_child"
+    assert seen == {
+        "session.created": "BetaWebhookSessionCreatedEventData",
+        "session.running": "BetaWebhookSessionRunningEventData",
+        "session.thread_created": "BetaWebhookSessionThreadCreatedEventData",
+        "session.thread_idled": "BetaWebhookSessionThreadIdledEventData",
+        "session.thread_terminated": "BetaWebhookSessionThreadTerminatedEventData",
+        "session.outcome_evaluation_ended": "BetaWebhookSessionOutcomeEvaluationEndedEventData",
+        "session.status_idled": "BetaWebhookSessionStatusIdledEventData",
+        "session.budget_reached": "BetaWebhookSessionBudgetReachedEventData",
+        "session.idled": "BetaWebhookSessionIdledEventData",
+        "session.status_terminated": "BetaWebhookSessionStatusTerminatedEventData",
+    }
