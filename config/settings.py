@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "memory",
     "skills",
     "sessions.apps.SessionsConfig",
+    "webhooks",
     "processors",
 ]
 
@@ -447,7 +448,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Session tasks (sessions.*) go to this queue; the router reads the setting at send time, so a
 # test run can use a queue of its own on a shared Redis.
 MANGO_SESSIONS_QUEUE = env.str("MANGO_SESSIONS_QUEUE", default="celery")
-CELERY_TASK_ROUTES = ("sessions.dispatch.route_task",)
+CELERY_TASK_ROUTES = ("sessions.dispatch.route_task", "webhooks.routing.route_task")
 CELERY_BEAT_SCHEDULE = {
     "files-reconcile": {"task": "files.reconcile", "schedule": timedelta(minutes=5)},
     "files-reconcile-given-up": {"task": "files.reconcile_given_up", "schedule": timedelta(seconds=10)},
@@ -455,6 +456,31 @@ CELERY_BEAT_SCHEDULE = {
     "sessions-recover": {"task": "sessions.recover_stuck", "schedule": timedelta(minutes=1)},
     "sessions-orphan-files": {"task": "sessions.orphan_files_sweep", "schedule": timedelta(minutes=10)},
     "skills-unfinished": {"task": "sessions.skills_unfinished_sweep", "schedule": timedelta(minutes=10)},
+}
+
+# --- Webhooks (webhooks/): delivery of a workspace's events to its endpoints ------------------
+# The queue of webhooks.* tasks (webhooks/routing.py); a worker must consume it.
+MANGO_WEBHOOKS_QUEUE = env.str("MANGO_WEBHOOKS_QUEUE", default="celery")
+MANGO_WEBHOOK_ENDPOINTS_MAX = env.int("MANGO_WEBHOOK_ENDPOINTS_MAX", default=20)
+# Deliveries of one workspace leased at once (across the fleet): one tenant's dead endpoints
+# hold at most this many delivery slots, never another tenant's.
+MANGO_WEBHOOK_INFLIGHT_MAX = env.int("MANGO_WEBHOOK_INFLIGHT_MAX", default=8)
+MANGO_WEBHOOK_DELIVERY_THREADS = env.int("MANGO_WEBHOOK_DELIVERY_THREADS", default=8)
+MANGO_WEBHOOK_CONNECT_TIMEOUT_SECONDS = env.float("MANGO_WEBHOOK_CONNECT_TIMEOUT_SECONDS", default=5.0)
+MANGO_WEBHOOK_TIMEOUT_SECONDS = env.float("MANGO_WEBHOOK_TIMEOUT_SECONDS", default=15.0)
+MANGO_WEBHOOK_RESPONSE_MAX_BYTES = env.int("MANGO_WEBHOOK_RESPONSE_MAX_BYTES", default=64 * 1024)
+# A claimed delivery's lease: past it (its worker died) another worker takes it. Above the timeout.
+MANGO_WEBHOOK_LEASE_SECONDS = env.float("MANGO_WEBHOOK_LEASE_SECONDS", default=60.0)
+# Retries: base * 2**(n-1) after the nth failure, at most the max delay, for RETRY_SECONDS (3 days).
+MANGO_WEBHOOK_RETRY_BASE_SECONDS = env.float("MANGO_WEBHOOK_RETRY_BASE_SECONDS", default=5.0)
+MANGO_WEBHOOK_RETRY_MAX_DELAY_SECONDS = env.float("MANGO_WEBHOOK_RETRY_MAX_DELAY_SECONDS", default=3600.0)
+MANGO_WEBHOOK_RETRY_SECONDS = env.int("MANGO_WEBHOOK_RETRY_SECONDS", default=3 * 86400)
+# After rotate_secret, the previous secret also signs for this long.
+MANGO_WEBHOOK_SECRET_OVERLAP_SECONDS = env.int("MANGO_WEBHOOK_SECRET_OVERLAP_SECONDS", default=86400)
+MANGO_WEBHOOK_POLL_SECONDS = env.float("MANGO_WEBHOOK_POLL_SECONDS", default=5.0)
+CELERY_BEAT_SCHEDULE["webhooks-deliver-due"] = {
+    "task": "webhooks.deliver_due",
+    "schedule": timedelta(seconds=MANGO_WEBHOOK_POLL_SECONDS),
 }
 
 # Worker/beat liveness (core/heartbeats.py): renewed every MANGO_HEARTBEAT_SECONDS, gone after

@@ -17,6 +17,7 @@ urlpatterns = [
     path("v1/", include("memory.urls")),
     path("v1/", include("skills.urls")),
     path("v1/", include("sessions.urls")),
+    path("v1/", include("webhooks.urls")),
 ]
 
 handler400 = core_views.handler400

@@ -34,6 +34,7 @@ from sessions.services.resources import (
 )
 from sessions.services.termination import session_archive_locked
 from sessions.services.work import session_work_ensure, session_work_stop
+from sessions.signals import session_changed
 from vaults.selectors import live_vault_ids
 
 logger = logging.getLogger(__name__)
@@ -184,6 +185,9 @@ def _session_create(
         user_events_append_locked(session=session, parsed=initial_events)
     # A new self_hosted session needs a worker (a no-op if its initial events queued one).
     session_work_ensure(session=session)
+    session_changed.send(
+        sender=Session, workspace_id=workspace.id, session_id=session.id, change="session.created", payload={}
+    )
     return session
 
 
@@ -314,10 +318,19 @@ def session_archive(*, workspace, session_id: str) -> Session:
     (sessions.services.termination). The primary's row is locked before its threads' (one lock
     order)."""
     session = session_get(workspace=workspace, session_id=session_id, for_update=True)
+    archived = session.archived_at is None
     session_archive_locked(locked=session)
     threads = Session.objects.select_for_update().filter(primary=session, deleted_at__isnull=True).order_by("id")
     for thread in threads:
         session_archive_locked(locked=thread)
+    if archived and session.primary_id is None:
+        session_changed.send(
+            sender=Session,
+            workspace_id=session.workspace_id,
+            session_id=session.id,
+            change="session.archived",
+            payload={},
+        )
     return session
 
 

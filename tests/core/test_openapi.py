@@ -1,4 +1,4 @@
-"""/openapi.json: valid OpenAPI 3 JSON describing all 62 operations with request and response
+"""/openapi.json: valid OpenAPI 3 JSON describing all 71 operations with request and response
 schemas, both API-key schemes and the error envelope; and every operation, replayed, answers
 as documented (tests/openapi.py checks each response)."""
 
@@ -13,6 +13,7 @@ from openapi_spec_validator import validate
 from files import services
 from sessions.services.work import environment_key_create
 from tests import openapi
+from webhooks.services import webhook_event_emit
 
 pytestmark = pytest.mark.django_db
 
@@ -108,6 +109,15 @@ OPERATIONS = {
         "post",
         "/v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate",
     ): "vaults_credentials_mcp_oauth_validate",
+    ("get", "/v1/mango/webhook_endpoints"): "webhook_endpoints_list",
+    ("post", "/v1/mango/webhook_endpoints"): "webhook_endpoints_create",
+    ("get", "/v1/mango/webhook_endpoints/{endpoint_id}"): "webhook_endpoints_retrieve",
+    ("post", "/v1/mango/webhook_endpoints/{endpoint_id}"): "webhook_endpoints_update",
+    ("delete", "/v1/mango/webhook_endpoints/{endpoint_id}"): "webhook_endpoints_delete",
+    ("post", "/v1/mango/webhook_endpoints/{endpoint_id}/rotate_secret"): "webhook_endpoints_rotate_secret",
+    ("post", "/v1/mango/webhook_endpoints/{endpoint_id}/replay"): "webhook_endpoints_replay",
+    ("get", "/v1/mango/webhook_endpoints/{endpoint_id}/deliveries"): "webhook_deliveries_list",
+    ("get", "/v1/mango/webhook_endpoints/{endpoint_id}/deliveries/{delivery_id}"): "webhook_deliveries_retrieve",
 }
 BODYLESS = {
     "files_download",
@@ -342,6 +352,21 @@ def test_every_operation_replayed_answers_as_documented(api, api_key, s3_bucket)
     assert api.delete(f"/v1/vaults/{vid}/credentials/{cid}").status_code == 200
     assert _post(api, f"/v1/vaults/{vid}/archive").status_code == 200
     assert api.delete(f"/v1/vaults/{vid}").status_code == 200
+
+    hooks = "/v1/mango/webhook_endpoints"
+    hook = _post(api, hooks, {"url": "https://hooks.example.invalid/in", "event_types": ["session.archived"]})
+    assert hook.status_code == 200, hook.content
+    hid = hook.json()["id"]
+    assert api.get(hooks).status_code == 200
+    assert api.get(f"{hooks}/{hid}").status_code == 200
+    assert _post(api, f"{hooks}/{hid}", {"event_types": []}).status_code == 200
+    assert _post(api, f"{hooks}/{hid}/rotate_secret", {}).status_code == 200
+    webhook_event_emit(workspace_id=api_key.workspace.id, type="session.archived", object_id="sesn_x")
+    deliveries = api.get(f"{hooks}/{hid}/deliveries").json()["data"]
+    assert len(deliveries) == 1, deliveries
+    assert api.get(f"{hooks}/{hid}/deliveries/{deliveries[0]['id']}").status_code == 200
+    assert _post(api, f"{hooks}/{hid}/replay", {"delivery_id": deliveries[0]["id"]}).json() == {"scheduled": 1}
+    assert api.delete(f"{hooks}/{hid}").status_code == 200
 
     seen = {" ".join(key.split()[:2]) for key in openapi.checked}
     expected = {f"{method.upper()} {path}" for method, path in OPERATIONS}

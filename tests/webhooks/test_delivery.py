@@ -1,0 +1,166 @@
+"""Deliveries to a real loopback receiver by a real worker and beat, verified with the SDK's
+`client.beta.webhooks.unwrap`; the receiver down then up, a worker killed mid-delivery, a
+private address refused, secret rotation, and one tenant's slow endpoints against another's."""
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
+
+from core.services import api_key_create
+from sessions.services.events import events_append
+from tests.webhooks.conftest import wait_for
+from webhooks.models import WebhookDelivery
+from webhooks.services import endpoint_create, endpoint_secret_rotate, webhook_event_emit
+
+MODEL = "claude-sonnet-4-5"
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _loopback_allowed(settings):
+    settings.MANGO_OUTBOUND_PRIVATE_HOSTS = ["127.0.0.1"]
+
+
+def _unwrap(sdk, headers: dict, body: str, key: str):
+    return sdk.beta.webhooks.unwrap(body, headers=headers, key=key)
+
+
+def test_session_events_arrive_signed_and_the_sdk_verifies_them(sdk, api_key, receiver, delivery_fleet):
+    delivery_fleet()
+    endpoint, secret = endpoint_create(workspace=api_key.workspace, url=receiver.url)
+    agent = sdk.beta.agents.create(name="a", model=MODEL)
+    environment = sdk.beta.environments.create(name="e")
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    events_append(
+        session_id=session.id,
+        items=[
+            {"type": "session.status_idle", "payload": {"stop_reason": {"type": "requires_action", "event_ids": []}}}
+        ],
+    )
+    sdk.beta.sessions.archive(session.id)
+    sdk.beta.sessions.delete(session.id)
+    wanted = {
+        "session.created", "session.status_idled", "session.requires_action", "session.archived", "session.deleted",
+    }  # fmt: skip
+    wait_for(lambda: {json.loads(body)["data"]["type"] for _, body in receiver.received} >= wanted)
+
+    for headers, body in receiver.received:
+        event = _unwrap(sdk, headers, body, secret)
+        assert event.type == "event" and event.data.id == session.id
+        assert event.data.workspace_id == api_key.workspace.id
+        assert type(event.data).__name__.startswith("BetaWebhookSession")  # the SDK's own data type
+    headers, body = receiver.received[0]
+    with pytest.raises(WebhookVerificationError, match="signature"):
+        _unwrap(sdk, headers, body.replace(session.id, "sesn_forged"), secret)
+    # A correctly signed delivery whose timestamp is 10 minutes old is refused too.
+    old = datetime.now(UTC) - timedelta(minutes=10)
+    stale = {**headers, "webhook-timestamp": str(int(old.timestamp()))}
+    stale["webhook-signature"] = Webhook(secret).sign(headers["webhook-id"], old, body)
+    with pytest.raises(WebhookVerificationError, match="too old"):
+        _unwrap(sdk, stale, body, secret)
+    # The delivery log, through the API (the worker records an attempt after the receiver answered).
+    wait_for(lambda: not WebhookDelivery.objects.filter(endpoint=endpoint).exclude(status="succeeded").exists())
+    log = sdk.get(f"/v1/mango/webhook_endpoints/{endpoint.id}/deliveries", cast_to=object)
+    assert {row["status"] for row in log["data"]} == {"succeeded"} and len(log["data"]) == len(wanted)
+    one = sdk.get(f"/v1/mango/webhook_endpoints/{endpoint.id}/deliveries/{log['data'][0]['id']}", cast_to=object)
+    assert one["attempt_log"][0]["status_code"] == 200 and one["attempt_log"][0]["response_excerpt"] == "ok"
+
+
+def test_receiver_down_then_failing_then_up_loses_nothing_and_retries_keep_their_id(api_key, receiver, delivery_fleet):
+    endpoint, secret = endpoint_create(workspace=api_key.workspace, url=receiver.url)
+    receiver.stop()  # connection refused
+    delivery_fleet()
+    for n in range(5):
+        webhook_event_emit(workspace_id=api_key.workspace.id, type="session.idled", object_id=f"sesn_{n}")
+    ids = set(WebhookDelivery.objects.filter(endpoint=endpoint).values_list("id", flat=True))
+    assert len(ids) == 5
+    wait_for(lambda: all(d.attempts >= 2 for d in WebhookDelivery.objects.filter(endpoint=endpoint)))
+    receiver.status = 503  # up, but failing: the same ids come again
+    receiver.start()
+    wait_for(lambda: all(sum(h["webhook-id"] == i for h, _ in receiver.received) >= 2 for i in ids))
+    receiver.status = 200
+    wait_for(lambda: WebhookDelivery.objects.filter(endpoint=endpoint, status="succeeded").count() == 5)
+
+    assert {h["webhook-id"] for h, _ in receiver.received} == ids
+    for delivery_id in ids:
+        bodies = {body for h, body in receiver.received if h["webhook-id"] == delivery_id}
+        assert len(bodies) == 1  # every retry sends the same bytes
+        Webhook(secret).verify(bodies.pop(), next(h for h, _ in receiver.received if h["webhook-id"] == delivery_id))
+    delivery = WebhookDelivery.objects.filter(endpoint=endpoint).first()
+    log = list(delivery.attempt_log.order_by("number"))
+    assert len(log) >= 4 and log[-1].status_code == 200
+    assert log[0].status_code is None and log[0].error  # refused while down
+    assert any(a.status_code == 503 for a in log)
+
+
+def test_a_worker_killed_mid_delivery_has_it_completed_by_another(api_key, receiver, delivery_fleet):
+    endpoint, secret = endpoint_create(workspace=api_key.workspace, url=receiver.url)
+    # The first worker dies (SIGKILL) after the receiver has the request, before it records it.
+    fleet = delivery_fleet(MANGO_TEST_CRASH_POINT="webhooks.after_post")
+    webhook_event_emit(workspace_id=api_key.workspace.id, type="session.running", object_id="sesn_k")
+    wait_for(lambda: fleet.worker.process.poll() is not None)
+    assert len(receiver.received) == 1
+    delivery = WebhookDelivery.objects.get(endpoint=endpoint)
+    assert delivery.status == "pending" and delivery.lease_token  # leased by the dead worker
+    fleet.start_worker()
+    wait_for(lambda: WebhookDelivery.objects.get(id=delivery.id).status == "succeeded")
+    # At least once: the successor sent it again, under the same webhook-id.
+    assert [h["webhook-id"] for h, _ in receiver.received] == [delivery.id, delivery.id]
+    for headers, body in receiver.received:
+        Webhook(secret).verify(body, headers)
+    assert WebhookDelivery.objects.get(id=delivery.id).attempts == 1
+
+
+def test_a_private_address_is_refused_at_delivery(api_key, receiver, delivery_fleet):
+    endpoint, _ = endpoint_create(workspace=api_key.workspace, url=receiver.url)
+    delivery_fleet(MANGO_OUTBOUND_PRIVATE_HOSTS="")  # the worker allows no private host
+    webhook_event_emit(workspace_id=api_key.workspace.id, type="session.running", object_id="sesn_p")
+    wait_for(lambda: WebhookDelivery.objects.get(endpoint=endpoint).attempts >= 1)
+    delivery = WebhookDelivery.objects.get(endpoint=endpoint)
+    assert delivery.status == "pending" and "private address" in delivery.last_error
+    assert receiver.received == []
+
+
+def test_rotation_both_secrets_sign_during_the_overlap_then_only_the_new(sdk, api_key, receiver, delivery_fleet):
+    endpoint, old = endpoint_create(workspace=api_key.workspace, url=receiver.url)
+    delivery_fleet()
+    _, new = endpoint_secret_rotate(workspace=api_key.workspace, endpoint_id=endpoint.id, overlap_seconds=3600)
+    webhook_event_emit(workspace_id=api_key.workspace.id, type="session.running", object_id="sesn_r1")
+    wait_for(lambda: len(receiver.received) == 1)
+    headers, body = receiver.received[0]
+    assert _unwrap(sdk, headers, body, old).data.id == "sesn_r1"
+    assert _unwrap(sdk, headers, body, new).data.id == "sesn_r1"
+
+    _, newest = endpoint_secret_rotate(workspace=api_key.workspace, endpoint_id=endpoint.id, overlap_seconds=0)
+    webhook_event_emit(workspace_id=api_key.workspace.id, type="session.running", object_id="sesn_r2")
+    wait_for(lambda: len(receiver.received) == 2)
+    headers, body = receiver.received[1]
+    assert _unwrap(sdk, headers, body, newest).data.id == "sesn_r2"
+    for stale in (old, new):
+        with pytest.raises(WebhookVerificationError, match="signature"):
+            _unwrap(sdk, headers, body, stale)
+
+
+def test_one_tenants_slow_endpoints_do_not_delay_another(api_key, receiver, delivery_fleet, settings):
+    """Tenant A's 20 endpoints answer after 3 s each; tenant B's delivery, emitted after all of
+    A's, still arrives within a second on a worker of one task slot and 8 delivery threads: A
+    holds at most MANGO_WEBHOOK_INFLIGHT_MAX (2) of them. (With the cap at 50 it fails: B waited 6.3 s.)"""
+    receiver.slow_markers, receiver.slow_seconds = ("tenant=a",), 3.0
+    settings.MANGO_WEBHOOK_ENDPOINTS_MAX = 50
+    other, _ = api_key_create(workspace_name="tenant-b")
+    for _n in range(20):
+        endpoint_create(workspace=api_key.workspace, url=receiver.url + "?tenant=a")
+    b_endpoint, _ = endpoint_create(workspace=other.workspace, url=receiver.url + "?tenant=b")
+    delivery_fleet(1, MANGO_WEBHOOK_INFLIGHT_MAX="2", MANGO_WEBHOOK_TIMEOUT_SECONDS="5")
+    webhook_event_emit(workspace_id=api_key.workspace.id, type="session.running", object_id="sesn_a")
+    time.sleep(1.0)  # A's deliveries are claimed and hanging
+    sent = time.monotonic()
+    webhook_event_emit(workspace_id=other.workspace.id, type="session.running", object_id="sesn_b")
+    wait_for(lambda: WebhookDelivery.objects.get(endpoint=b_endpoint).status == "succeeded", timeout=10)
+    assert time.monotonic() - sent < 1.0
+    in_flight_a = WebhookDelivery.objects.filter(workspace=api_key.workspace, lease_until__isnull=False).count()
+    assert in_flight_a <= 2

@@ -1,0 +1,19 @@
+"""What sessions tell webhooks. sessions.signals.session_changed is sent inside the transaction
+that makes the change (synchronously, Django signals run in the sender's thread), so the outbox
+rows written here commit or roll back with it; sessions imports nothing of webhooks."""
+
+from sessions.signals import session_changed
+from webhooks.events import SESSION_CHANGES, THREAD_TYPES, webhook_types_for
+from webhooks.services import webhook_event_emit
+
+
+def _on_session_changed(sender, *, workspace_id: str, session_id: str, change: str, payload: dict, **kwargs) -> None:
+    if change not in SESSION_CHANGES:
+        return
+    for type in webhook_types_for(change, payload):
+        extra = {"session_thread_id": payload.get("session_thread_id")} if type in THREAD_TYPES else None
+        webhook_event_emit(workspace_id=workspace_id, type=type, object_id=session_id, extra=extra)
+
+
+def connect() -> None:
+    session_changed.connect(_on_session_changed, dispatch_uid="webhooks.session_changed")

@@ -1,0 +1,327 @@
+"""Writes: endpoints (create, update, rotate, delete), the outbox (webhook_event_emit, called in
+the transaction of the change it reports), and the delivery log (claims under a lease, attempts
+recorded by the lease holder only)."""
+
+import base64
+import secrets as random_secrets
+from datetime import datetime, timedelta
+
+import kombu.exceptions
+import redis
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from core import outbound
+from core import secrets as sealed
+from core.errors import InvalidRequest
+from core.ids import new_id
+from webhooks.events import TYPES, event_body, new_event_id
+from webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from webhooks.selectors import endpoint_get
+
+EXCERPT_CHARS = 1024
+ERROR_CHARS = 512
+
+
+def _new_secret() -> str:
+    """A Standard Webhooks signing secret: whsec_ and 32 random bytes, base64."""
+    return "whsec_" + base64.b64encode(random_secrets.token_bytes(32)).decode()
+
+
+def _check_url(url: str) -> None:
+    try:
+        outbound.check_url(url)
+    except outbound.OutboundRefused as exc:
+        raise InvalidRequest(f"url: {exc.for_client()}") from exc
+
+
+def _check_types(event_types: list[str]) -> list[str]:
+    unknown = sorted(set(event_types) - TYPES)
+    if unknown:
+        raise InvalidRequest(f"event_types: unknown types {unknown}; known: {sorted(TYPES)}")
+    return sorted(set(event_types))
+
+
+@transaction.atomic
+def endpoint_create(
+    *, workspace, url: str, event_types: list[str] | None = None, description: str = ""
+) -> tuple[WebhookEndpoint, str]:
+    """A new endpoint and its signing secret, returned once (stored only encrypted). At most
+    MANGO_WEBHOOK_ENDPOINTS_MAX per workspace (counted under the workspace's row lock)."""
+    _check_url(url)
+    types = _check_types(event_types or [])
+    type(workspace).objects.select_for_update().filter(pk=workspace.pk).first()
+    if WebhookEndpoint.objects.filter(workspace=workspace).count() >= settings.MANGO_WEBHOOK_ENDPOINTS_MAX:
+        raise InvalidRequest(
+            f"A workspace has at most {settings.MANGO_WEBHOOK_ENDPOINTS_MAX} webhook endpoints "
+            "(MANGO_WEBHOOK_ENDPOINTS_MAX)."
+        )
+    secret = _new_secret()
+    now = timezone.now()
+    endpoint = WebhookEndpoint.objects.create(
+        workspace=workspace,
+        url=url,
+        event_types=types,
+        description=description,
+        secret=sealed.encrypt(secret),
+        created_at=now,
+        updated_at=now,
+    )
+    return endpoint, secret
+
+
+def endpoint_create_for_workspace_name(
+    *, workspace_name: str, url: str, event_types: list[str] | None = None
+) -> tuple[WebhookEndpoint, str]:
+    """For the operator's command: the workspace is created if missing (as create_api_key does)."""
+    from core.models import Workspace
+
+    workspace, _ = Workspace.objects.get_or_create(name=workspace_name)
+    return endpoint_create(workspace=workspace, url=url, event_types=event_types)
+
+
+@transaction.atomic
+def endpoint_update(*, workspace, endpoint_id: str, changes: dict) -> WebhookEndpoint:
+    """`changes` may hold url, event_types, description, disabled (true disables, false enables
+    and clears the reason)."""
+    endpoint = endpoint_get(workspace=workspace, endpoint_id=endpoint_id, for_update=True)
+    fields = []
+    if "url" in changes:
+        _check_url(changes["url"])
+        endpoint.url = changes["url"]
+        fields.append("url")
+    if "event_types" in changes:
+        endpoint.event_types = _check_types(changes["event_types"] or [])
+        fields.append("event_types")
+    if "description" in changes:
+        endpoint.description = changes["description"]
+        fields.append("description")
+    if "disabled" in changes:
+        if changes["disabled"] and endpoint.disabled_at is None:
+            endpoint.disabled_at, endpoint.disabled_reason = timezone.now(), "disabled through the API"
+        elif not changes["disabled"]:
+            endpoint.disabled_at, endpoint.disabled_reason = None, ""
+        fields += ["disabled_at", "disabled_reason"]
+    endpoint.updated_at = timezone.now()
+    endpoint.save(update_fields=[*fields, "updated_at"])
+    return endpoint
+
+
+@transaction.atomic
+def endpoint_secret_rotate(
+    *, workspace, endpoint_id: str, overlap_seconds: int | None = None
+) -> tuple[WebhookEndpoint, str]:
+    """A new signing secret, returned once. The old one keeps signing (beside the new: both
+    signatures in `webhook-signature`) for `overlap_seconds` (MANGO_WEBHOOK_SECRET_OVERLAP_SECONDS)."""
+    endpoint = endpoint_get(workspace=workspace, endpoint_id=endpoint_id, for_update=True)
+    overlap = settings.MANGO_WEBHOOK_SECRET_OVERLAP_SECONDS if overlap_seconds is None else overlap_seconds
+    secret = _new_secret()
+    now = timezone.now()
+    endpoint.previous_secret = endpoint.secret if overlap > 0 else ""
+    endpoint.previous_secret_expires_at = now + timedelta(seconds=overlap) if overlap > 0 else None
+    endpoint.secret = sealed.encrypt(secret)
+    endpoint.updated_at = now
+    endpoint.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at", "updated_at"])
+    return endpoint, secret
+
+
+@transaction.atomic
+def endpoint_delete(*, workspace, endpoint_id: str) -> None:
+    """The endpoint and its delivery log go (a lease holder's late record then matches nothing)."""
+    endpoint_get(workspace=workspace, endpoint_id=endpoint_id, for_update=True).delete()
+
+
+def webhook_event_emit(
+    *, workspace_id: str, type: str, object_id: str, created_at: datetime | None = None, extra: dict | None = None
+) -> int:
+    """One outbox row per enabled endpoint of the workspace that subscribes to `type`, written in
+    the caller's transaction (the caller's change and its webhook commit or roll back together),
+    and a delivery run asked for after commit. Returns the rows written."""
+    endpoints = list(
+        WebhookEndpoint.objects.filter(workspace_id=workspace_id, disabled_at__isnull=True).values_list(
+            "id", "event_types"
+        )
+    )
+    wanted = [endpoint_id for endpoint_id, types in endpoints if not types or type in types]
+    if not wanted:
+        return 0
+    now = timezone.now()
+    event_id = new_event_id()
+    body = event_body(
+        event_id=event_id,
+        type=type,
+        created_at=created_at or now,
+        object_id=object_id,
+        workspace_id=workspace_id,
+        extra=extra,
+    )
+    WebhookDelivery.objects.bulk_create(
+        WebhookDelivery(
+            workspace_id=workspace_id,
+            endpoint_id=endpoint_id,
+            event_id=event_id,
+            event_type=type,
+            body=body,
+            next_attempt_at=now,
+            created_at=now,
+        )
+        for endpoint_id in wanted
+    )
+    transaction.on_commit(_kick)
+    return len(wanted)
+
+
+def _kick() -> None:
+    """Ask a worker to deliver now; beat's webhooks.deliver_due finds the rows anyway."""
+    try:
+        current_app.send_task("webhooks.deliver_due")
+    except (kombu.exceptions.OperationalError, redis.RedisError, OSError):
+        pass  # the broker is down: beat's next run delivers them
+
+
+def deliveries_claim(*, limit: int) -> list[tuple[str, str]]:
+    """Due deliveries leased to the caller: (id, lease token) pairs. A row is due when pending
+    and its next attempt time has come and no live lease holds it; rows are taken with SKIP
+    LOCKED, and per workspace no more than MANGO_WEBHOOK_INFLIGHT_MAX are leased at once, so one
+    tenant's failing endpoints take no other tenant's turn."""
+    now = timezone.now()
+    cap = settings.MANGO_WEBHOOK_INFLIGHT_MAX
+    lease_until = now + timedelta(seconds=settings.MANGO_WEBHOOK_LEASE_SECONDS)
+    with transaction.atomic():
+        in_flight = dict(
+            WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING, lease_until__gt=now)
+            .values_list("workspace_id")
+            .annotate(n=Count("id"))
+        )
+        candidates = (
+            WebhookDelivery.objects.select_for_update(skip_locked=True)
+            .filter(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now)
+            .filter(Q(lease_until__isnull=True) | Q(lease_until__lte=now))
+            .order_by("next_attempt_at")
+            .values_list("id", "workspace_id")[: limit * 4]
+        )
+        taken = []
+        for delivery_id, workspace_id in candidates:
+            if in_flight.get(workspace_id, 0) >= cap:
+                continue
+            in_flight[workspace_id] = in_flight.get(workspace_id, 0) + 1
+            taken.append((delivery_id, new_id("lease")))
+            if len(taken) >= limit:
+                break
+        for delivery_id, token in taken:
+            WebhookDelivery.objects.filter(id=delivery_id).update(lease_token=token, lease_until=lease_until)
+    return taken
+
+
+def retry_delay(attempts: int) -> timedelta:
+    """After the Nth failed attempt: base * 2**(N-1), at most MANGO_WEBHOOK_RETRY_MAX_DELAY_SECONDS."""
+    base = settings.MANGO_WEBHOOK_RETRY_BASE_SECONDS
+    return timedelta(seconds=min(base * 2 ** min(attempts - 1, 40), settings.MANGO_WEBHOOK_RETRY_MAX_DELAY_SECONDS))
+
+
+@transaction.atomic
+def delivery_attempt_record(
+    *,
+    delivery_id: str,
+    lease_token: str,
+    started_at: datetime,
+    latency_ms: int,
+    status_code: int | None,
+    error: str = "",
+    response_excerpt: str = "",
+) -> bool:
+    """The outcome of one attempt, recorded only while the caller's lease holds the row (a late
+    holder whose lease was taken over records nothing). A 2xx ends the delivery; anything else
+    schedules the next attempt with exponential backoff until MANGO_WEBHOOK_RETRY_SECONDS have
+    passed since the event, then the delivery fails; an endpoint whose deliveries have failed
+    for that long is disabled, saying why. Returns whether it was recorded."""
+    delivery = (
+        WebhookDelivery.objects.select_for_update()
+        .filter(id=delivery_id, lease_token=lease_token, status=WebhookDelivery.Status.PENDING)
+        .first()
+    )
+    if delivery is None:
+        return False
+    now = timezone.now()
+    delivery.attempts += 1
+    WebhookAttempt.objects.create(
+        delivery=delivery,
+        number=delivery.attempts,
+        started_at=started_at,
+        latency_ms=latency_ms,
+        status_code=status_code,
+        error=error[:ERROR_CHARS],
+        response_excerpt=response_excerpt[:EXCERPT_CHARS],
+    )
+    delivery.last_status_code = status_code
+    delivery.last_error = error[:ERROR_CHARS]
+    delivery.lease_token, delivery.lease_until = "", None
+    if status_code is not None and 200 <= status_code < 300:
+        delivery.status, delivery.delivered_at = WebhookDelivery.Status.SUCCEEDED, now
+    elif now - delivery.created_at >= timedelta(seconds=settings.MANGO_WEBHOOK_RETRY_SECONDS):
+        delivery.status = WebhookDelivery.Status.FAILED
+        _disable_if_failing(endpoint_id=delivery.endpoint_id, now=now)
+    else:
+        delivery.next_attempt_at = now + retry_delay(delivery.attempts)
+    delivery.save(
+        update_fields=[
+            "attempts", "last_status_code", "last_error", "lease_token", "lease_until", "status",
+            "delivered_at", "next_attempt_at",
+        ]
+    )  # fmt: skip
+    return True
+
+
+def _disable_if_failing(*, endpoint_id: str, now: datetime) -> None:
+    """Disabled when nothing succeeded within the retry window (and something failed in it)."""
+    since = now - timedelta(seconds=settings.MANGO_WEBHOOK_RETRY_SECONDS)
+    if WebhookDelivery.objects.filter(
+        endpoint_id=endpoint_id, status=WebhookDelivery.Status.SUCCEEDED, delivered_at__gte=since
+    ).exists():
+        return
+    WebhookEndpoint.objects.filter(id=endpoint_id, disabled_at__isnull=True).update(
+        disabled_at=now,
+        disabled_reason=(
+            f"every delivery failed for {settings.MANGO_WEBHOOK_RETRY_SECONDS // 3600} h "
+            "(MANGO_WEBHOOK_RETRY_SECONDS); enable it again once the receiver answers 2xx"
+        ),
+        updated_at=now,
+    )
+
+
+def deliveries_replay(
+    *, workspace, endpoint_id: str, delivery_id: str | None = None, created_at_gte=None, created_at_lt=None
+) -> int:
+    """Deliver again (same webhook-id and body): one delivery, or every one of the endpoint
+    created in [created_at_gte, created_at_lt). Returns how many were scheduled."""
+    endpoint_get(workspace=workspace, endpoint_id=endpoint_id)
+    rows = WebhookDelivery.objects.filter(workspace=workspace, endpoint_id=endpoint_id)
+    if delivery_id is not None:
+        rows = rows.filter(id=delivery_id)
+    if created_at_gte is not None:
+        rows = rows.filter(created_at__gte=created_at_gte)
+    if created_at_lt is not None:
+        rows = rows.filter(created_at__lt=created_at_lt)
+    with transaction.atomic():
+        count = rows.update(
+            status=WebhookDelivery.Status.PENDING, next_attempt_at=timezone.now(), lease_token="", lease_until=None
+        )
+        if count:
+            transaction.on_commit(_kick)
+    return count
+
+
+def endpoint_signing_secrets(*, endpoint: WebhookEndpoint) -> list[str]:
+    """The secrets that sign now (the worker only, right before a delivery): the current one,
+    and the previous one during its overlap window."""
+    keys = [sealed.decrypt(endpoint.secret)]
+    if (
+        endpoint.previous_secret
+        and endpoint.previous_secret_expires_at
+        and endpoint.previous_secret_expires_at > timezone.now()
+    ):
+        keys.append(sealed.decrypt(endpoint.previous_secret))
+    return keys

@@ -1,0 +1,47 @@
+"""webhooks.deliver_due: beat runs it every MANGO_WEBHOOK_POLL_SECONDS and each emit asks for
+it after commit. It leases due deliveries (webhooks.services.deliveries_claim) for its free
+threads as they free up (never waiting for a whole batch: one slow endpoint holds one thread,
+and a workspace at most MANGO_WEBHOOK_INFLIGHT_MAX), for at most RUN_SECONDS of claiming; a
+worker killed mid-delivery leaves leases that expire, and the next run anywhere takes those
+deliveries again (same webhook-id)."""
+
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+from celery import shared_task
+from django.conf import settings
+from django.db import close_old_connections, connections
+
+from webhooks.delivery import delivery_attempt
+from webhooks.services import deliveries_claim
+
+RUN_SECONDS = 60.0
+CLAIM_EVERY_SECONDS = 0.2
+
+
+def _attempt(claim: tuple[str, str]) -> None:
+    close_old_connections()
+    try:
+        delivery_attempt(delivery_id=claim[0], lease_token=claim[1])
+    finally:
+        connections.close_all()
+
+
+@shared_task(name="webhooks.deliver_due", acks_late=True, soft_time_limit=600, time_limit=660, ignore_result=True)
+def deliver_due() -> int:
+    threads = settings.MANGO_WEBHOOK_DELIVERY_THREADS
+    stop_claiming = time.monotonic() + RUN_SECONDS
+    attempted = 0
+    running: set = set()
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webhook") as pool:
+        while True:
+            claims = []
+            if len(running) < threads and time.monotonic() < stop_claiming:
+                claims = deliveries_claim(limit=threads - len(running))
+                running |= {pool.submit(_attempt, claim) for claim in claims}
+                attempted += len(claims)
+            if not running:
+                break
+            _done, pending = wait(running, timeout=CLAIM_EVERY_SECONDS, return_when=FIRST_COMPLETED)
+            running = set(pending)
+    return attempted
