@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.ops.checkout import Checkout, alive, free_port, free_store_port, group_alive
-from tests.scripted_model import ScriptedModel, echo
+from tests.scripted_model import ScriptedModel, echo, offline
 
 ROOT = Path(__file__).resolve().parents[2]
 README_URL = "http://127.0.0.1:8000"
@@ -141,7 +141,9 @@ def test_make_run_twice_from_a_fresh_checkout(tmp_path):
         # (the first run's file too), and the README's session quickstart runs as written.
         model = ScriptedModel(default=echo)
         try:
-            env2 = {**env, "ANTHROPIC_BASE_URL": model.url}
+            # Docker sandboxes this time (the first run's were local processes): the tools
+            # quickstart's command runs in one.
+            env2 = {**env, "ANTHROPIC_BASE_URL": model.url, "MANGO_SANDBOX": "docker"}
             again = checkout.make_run(env2)
             again.wait_ready()
             assert "not usable" not in again.text() and "starting SeaweedFS" in again.text(), again.text()
@@ -160,6 +162,14 @@ def test_make_run_twice_from_a_fresh_checkout(tmp_path):
             assert chat.returncode == 0, chat.stderr
             assert "(scripted model) You said:" in chat.stdout, chat.stdout
             assert model.requests, "the turn never reached the scripted upstream"
+            # The offline model of `make scripted-model` drives the tools: the README's tools
+            # quickstart runs a command in a sandbox and downloads the File it wrote.
+            model.default = offline
+            tools = run_snippet("tools-quickstart", url=again.url, key=key, cwd=snippets)
+            assert tools.returncode == 0, tools.stderr
+            assert "tool use: echo 'made in the sandbox'" in tools.stdout, tools.stdout
+            assert "(scripted model) The tools answered:\nmade in the sandbox" in tools.stdout, tools.stdout
+            assert "hello.txt made in the sandbox" in tools.stdout, tools.stdout
 
             # A run whose script was killed: the next `make run` names what it left, `make
             # stop` stops that too.
@@ -183,7 +193,7 @@ def test_make_run_twice_from_a_fresh_checkout(tmp_path):
             third.wait_ready()
             assert "starting SeaweedFS" in third.text() and "MANGO_EMBEDDED_S3=true" in dotenv.read_text()
             client.beta.files.upload(file=("third.txt", b"third run\n", "text/plain"))
-            assert len(client.beta.files.list().data) == 3
+            assert len(client.beta.files.list().data) == 4  # two uploads, the tools quickstart's output, this one
             assert checkout.make("stop").returncode == 0 and third.wait_exit(60) == 0
         finally:
             model.close()
