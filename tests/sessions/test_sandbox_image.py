@@ -505,12 +505,21 @@ def _tool_call_sandbox(session_id: str) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+def _worker_removes_the_proxy(session_id: str) -> None:
+    """The task the vault change enqueued (sessions.sandbox_proxy_remove), run as a worker runs it:
+    this test's turns go to a queue no worker reads (no_turns)."""
+    from sessions.tasks import session_sandbox_proxy_remove
+
+    session_sandbox_proxy_remove(session_id)
+
+
 def test_a_revoked_or_changed_credential_leaves_the_running_sandboxs_proxy(
     sdk, api_key, no_turns, real_image, echo_hosts, docker_client
 ):
     """A new secret, an archived credential or vault: after the commit the running sandbox's
     egress proxy (which held the secret since it started) is gone, so no request carries the old
-    value; the next tool call makes it again with what the vault holds then."""
+    value; the next tool call makes it again with what the vault holds then. The removal is a
+    worker's task (the API does not call Docker): the test runs it as the worker would."""
     api, elsewhere = echo_hosts
     vault, credential, session = _session_with_vault(sdk, allowed_hosts=[api, elsewhere], credential_hosts=[api])
     new_secret = "vault-secret-rotated-3e8a"
@@ -524,6 +533,7 @@ def test_a_revoked_or_changed_credential_leaves_the_running_sandboxs_proxy(
         sdk.beta.vaults.credentials.update(
             credential.id, vault_id=vault.id, auth={"type": "environment_variable", "secret_value": new_secret}
         )
+        _worker_removes_the_proxy(session.id)
         assert not docker_client.containers.list(all=True, filters={"name": docker_backend.proxy_name(session.id)})
         _, out = sh(session.id, fetch)
         assert SECRET not in out and new_secret not in out, out
@@ -535,6 +545,7 @@ def test_a_revoked_or_changed_credential_leaves_the_running_sandboxs_proxy(
 
         # Archived: gone at the commit; the proxy made again substitutes nothing.
         sdk.beta.vaults.credentials.archive(credential.id, vault_id=vault.id)
+        _worker_removes_the_proxy(session.id)
         _, out = sh(session.id, fetch)
         assert new_secret not in out and SECRET not in out, out
         _tool_call_sandbox(session.id)
@@ -549,6 +560,7 @@ def test_a_revoked_or_changed_credential_leaves_the_running_sandboxs_proxy(
         _tool_call_sandbox(session.id)
         assert f'"auth": "Bearer {SECRET}"' in sh(session.id, fetch)[1]
         sdk.beta.vaults.archive(vault.id)
+        _worker_removes_the_proxy(session.id)
         assert not docker_client.containers.list(all=True, filters={"name": docker_backend.proxy_name(session.id)})
         _tool_call_sandbox(session.id)
         _, out = sh(session.id, fetch.replace("curl ", "curl -k "))
