@@ -142,17 +142,7 @@ CONNECTIONS = _Bound(lambda: settings.MANGO_WORKSPACE_MAX_MCP_CONNECTIONS)
 CALLS = _Bound(lambda: settings.MANGO_WORKSPACE_MAX_MCP_CALLS)
 
 
-def mcp_stats() -> dict:
-    """Connections and calls open now, and the most at once, in this process (bench, metrics)."""
-    return {
-        "connections_open": CONNECTIONS.held(),
-        "connections_peak": CONNECTIONS.peak,
-        "calls_in_flight": CALLS.held(),
-        "calls_peak": CALLS.peak,
-    }
-
-
-# --- tools as the model sees them --------------------------------------------------------------
+# --- results, cut to their limits --------------------------------------------------------------
 
 
 def content_blocks(result) -> list[dict]:
