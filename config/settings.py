@@ -340,12 +340,10 @@ MANGO_SANDBOX_PRIVATE_HOSTS = env.list("MANGO_SANDBOX_PRIVATE_HOSTS", default=[]
 MANGO_OUTBOUND_CA_FILE = env.str("MANGO_OUTBOUND_CA_FILE", default="")
 MANGO_SANDBOX_PROXY_IDLE_SECONDS = env.float("MANGO_SANDBOX_PROXY_IDLE_SECONDS", default=300.0)
 # Environment packages (sandboxes/packages.py): the managers the image serves (others are a
-# 400 at environment create), the registries `allow_package_managers` opens, and the bounds.
+# 400 at environment create), the registries `allow_package_managers` opens (empty: the ones this
+# machine's apt, pip and npm are configured with, sandboxes/registries.py), and the bounds.
 MANGO_SANDBOX_PACKAGE_MANAGERS = env.list("MANGO_SANDBOX_PACKAGE_MANAGERS", default=["apt", "pip", "npm"])
-MANGO_SANDBOX_PACKAGE_REGISTRIES = env.list(
-    "MANGO_SANDBOX_PACKAGE_REGISTRIES",
-    default=["deb.debian.org", "security.debian.org", "pypi.org", "files.pythonhosted.org", "registry.npmjs.org"],
-)
+MANGO_SANDBOX_PACKAGE_REGISTRIES = env.list("MANGO_SANDBOX_PACKAGE_REGISTRIES", default=[])
 MANGO_SANDBOX_INSTALL_TIMEOUT_SECONDS = env.float("MANGO_SANDBOX_INSTALL_TIMEOUT_SECONDS", default=600.0)
 MANGO_SANDBOX_INSTALL_MAX_BYTES = env.int("MANGO_SANDBOX_INSTALL_MAX_BYTES", default=2 * 1024**3)
 MANGO_WORKSPACE_MAX_INSTALLS = env.int("MANGO_WORKSPACE_MAX_INSTALLS", default=2)

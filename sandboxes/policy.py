@@ -47,6 +47,7 @@ from django.utils.crypto import salted_hmac
 from processors.memory import MEMORY_ROOT
 from processors.resources import SKILLS_DIR
 from sandboxes.base import OUTPUTS_PATH, WORKDIR, size_bytes
+from sandboxes.registries import package_registries
 
 BRIDGE_PREFIX = "mgo-"  # interface names are at most 15 characters
 SUBNET_PREFIX = 29  # gateway + the sandbox, 6 usable addresses
@@ -134,7 +135,7 @@ def egress_hosts(networking: dict | None, mcp_server_urls: list[str] = ()) -> li
         return []
     hosts = [host.strip().lower() for host in networking.get("allowed_hosts") or [] if host.strip()]
     if networking.get("allow_package_managers"):
-        hosts += [host.strip().lower() for host in settings.MANGO_SANDBOX_PACKAGE_REGISTRIES if host.strip()]
+        hosts += package_registries()
     if networking.get("allow_mcp_servers"):
         hosts += [urlsplit(url).hostname or "" for url in mcp_server_urls]
     return sorted({host for host in hosts if host})
@@ -248,7 +249,7 @@ def proxy_config(hosts: list[str], *, credentials: bool = False) -> str:
             "private_hosts": sorted(
                 {
                     entry.strip().lower()
-                    for entry in [*settings.MANGO_SANDBOX_PRIVATE_HOSTS, *settings.MANGO_SANDBOX_PACKAGE_REGISTRIES]
+                    for entry in [*settings.MANGO_SANDBOX_PRIVATE_HOSTS, *package_registries()]
                     if entry.strip()
                 }
             ),

@@ -280,9 +280,19 @@ live_run_groups() {
 # TLS goes through a proxy with its own CA (PIP_CERT or SSL_CERT_FILE set), that CA bundle is
 # copied in so pip and apt over https in later builds reach their servers.
 DEBIAN_IMAGE="${MANGO_DEBIAN_IMAGE:-mango-debian:bookworm}"
+# The first http(s) Debian archive this machine's apt is configured with (one-line .list files
+# and deb822 .sources files): the mirror the machine itself installs from.
+apt_mirror() {
+  {
+    grep -hs '^[[:space:]]*URIs:' /etc/apt/sources.list.d/*.sources | sed 's/^[[:space:]]*URIs://' | tr ' ' '\n'
+    grep -hs '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+      | sed -E 's/^[[:space:]]*deb[[:space:]]+(\[[^]]*\][[:space:]]+)?//' | awk '{print $1}'
+  } | grep -E '^https?://' | grep -v -- '-security' | head -n 1
+}
 ensure_debian_image() {
   docker image inspect "$DEBIAN_IMAGE" >/dev/null 2>&1 && return 0
-  local mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}" rootfs
+  local mirror="${DEBIAN_MIRROR:-$(apt_mirror)}" rootfs
+  [ -n "$mirror" ] || die "no Debian mirror in this machine's apt sources: set DEBIAN_MIRROR"
   command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
   rootfs="$(mktemp -d)"
   say "debootstrap bookworm (minbase) from $mirror"

@@ -10,7 +10,7 @@ import pytest
 import sandboxes as sandbox
 from core import caps
 from sandboxes import docker as docker_backend
-from sandboxes import packages
+from sandboxes import packages, registries
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for
 
@@ -106,7 +106,10 @@ def test_an_uninstallable_package_is_named_and_nothing_is_cached(start, docker_c
 
 
 def test_limited_installs_go_through_the_proxy_to_the_registries_only(start, settings):
-    settings.MANGO_SANDBOX_PACKAGE_REGISTRIES = ["pypi.org", "files.pythonhosted.org"]
+    # pip's registries as this machine is configured (sandboxes/registries.py), npm's left out.
+    settings.MANGO_SANDBOX_PACKAGE_REGISTRIES = registries.machine_registries()["pip"]
+    (npm_registry,) = registries.machine_registries()["npm"]
+    pip_index = registries.pip_indexes()[0].rstrip("/")
     networking = {"type": "limited", "allowed_hosts": [], "allow_package_managers": True}
     box, image, _ = start({"pip": ["iniconfig==2.0.0"]}, networking)
     assert image.startswith(packages.REPOSITORY)
@@ -114,8 +117,8 @@ def test_limited_installs_go_through_the_proxy_to_the_registries_only(start, set
         box, "python3 -c 'import iniconfig; print(\"iniconfig\", iniconfig.__file__)'"
     )
     # The registries are reachable from the sandbox too, nothing else is.
-    assert "200" in sh(box, "curl -s -o /dev/null -w '%{http_code}' https://pypi.org/simple/six/")
-    assert "403" in sh(box, "curl -s -o /dev/null -w '%{http_code}' http://registry.npmjs.org/ 2>&1")
+    assert "200" in sh(box, f"curl -s -o /dev/null -w '%{{http_code}}' {pip_index}/six/")
+    assert "403" in sh(box, f"curl -s -o /dev/null -w '%{{http_code}}' http://{npm_registry}/ 2>&1")
     with pytest.raises(sandbox.PackageInstallFailed, match="npm"):  # npm's registry is not listed
         start({"npm": ["is-number"]}, {**networking, "allowed_hosts": ["example.com"]})
 

@@ -14,7 +14,7 @@ import pytest
 
 import sandboxes as sandbox
 from sandboxes import docker as docker_backend
-from sandboxes import policy
+from sandboxes import policy, registries
 
 pytestmark = pytest.mark.docker
 
@@ -146,7 +146,7 @@ def test_limited_allows_only_the_listed_hosts_by_name(sandboxes, egress, docker_
     # Around the proxy: no route to the address, no DNS, no other way out.
     status, out = sh(box, f"curl -sS --noproxy '*' --max-time 5 http://{target_ip}/ 2>&1; echo rc=$?")
     assert "rc=0" not in out and allowed not in out, out
-    for name in (allowed, "pypi.org", "deb.debian.org"):  # a lookup fails (or times out): no resolver answers
+    for name in (allowed, *registries.package_registries()):  # a lookup fails (or times out): no resolver answers
         status, out = sh(box, f"timeout 20 getent hosts {name}; echo rc=$?")
         assert "rc=0" not in out and "." not in out.split("rc=")[0].strip(), (name, out)
     # Docker gives the internal bridge a gateway, but nothing is forwarded off it, and the host
@@ -172,9 +172,18 @@ def test_the_workers_private_hosts_are_not_the_sandboxes(sandboxes, egress, sett
 
 
 def test_limited_package_managers_and_mcp_hosts_join_the_allow_list(settings):
-    settings.MANGO_SANDBOX_PACKAGE_REGISTRIES = ["pypi.org", "files.pythonhosted.org"]
+    settings.MANGO_SANDBOX_PACKAGE_REGISTRIES = ["mirror.example.org", "Files.Example.org "]
     networking = {"type": "limited", "allowed_hosts": ["git.example.com"], "allow_package_managers": True}
-    assert policy.egress_hosts(networking) == ["files.pythonhosted.org", "git.example.com", "pypi.org"]
+    assert policy.egress_hosts(networking) == ["files.example.org", "git.example.com", "mirror.example.org"]
+    # Unset, the registries are this machine's: apt's sources, pip's index, npm's registry.
+    settings.MANGO_SANDBOX_PACKAGE_REGISTRIES = []
+    machine = registries.machine_registries()
+    assert (
+        machine["apt"]
+        and machine["pip"]
+        and policy.egress_hosts(networking)
+        == sorted({"git.example.com", *machine["apt"], *machine["pip"], *machine["npm"]})
+    )
     networking = {"type": "limited", "allowed_hosts": [], "allow_mcp_servers": True}
     assert policy.egress_hosts(networking, ["https://mcp.example.com/mcp", "http://tools.internal:8080/sse"]) == [
         "mcp.example.com",
