@@ -901,7 +901,7 @@ def phases(ids: list[str]) -> dict:
 def self_hosted_rows(env, client, agent, args, *, api_app_name: str, others: dict) -> dict:
     """The self-hosted rows: --pollers waiting polls (peak API connections), then
     --self-hosted-sessions sessions served by --self-hosted-workers SDK worker processes."""
-    from sessions.services.work import environment_key_create
+    from sessions.queue.services import environment_key_create
 
     environment = client.beta.environments.create(name="bench-hosted", config={"type": "self_hosted"})
     _, key = environment_key_create(environment_id=environment.id)

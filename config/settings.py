@@ -393,7 +393,7 @@ MANGO_SESSION_THREADS_MAX = env.int("MANGO_SESSION_THREADS_MAX", default=25)
 # in its worker thread this long at most (and only as a lingering thread: at most half the pool);
 # past it the turn ends idle, and a thread's report starts its next turn.
 MANGO_COORDINATOR_WAIT_SECONDS = env.float("MANGO_COORDINATOR_WAIT_SECONDS", default=600.0)
-# Self-hosted work queue (sessions/services/work.py): a work item's lease when a heartbeat asks
+# Self-hosted work queue (sessions/queue/services.py): a work item's lease when a heartbeat asks
 # for no TTL, and the most a heartbeat's desired_ttl_seconds may ask for.
 MANGO_WORK_LEASE_SECONDS = env.int("MANGO_WORK_LEASE_SECONDS", default=60)
 MANGO_WORK_LEASE_MAX_SECONDS = env.int("MANGO_WORK_LEASE_MAX_SECONDS", default=600)
@@ -407,9 +407,9 @@ CELERY_WORKER_CONCURRENCY = env.int("MANGO_WORKER_CONCURRENCY", default=200)
 
 # --- Django REST framework ------------------------------------------------------------------
 REST_FRAMEWORK = {
-    # Worker credentials of self-hosted environments first (sessions/auth.py: None for anything else).
+    # Worker credentials of self-hosted environments first (sessions/queue/auth.py: None for anything else).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "sessions.auth.WorkerCredentialAuthentication",
+        "sessions.queue.auth.WorkerCredentialAuthentication",
         "core.auth.ApiKeyAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

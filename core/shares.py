@@ -165,7 +165,7 @@ class Shares:
             self._bodies.release(size)
 
 
-# Workspaces of credentials other than API keys (the self-hosted worker's: sessions.auth), installed
+# Workspaces of credentials other than API keys (the self-hosted worker's: sessions.queue.auth), installed
 # by their app at start-up: each takes the request's META and answers a workspace id or None.
 _resolvers: list = []
 

@@ -14,7 +14,7 @@ from agents.models import Environment
 from core.adminkit import pretty_json
 from sessions.dispatch import sandbox_remove_enqueue
 from sessions.models import EnvironmentKey, Session, WorkItem
-from sessions.services import work as work_services
+from sessions.queue import services as work_services
 from sessions.services.events import session_events_send
 from sessions.services.sessions import session_archive, session_delete
 from sessions.transcript import transcript

@@ -25,7 +25,7 @@ class SessionsConfig(AppConfig):
         notify.wakeup_renderer_install(framing.wakeup)
 
         from core import shares
-        from sessions.auth import worker_workspace_of
+        from sessions.queue.auth import worker_workspace_of
 
         shares.workspace_resolver_install(worker_workspace_of)
 

@@ -54,10 +54,10 @@ def _stream_operation(operation_id: str, path_names: tuple[str, ...]) -> dict:
 
 
 class WorkerCredentialScheme(OpenApiAuthenticationExtension):
-    """sessions.auth.WorkerCredentialAuthentication: an environment key or a work item's token, sent
-    as a bearer token (documented on the routes that take them: sessions/apis/work.py)."""
+    """sessions.queue.auth.WorkerCredentialAuthentication: an environment key or a work item's token, sent
+    as a bearer token (documented on the routes that take them: sessions/queue/apis.py)."""
 
-    target_class = "sessions.auth.WorkerCredentialAuthentication"
+    target_class = "sessions.queue.auth.WorkerCredentialAuthentication"
     name = "BearerAuth"
 
     def get_security_definition(self, auto_schema):

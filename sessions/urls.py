@@ -3,7 +3,8 @@
 from django.urls import path
 
 from sessions import streams
-from sessions.apis import events, models, resources, sessions, threads, work
+from sessions.apis import events, models, resources, sessions, threads
+from sessions.queue import apis as work
 
 urlpatterns = [
     path("models", models.ModelListApi.as_view()),

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from core.api import Paging, query_list, query_time_range
 from core.apiview import AgentsApi, query_order
 from core.schema import time_range_parameters
-from sessions.auth import credential_kind
+from sessions.queue.auth import credential_kind
 from sessions.selectors import session_event_list, session_get
 from sessions.serializers.events import (
     EventListOutputSerializer,

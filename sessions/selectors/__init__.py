@@ -17,7 +17,7 @@ from sessions.models import Session, SessionEvent, SessionMemoryStore, SessionRe
 
 # What appending client events reads of the session it locks (services.events): its JSON
 # snapshots (agent, environment) are neither needed nor decoded there.
-# environment_config: a self_hosted session's input may queue a work item (services.work).
+# environment_config: a self_hosted session's input may queue a work item (sessions.queue.services).
 APPEND_FIELDS = (
     "id",
     "workspace_id",

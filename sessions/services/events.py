@@ -31,9 +31,9 @@ from sessions.events import (
     thread_session_id,
 )
 from sessions.models import Session, SessionEvent
+from sessions.queue.services import session_work_ensure
 from sessions.selectors import APPEND_FIELDS, session_get
 from sessions.services.admission import events_admit
-from sessions.services.work import session_work_ensure
 from sessions.signals import session_changed
 
 

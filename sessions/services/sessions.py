@@ -21,6 +21,7 @@ from sessions import notify, pricing
 from sessions.dispatch import sandbox_remove_enqueue_on_commit
 from sessions.events import EventType
 from sessions.models import Session
+from sessions.queue.services import session_work_ensure, session_work_stop
 from sessions.selectors import session_get
 from sessions.services.admission import events_admit
 from sessions.services.checkpoints import checkpoints_delete
@@ -33,7 +34,6 @@ from sessions.services.resources import (
     session_memory_stores_attach,
 )
 from sessions.services.termination import session_archive_locked
-from sessions.services.work import session_work_ensure, session_work_stop
 from sessions.signals import session_changed
 from vaults.selectors import live_vault_ids
 

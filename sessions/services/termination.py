@@ -14,8 +14,8 @@ from sessions import events as ev
 from sessions import notify
 from sessions.events import EventType
 from sessions.models import Session
+from sessions.queue.services import session_work_stop
 from sessions.services.events import events_append, events_append_locked
-from sessions.services.work import session_work_stop
 
 TURN_RUNNING = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
 

@@ -21,7 +21,7 @@ from core.errors import (
     scope_request_id,
 )
 from core.serving import db_call
-from sessions.auth import worker_credential_authenticate
+from sessions.queue.auth import worker_credential_authenticate
 from sessions.selectors import session_get, session_thread_get
 from sessions.streams.hub import draining, event_frames
 

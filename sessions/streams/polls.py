@@ -2,7 +2,7 @@
 the long poll of the SDK's EnvironmentWorker. It holds no thread and no database connection while
 it waits: the credential check and each claim attempt are short calls on core.serving's small
 thread pool (db_call), and the wait between them (at most block_ms, 999 ms) is a Redis wake-up
-on this event loop's one pub/sub connection (sessions.services.work publishes after the commit
+on this event loop's one pub/sub connection (sessions.queue.services publishes after the commit
 that queues an item), or the timeout."""
 
 import asyncio
@@ -20,9 +20,9 @@ from core.api import require_beta
 from core.auth import raw_key_from_meta
 from core.errors import AuthenticationFailed, api_error_for, scope_request_id
 from core.serving import PerLoop, db_call
-from sessions.apis.work import WORKER_ID_HEADER, poll_once, poll_parameters
-from sessions.auth import worker_credential_authenticate
-from sessions.services.work import work_channel
+from sessions.queue.apis import WORKER_ID_HEADER, poll_once, poll_parameters
+from sessions.queue.auth import worker_credential_authenticate
+from sessions.queue.services import work_channel
 from sessions.streams.endpoint import meta_from_scope, send_error
 
 logger = logging.getLogger(__name__)

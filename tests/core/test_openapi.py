@@ -11,7 +11,7 @@ from django.test import Client
 from openapi_spec_validator import validate
 
 from files import services
-from sessions.services.work import environment_key_create
+from sessions.queue.services import environment_key_create
 from tests import openapi
 from webhooks.services import webhook_event_emit
 

@@ -7,7 +7,7 @@ from django.test import override_settings
 
 from core.errors import InvalidRequest
 from core.pagination import cursor_decode, cursor_encode, is_id
-from sessions.credentials import work_token, work_token_valid
+from sessions.queue.credentials import work_token, work_token_valid
 
 FIELDS = {"id": is_id}
 

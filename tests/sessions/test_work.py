@@ -17,9 +17,9 @@ from django.core.management import call_command
 from django.db import connection
 
 from core.errors import InvalidRequest
-from sessions.credentials import credential_hash
 from sessions.models import EnvironmentKey, WorkItem
-from sessions.services.work import environment_key_create
+from sessions.queue.credentials import credential_hash
+from sessions.queue.services import environment_key_create
 
 
 def _sessions_token(secret: str | None) -> str | None:
@@ -347,7 +347,7 @@ def test_the_admin_creates_a_key_once_and_revokes_it(admin_client, sdk, live_ser
 
 
 def test_a_work_secret_is_the_sdks_payload():
-    from sessions.credentials import work_secret
+    from sessions.queue.credentials import work_secret
 
     secret = work_secret(work_id="work_x", session_id="sesn_y", claim=1)
     assert "=" not in secret

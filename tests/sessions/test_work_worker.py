@@ -16,9 +16,9 @@ import anthropic
 import pytest
 from django.conf import settings
 
-from sessions.credentials import work_token
 from sessions.models import WorkItem
-from sessions.services.work import environment_key_create
+from sessions.queue.credentials import work_token
+from sessions.queue.services import environment_key_create
 from tests.files.server import ROOT, AsgiServer
 from tests.scripted_model import text, tool_use
 from tests.sdk_venvs import OLDEST_WORKER_SDK, sdk_python

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ApiError
-from sessions.services.work import environment_key_create
+from sessions.queue.services import environment_key_create
 
 
 class Command(BaseCommand):

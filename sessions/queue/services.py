@@ -28,8 +28,9 @@ from core.api import rfc3339
 from core.errors import ApiError, Conflict, InvalidRequest, NotFound
 from core.lookups import columns_of, returned_row
 from core.metadata import metadata_patch_apply
-from sessions import credentials, notify
+from sessions import notify
 from sessions.models import EnvironmentKey, Session, WorkItem
+from sessions.queue import credentials
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The self-hosted worker's credentials at the API's edge (sessions/credentials.py names them):
+"""The self-hosted worker's credentials at the API's edge (sessions/queue/credentials.py names them):
 
 - an **environment key** authenticates only its own environment's worker routes: `work/poll`,
   `work` (list), and `work/{id}/ack|heartbeat|stop`. Everywhere else (every route that takes an
@@ -11,7 +11,7 @@
   attached `read_write`). Anything else is a 401.
 
 An API key is never either: core.auth authenticates it, and the work routes that take only the
-environment key refuse it (sessions/apis/work.py)."""
+environment key refuse it (sessions/queue/apis.py)."""
 
 import re
 from dataclasses import dataclass, field
@@ -20,10 +20,10 @@ from rest_framework.authentication import BaseAuthentication
 
 from core.auth import raw_key_from_meta
 from core.errors import AuthenticationFailed
-from sessions import credentials
 from sessions.models import EnvironmentKey, SessionMemoryStore, WorkItem
-from sessions.selectors.work import environment_key_resolve, work_session_scope, work_token_resolve
-from sessions.services.work import HeartbeatPreconditionFailed, environment_key_touch, lease_state
+from sessions.queue import credentials
+from sessions.queue.selectors import environment_key_resolve, work_session_scope, work_token_resolve
+from sessions.queue.services import HeartbeatPreconditionFailed, environment_key_touch, lease_state
 
 _WORKER_WORK_PATH = re.compile(
     r"^/v1/environments/(?P<env>[^/]+)/work(?:/poll|/(?P<work>[^/]+)/(?:ack|heartbeat|stop))?$"

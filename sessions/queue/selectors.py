@@ -6,8 +6,8 @@ from django.db.models import Count, Min, Q
 from core.errors import NotFound
 from core.lookups import joined_row, one_or_not_found
 from core.pagination import keyset_page
-from sessions import credentials
 from sessions.models import EnvironmentKey, Session, SessionMemoryStore, WorkItem
+from sessions.queue import credentials
 
 State = WorkItem.State
 

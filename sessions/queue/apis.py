@@ -3,7 +3,7 @@
 Which credential each route takes is the SDK's (resources/beta/environments/work.py):
 poll and list take the environment key, and refuse an API key; ack and heartbeat the
 environment key or the item's own work token; stop any of the three; retrieve, update and stats
-an API key only (sessions/auth.py refuses the worker's credentials there).
+an API key only (sessions/queue/auth.py refuses the worker's credentials there).
 
 `GET …/work/poll` is served on the event loop by the ASGI application (sessions/streams/polls.py:
 it holds no thread and no database connection while it waits); the view here serves the same
@@ -24,10 +24,11 @@ from core.errors import AuthenticationFailed
 from core.serializers import validated
 from core.serving import release_database_connections
 from sessions import notify
-from sessions.auth import credential_kind
-from sessions.credentials import work_secret
-from sessions.selectors.work import work_get, work_list, work_stats
-from sessions.serializers.work import (
+from sessions.queue import services as work_services
+from sessions.queue.auth import credential_kind
+from sessions.queue.credentials import work_secret
+from sessions.queue.selectors import work_get, work_list, work_stats
+from sessions.queue.serializers import (
     WorkHeartbeatOutputSerializer,
     WorkListOutputSerializer,
     WorkOutputSerializer,
@@ -38,7 +39,6 @@ from sessions.serializers.work import (
     stats_to_wire,
     work_to_wire,
 )
-from sessions.services import work as work_services
 
 PAGES = Paging(maximum=1000, default=20)
 BLOCK_MS_MAX = 999
@@ -87,7 +87,7 @@ class WorkApi(AgentsApi):
 
     def environment(self, request, environment_id: str) -> str:
         """The path's environment id, once the caller may reach it: an API key's workspace holds it
-        (a foreign one is a 404); a worker credential names it (sessions/auth.py checked)."""
+        (a foreign one is a 404); a worker credential names it (sessions/queue/auth.py checked)."""
         if credential_kind(request.auth) == "api_key":
             environment_get(workspace=request.user, environment_id=environment_id)
         return environment_id
