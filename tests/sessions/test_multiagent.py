@@ -511,9 +511,15 @@ def test_archiving_a_running_thread_stops_and_terminates_it(sdk, model, celery_w
     types = [e.type for e in _thread_events(sdk, session.id, child.id)]
     assert types[-2:] == ["session.thread_status_idle", "session.thread_status_terminated"], types
     assert "agent.thread_message_sent" not in types  # stopped, it reports nothing
-    # The coordinator no longer waits for it: its turn ends.
-    events = wait_for(lambda: _session_idle(sdk, session.id), 15)
-    assert events[-1].stop_reason.type == "end_turn"
+    # The coordinator no longer waits for it: its turn ends (or had ended, when no worker thread
+    # was free to wait in: the thread's events cross-posted after its idle then end its log).
+    def coordinator_idle():
+        statuses = [e for e in sdk.beta.sessions.events.list(session.id) if e.type.startswith("session.status_")]
+        return statuses if statuses[-1].type == "session.status_idle" else None
+
+    statuses = wait_for(coordinator_idle, 15)
+    assert statuses[-1].stop_reason.type == "end_turn"
+    assert sdk.beta.sessions.retrieve(session.id).status == "idle"
 
 
 def test_a_report_waits_for_the_client_when_the_coordinator_handed_it_a_tool(sdk, model, celery_worker):
