@@ -15,8 +15,8 @@ from core.adminkit import pretty_json
 from sessions.dispatch import sandbox_remove_enqueue
 from sessions.models import EnvironmentKey, Session, WorkItem
 from sessions.queue import services as work_services
-from sessions.services.events import session_events_send
 from sessions.services.sessions import session_archive, session_delete
+from sessions.services.user_events import session_events_send
 from sessions.transcript import transcript
 
 # The transcript shows a session's latest events (the newest turn in view); older ones a page back.

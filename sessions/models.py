@@ -62,7 +62,7 @@ class Session(Archivable, models.Model):
     # Event log: the last sequence number handed out (appends lock this row).
     last_seq = models.PositiveBigIntegerField(default=0)
     # Bytes of the events' JSON (payload + private), kept by each append in the same UPDATE; the
-    # per-workspace event storage quota sums it (services.events).
+    # per-workspace event storage quota sums it (services.event_bytes).
     event_bytes = models.PositiveBigIntegerField(default=0)
 
     # Runner lease: the worker currently running turns for this session, renewed by heartbeat.

@@ -17,7 +17,7 @@ from sessions.serializers.events import (
     event_to_wire,
     parse_events,
 )
-from sessions.services.events import session_events_send
+from sessions.services.user_events import session_events_send
 
 PAGES = Paging(maximum=1000, default=1000)
 

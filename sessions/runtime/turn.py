@@ -226,7 +226,7 @@ class Runner:
         connection, no polling of our own: the process's watcher reads the input flag with the
         interrupt flags) until the client's input is flagged, an interrupt, a drain or
         MANGO_RUNNER_LINGER_SECONDS; next_work then takes the input, or lets the session go. The
-        API sends no task for input while the lease is held (services.events)."""
+        API sends no task for input while the lease is held (services.user_events)."""
         if not self.awaiting_client:
             return
         self.awaiting_client = False

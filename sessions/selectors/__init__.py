@@ -15,7 +15,7 @@ from core.pagination import in_range, keyset_page, rendered_bytes
 from sessions.events import TERMINAL_RESULTS, EventType, thread_id_of, thread_session_id
 from sessions.models import Session, SessionEvent, SessionMemoryStore, SessionResource
 
-# What appending client events reads of the session it locks (services.events): its JSON
+# What appending client events reads of the session it locks (services.user_events): its JSON
 # snapshots (agent, environment) are neither needed nor decoded there.
 # environment_config: a self_hosted session's input may queue a work item (sessions.queue.services).
 APPEND_FIELDS = (

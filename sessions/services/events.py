@@ -8,32 +8,20 @@ dead whose lease was taken over can therefore never write next to its successor.
 
 import json
 import threading
-import time
 from contextlib import contextmanager, nullcontext
-from datetime import timedelta
 
-from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Sum
+from django.db.models import F
 from django.utils import timezone
 
-from core.errors import InvalidRequest
 from core.ids import new_id
-from files.quotas import StorageQuotaExceeded
 from sessions import notify
-from sessions.dispatch import session_run_enqueue_on_commit
 from sessions.events import (
-    CONFIRMABLE_TOOL_USE_TYPES,
-    RUNNER_INPUT_TYPES,
     USAGE_TOTAL_KEYS,
     EventType,
-    primary_thread_id,
-    thread_session_id,
 )
 from sessions.models import Session, SessionEvent
-from sessions.queue.services import session_work_ensure
-from sessions.selectors import APPEND_FIELDS, session_get
-from sessions.services.admission import events_admit
+from sessions.services.event_bytes import json_sizes
 from sessions.signals import session_changed
 
 
@@ -68,7 +56,7 @@ def events_append_locked(*, session: Session, items: list[dict], also_save: tupl
     runner_fence whose token the session no longer names."""
     _fence_check(session)
     now = timezone.now()
-    payload_bytes, private_bytes = _json_sizes(items)
+    payload_bytes, private_bytes = json_sizes(items)
     rows = []
     for item in items:
         session.last_seq += 1
@@ -149,57 +137,6 @@ def _crosspost(items: list[dict]) -> None:
         transaction.on_commit(
             lambda target=target, copies=copies: events_append(session_id=target, items=copies), robust=True
         )
-
-
-def _json_bytes(value: dict) -> int:
-    """What a JSON column stores of `value`, as the event-bytes quota counts it (an empty object
-    counts as its two braces, like the backfill in migration 0005). json.dumps escapes to ASCII:
-    its length is its size in bytes."""
-    return len(json.dumps(value)) if value else 2
-
-
-def _json_sizes(items: list[dict]) -> tuple[int, int]:
-    """(bytes of the items' payloads, bytes of their private parts), each item dumped once."""
-    payloads = sum(_json_bytes(item.get("payload", {})) for item in items)
-    return payloads, sum(_json_bytes(item.get("private", {})) for item in items)
-
-
-_USAGE_TTL_SECONDS = 5.0
-_usage: dict[str, tuple[float, int]] = {}  # workspace id -> (read at, event bytes), per process
-
-
-def _workspace_event_bytes(workspace_id: str, *, fresh: bool) -> int:
-    """The workspace's event bytes: summed over its sessions when `fresh` or when this process's
-    figure is over _USAGE_TTL_SECONDS old, else that figure (plus what it accepted since)."""
-    cached = _usage.get(workspace_id)
-    if not fresh and cached is not None and time.monotonic() - cached[0] < _USAGE_TTL_SECONDS:
-        return cached[1]
-    total = Session.objects.filter(workspace_id=workspace_id).aggregate(total=Sum("event_bytes"))["total"] or 0
-    if len(_usage) > 10_000:
-        _usage.clear()
-    _usage[workspace_id] = (time.monotonic(), total)
-    return total
-
-
-def _events_quota_check(*, session: Session, incoming: int) -> None:
-    """Refuse client events that would take the workspace's event logs (all its sessions) over
-    MANGO_WORKSPACE_EVENTS_MAX_BYTES. A soft quota, cheap per event: the sum over the sessions is
-    read at most every few seconds per process and always before refusing; the runner's own
-    events are not refused mid-turn (a turn that starts under the quota may end over it, and the
-    next client event is refused until the tenant deletes sessions, which purges their logs)."""
-    limit = settings.MANGO_WORKSPACE_EVENTS_MAX_BYTES
-    if not limit:
-        return
-    used = _workspace_event_bytes(session.workspace_id, fresh=False)
-    if used + incoming > limit:
-        used = _workspace_event_bytes(session.workspace_id, fresh=True)
-        if used + incoming > limit:
-            raise StorageQuotaExceeded(
-                f"The workspace's session event storage ({limit} bytes) is used up: {used} bytes stored,"
-                f" {incoming} more sent. Delete sessions to free it."
-            )
-    read_at, _ = _usage[session.workspace_id]
-    _usage[session.workspace_id] = (read_at, used + incoming)
 
 
 def session_events_purge(*, session_id: str) -> None:
@@ -303,7 +240,7 @@ def events_append(
         "payloads": [json.dumps(row.payload) for row in rows],
         "privates": [json.dumps(row.private) for row in rows],
     }
-    # As _json_bytes counts them (an empty object dumps to its two braces; ASCII: len is bytes).
+    # As event_bytes counts them (an empty object dumps to its two braces; ASCII: len is bytes).
     payload_bytes = sum(map(len, params["payloads"]))
     params["bytes"] = payload_bytes + sum(map(len, params["privates"]))
     statement = _append_statement(
@@ -385,133 +322,3 @@ def session_event_append(
     return events_append(
         session_id=session_id, items=[{"type": type, "payload": payload or {}, "private": private or {}}]
     )[0]
-
-
-_REFERENCED_SQL = (
-    f"SELECT id, type FROM {SessionEvent._meta.db_table} WHERE session_id = %s AND id = ANY(%s::varchar[])"
-)
-
-
-def _validate_references(*, session: Session, parsed: list[dict]) -> None:
-    """Tool results and confirmations must answer a tool use of this session; an interrupt may
-    name only this session's thread (its primary one: there are no others to interrupt alone)."""
-    wanted = {}
-    for item in parsed:
-        payload = item["payload"]
-        thread_id = payload.get("session_thread_id") if item["type"] == EventType.USER_INTERRUPT else None
-        named = thread_id is not None and thread_id != primary_thread_id(session.id)
-        if named and not _child_thread(session, thread_id):
-            raise InvalidRequest(f"session_thread_id: no thread {thread_id!r} in this session.")
-        if item["type"] == EventType.USER_CUSTOM_TOOL_RESULT:
-            wanted[payload["custom_tool_use_id"]] = (EventType.AGENT_CUSTOM_TOOL_USE.value,)
-        elif item["type"] == EventType.USER_TOOL_RESULT:
-            wanted[payload["tool_use_id"]] = (EventType.AGENT_TOOL_USE.value,)
-        elif item["type"] == EventType.USER_TOOL_CONFIRMATION:
-            wanted[payload["tool_use_id"]] = CONFIRMABLE_TOOL_USE_TYPES
-    if not wanted:
-        return
-    with connection.cursor() as cursor:  # by primary key, hand-written: every tool result sends this
-        cursor.execute(_REFERENCED_SQL, [session.id, list(wanted)])
-        found = dict(cursor.fetchall())
-    for event_id, types in wanted.items():
-        if found.get(event_id) not in types:
-            raise InvalidRequest(f"No {' or '.join(types)} event {event_id!r} in this session.")
-
-
-def _child_thread(session: Session, thread_id: str) -> bool:
-    """Whether `thread_id` is a live child thread of the (primary) session."""
-    return Session.objects.filter(
-        id=thread_session_id(thread_id), primary_id=session.id, deleted_at__isnull=True
-    ).exists()
-
-
-def _interrupt_threads(*, session: Session, interrupt: SessionEvent) -> bool:
-    """A user.interrupt sent to a multiagent session reaches its child threads: every one that
-    is not archived when it names no thread, else the one it names (then the primary is not
-    interrupted: the event is marked processed on its log). Each child gets the interrupt as
-    input of its own and its flag. Returns whether the primary is interrupted."""
-    target = interrupt.payload.get("session_thread_id")
-    children = Session.objects.filter(primary_id=session.id, deleted_at__isnull=True, archived_at__isnull=True)
-    if target is not None and target != primary_thread_id(session.id):
-        children = children.filter(id=thread_session_id(target))
-    for child_id in children.values_list("id", flat=True):
-        child_interrupt = {"type": EventType.USER_INTERRUPT, "payload": {"session_thread_id": None}}
-        events_append(session_id=child_id, items=[child_interrupt], pending=True)
-        transaction.on_commit(lambda child_id=child_id: notify.set_interrupt(child_id))
-    if target is not None and target != primary_thread_id(session.id):
-        SessionEvent.objects.filter(id=interrupt.id).update(processed_at=timezone.now())
-        return False
-    return True
-
-
-def session_runner_wake_on_commit(*, session: Session) -> None:
-    """New input for a session whose row the caller holds locked: its runner, if one holds the
-    lease, takes it before it lets the session go (the flag wakes it if it waits); else a task."""
-    session_id = session.id
-    if _runner_holds(session):
-        transaction.on_commit(lambda: notify.set_input(session_id))
-    else:
-        session_run_enqueue_on_commit(session_id=session_id)
-
-
-def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[SessionEvent]:
-    """Append client events (already parsed) and wake the runner after commit."""
-    if session.status == Session.Status.TERMINATED:
-        raise InvalidRequest("The session is terminated and accepts no more events.")
-    _validate_references(session=session, parsed=parsed)
-    items = []
-    for item in parsed:
-        payload = dict(item["payload"])
-        if item["type"] == EventType.USER_DEFINE_OUTCOME:
-            payload["outcome_id"] = new_id("outc")
-        items.append({"type": item["type"], "payload": payload, "private": item.get("private") or {}})
-    _events_quota_check(session=session, incoming=sum(_json_sizes(items)))
-    # One statement (the row lock is held): the events and the session's sequence and bytes.
-    rows = events_append(session_id=session.id, items=items, pending=True)
-    session.last_seq, session.updated_at = rows[-1].seq, rows[-1].created_at
-    session_id = session.id
-    interrupts = [row for row in rows if row.type == EventType.USER_INTERRUPT]
-    if any([_interrupt_threads(session=session, interrupt=row) for row in interrupts]):
-        transaction.on_commit(lambda: notify.set_interrupt(session_id))
-    if any(item["type"] in RUNNER_INPUT_TYPES for item in parsed):
-        # Its runner reads the log under this lock before it lets the session go: it takes
-        # this input (a task would find the lease held and end); the flag wakes it if it
-        # waits for the client (sessions.runtime.turn, Runner.linger).
-        session_runner_wake_on_commit(session=session)
-        # A self_hosted session given input needs a worker for its tools: a work item, unless open.
-        session_work_ensure(session=session)
-    return rows
-
-
-def _runner_holds(session: Session) -> bool:
-    """Whether a live runner holds the session's lease (the caller holds the row lock)."""
-    if session.runner_token is None or session.runner_heartbeat_at is None:
-        return False
-    stale = timezone.now() - timedelta(seconds=settings.MANGO_SESSION_LEASE_SECONDS)
-    return session.runner_heartbeat_at >= stale
-
-
-def session_events_send(
-    *, workspace, session_id: str, parsed: list[dict], session_only: bool = False
-) -> list[SessionEvent]:
-    """POST /v1/sessions/{id}/events. File references are admitted first (object reads, outside
-    any transaction); then the events are committed together, before any worker sees them.
-    A rejected File commits nothing. `session_only`: sent with the session's work token, whose
-    events may name only the Files the session can see (never the rest of the workspace's)."""
-    admitted, media = events_admit(
-        workspace=workspace,
-        parsed=parsed,
-        session_id=session_id,
-        session_only=session_only,
-        # A missing session is a 404 before any File is read (events without Files skip the query).
-        before_lookup=lambda: session_get(workspace=workspace, session_id=session_id),
-    )
-    try:
-        with transaction.atomic():
-            session = session_get(workspace=workspace, session_id=session_id, for_update=True, fields=APPEND_FIELDS)
-            if session.archived_at is not None:
-                raise InvalidRequest("The session is archived and accepts no more events.")
-            return user_events_append_locked(session=session, parsed=admitted)
-    except BaseException:
-        media.discard()  # the PDFs and images copied for events that never committed
-        raise

@@ -25,7 +25,7 @@ from sessions.queue.services import session_work_ensure, session_work_stop
 from sessions.selectors import session_get
 from sessions.services.admission import events_admit
 from sessions.services.checkpoints import checkpoints_delete
-from sessions.services.events import events_append_locked, session_events_purge, user_events_append_locked
+from sessions.services.events import events_append_locked, session_events_purge
 from sessions.services.repositories import repositories_admit, repository_rows_create
 from sessions.services.resources import (
     resource_rows_create,
@@ -34,6 +34,7 @@ from sessions.services.resources import (
     session_memory_stores_attach,
 )
 from sessions.services.termination import session_archive_locked
+from sessions.services.user_events import user_events_append_locked
 from sessions.signals import session_changed
 from vaults.selectors import live_vault_ids
 

@@ -18,8 +18,9 @@ from sessions import events as ev
 from sessions.dispatch import session_run_enqueue_on_commit
 from sessions.events import EventType, thread_id_of
 from sessions.models import Session
-from sessions.services.events import events_append, session_runner_wake_on_commit
+from sessions.services.events import events_append
 from sessions.services.termination import session_archive_locked
+from sessions.services.user_events import session_runner_wake_on_commit
 
 
 class ThreadRefused(Exception):

@@ -1,4 +1,4 @@
-"""The per-workspace event-log storage quota (MANGO_WORKSPACE_EVENTS_MAX_BYTES, services.events):
+"""The per-workspace event-log storage quota (MANGO_WORKSPACE_EVENTS_MAX_BYTES, services.event_bytes):
 every append counts its JSON bytes on the session row; a client event that would take the
 workspace over the quota is refused with the Files quota's envelope and stores nothing; another
 workspace is untouched; deleting sessions purges their logs and frees the quota."""

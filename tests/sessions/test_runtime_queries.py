@@ -19,7 +19,8 @@ from django.test.utils import CaptureQueriesContext
 from agents.tools import AgentToolsetSerializer
 from sessions.models import Session, SessionEvent
 from sessions.runtime import turn
-from sessions.services.events import LeaseLost, events_append, runner_fence, session_events_send
+from sessions.services.events import LeaseLost, events_append, runner_fence
+from sessions.services.user_events import session_events_send
 from tests.factories import TOOLSET, make_session
 from tests.scripted_model import text, tool_use, tool_uses
 from tests.sessions.conftest import wait_for
