@@ -8,7 +8,7 @@ from core.apiview import AgentsApi
 from core.errors import InvalidRequest
 from core.serializers import validated
 from sessions.selectors import session_get, session_memory_stores, session_resource_page
-from sessions.serializers.sessions import (
+from sessions.serializers.resources import (
     RepositoryResourceParamSerializer,
     ResourceDeletedOutputSerializer,
     ResourceListOutputSerializer,

@@ -16,6 +16,7 @@ from sessions.selectors import (
     session_parts,
     session_resources_by_session,
 )
+from sessions.serializers.resources import memory_store_resource_to_wire, resource_to_wire
 from sessions.serializers.sessions import (
     SESSION_STATUSES,
     SessionCreateInputSerializer,
@@ -23,10 +24,8 @@ from sessions.serializers.sessions import (
     SessionListOutputSerializer,
     SessionOutputSerializer,
     SessionUpdateInputSerializer,
-    memory_store_resource_to_wire,
     parse_session_changes,
     parse_session_create,
-    resource_to_wire,
     session_to_wire,
 )
 from sessions.services import sessions as session_services
