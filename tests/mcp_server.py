@@ -9,6 +9,7 @@ demand: with `trickle` set, every body holding TRICKLE_MARKER (the `trickle` too
 `refusal` or `token_body` holding it) is sent one byte every `trickle` seconds.
 """
 
+import argparse
 import asyncio
 import base64
 import json
@@ -36,7 +37,7 @@ def free_port() -> int:
 
 
 class McpTestServer:
-    def __init__(self, *, delay: float = 0.0):
+    def __init__(self, *, delay: float = 0.0, port: int | None = None):
         self.accepted: set[str] = set()
         self.seen_tokens: list[str] = []
         self.token_requests: list[dict] = []
@@ -52,7 +53,7 @@ class McpTestServer:
         self.mcp = MCPServer("mango-test-tools", log_level="WARNING")
         self._tools()
         inner = self.mcp.streamable_http_app(stateless_http=True, json_response=True)
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.token_url = f"http://127.0.0.1:{self.port}/oauth/token"
         self.host = f"127.0.0.1:{self.port}"
@@ -190,3 +191,22 @@ class McpTestServer:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=5)
+
+
+if __name__ == "__main__":
+    # The README's MCP quickstart: this server on loopback, for trying MCP and vaults offline.
+    parser = argparse.ArgumentParser(
+        description="The tests' MCP server (tools add, echo, …), requiring a bearer token."
+    )
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--token", required=True, help="the bearer token it accepts")
+    args = parser.parse_args()
+    served = McpTestServer(port=args.port)
+    served.accepted.add(args.token)
+    served.start()
+    print(f"MCP server at {served.url} (bearer token required); Ctrl-C stops it", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        served.stop()

@@ -18,6 +18,7 @@ import boto3
 import httpx
 import pytest
 
+from tests.mcp_server import McpTestServer
 from tests.ops.checkout import Checkout, alive, free_port, free_store_port, group_alive
 from tests.scripted_model import ScriptedModel, echo, offline
 
@@ -35,10 +36,17 @@ def readme_snippet(name: str) -> str:
     return match.group(1)
 
 
-def run_snippet(name: str, *, url: str, key: str, cwd: Path) -> subprocess.CompletedProcess:
+def run_snippet(
+    name: str, *, url: str, key: str, cwd: Path, replace: dict[str, str] | None = None, shell: dict | None = None
+) -> subprocess.CompletedProcess:
+    """`shell`: the environment of a new shell in the checkout (its manage.py reads the .env
+    `make run` wrote), for a snippet that runs one; else this process's."""
     code = readme_snippet(name)
     assert README_URL in code
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    for written, actual in (replace or {}).items():
+        assert written in code, written
+        code = code.replace(written, actual)
+    env = {k: v for k, v in (shell or os.environ).items() if not k.startswith("ANTHROPIC_")}
     return subprocess.run(
         [sys.executable, "-c", code.replace(README_URL, url)], cwd=cwd, env={**env, "MANGO_API_KEY": key},
         capture_output=True, text=True, timeout=180,
@@ -140,10 +148,17 @@ def test_make_run_twice_from_a_fresh_checkout(tmp_path):
         # Day two: the same command, .env in place, now with the scripted upstream. Files work
         # (the first run's file too), and the README's session quickstart runs as written.
         model = ScriptedModel(default=echo)
+        # The README's MCP quickstart: the tests' MCP server (`python -m tests.mcp_server`), on
+        # loopback and so allowed by name, as the README says.
+        mcp = McpTestServer().start()
+        mcp.accepted.add("team-token")
         try:
             # Docker sandboxes this time (the first run's were local processes): the tools
             # quickstart's command runs in one.
-            env2 = {**env, "ANTHROPIC_BASE_URL": model.url, "MANGO_SANDBOX": "docker"}
+            env2 = {
+                **env, "ANTHROPIC_BASE_URL": model.url, "MANGO_SANDBOX": "docker",
+                "MANGO_OUTBOUND_PRIVATE_HOSTS": mcp.host,
+            }  # fmt: skip
             again = checkout.make_run(env2)
             again.wait_ready()
             assert "not usable" not in again.text() and "starting SeaweedFS" in again.text(), again.text()
@@ -170,6 +185,22 @@ def test_make_run_twice_from_a_fresh_checkout(tmp_path):
             assert "tool use: echo 'made in the sandbox'" in tools.stdout, tools.stdout
             assert "(scripted model) The tools answered:\nmade in the sandbox" in tools.stdout, tools.stdout
             assert "hello.txt made in the sandbox" in tools.stdout, tools.stdout
+            # The self_hosted quickstart (run from the checkout: it makes its environment key with
+            # manage.py): the SDK's own worker runs the bash line in its workdir.
+            hosted = run_snippet(
+                "self-hosted-quickstart", url=again.url, key=key, cwd=checkout.path, shell=checkout.base_env()
+            )
+            assert hosted.returncode == 0, hosted.stderr
+            assert "(scripted model) The tools answered:\n" in hosted.stdout, hosted.stdout
+            assert "/agent-workdir" in hosted.stdout and "(error)" not in hosted.stdout, hosted.stdout
+            # The MCP quickstart: the vault's token reaches the server, the tool's answer the model.
+            team = run_snippet(
+                "mcp-quickstart", url=again.url, key=key, cwd=snippets, replace={"127.0.0.1:8765": mcp.host}
+            )
+            assert team.returncode == 0, team.stderr
+            assert "(scripted model) The tools answered:\n5" in team.stdout, team.stdout
+            assert mcp.calls and mcp.calls[-1] == ("add", {"a": 2, "b": 3}), mcp.calls
+            assert set(mcp.seen_tokens) == {"team-token"}, mcp.seen_tokens
 
             # A run whose script was killed: the next `make run` names what it left, `make
             # stop` stops that too.
@@ -197,6 +228,7 @@ def test_make_run_twice_from_a_fresh_checkout(tmp_path):
             assert checkout.make("stop").returncode == 0 and third.wait_exit(60) == 0
         finally:
             model.close()
+            mcp.stop()
 
 
 def test_ctrl_c_stops_everything_when_output_is_piped(tmp_path):
