@@ -12,15 +12,9 @@ from core.updates import model_update
 
 
 def agent_skills_resolve(*, workspace, skills: list[dict]) -> list[tuple[dict, object]]:
-    """Each of an agent's skills with the version it names now. Anthropic's own skills cannot be
-    served here (their files are Anthropic's): a 400 saying so; an unknown custom skill or
-    version is a 400 naming it."""
-    for index, ref in enumerate(skills):
-        if ref["type"] == "anthropic":
-            raise InvalidRequest(
-                f"skills[{index}]: Anthropic skills ({ref['skill_id']!r}) cannot be served by this server;"
-                " upload the skill's directory with POST /v1/skills and use it as a custom skill."
-            )
+    """Each of an agent's skills with the version it names now: a custom skill of the workspace
+    or one of the server's Anthropic (built-in document) skills; an unknown skill or version is a
+    400 naming it."""
     try:
         return references.resolve("skill_versions", workspace=workspace, refs=skills)
     except NotFound as exc:

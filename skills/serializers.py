@@ -15,7 +15,7 @@ def skill_to_wire(skill) -> dict:
         "type": "skill",
         "display_name": skill.display_name,
         "latest_version_id": skill.latest_version,
-        "source": {"type": "custom"},
+        "source": {"type": "custom" if skill.workspace_id is not None else "anthropic"},
         "created_at": rfc3339(skill.created_at),
         "updated_at": rfc3339(skill.updated_at),
     }

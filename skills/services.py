@@ -25,6 +25,7 @@ from core.models import Workspace
 from files.models import OwnedObject
 from files.services import owned_object_write, owned_objects_delete
 from processors.skills import SKILL_FILE, SkillRefused, check_paths, parse_manifest, zip_members
+from skills.builtin import is_builtin
 from skills.models import Skill, SkillVersion
 from skills.selectors import skill_get, skill_version_get
 
@@ -113,6 +114,11 @@ def _next_version(previous: str | None) -> str:
     return str(max(now, int(previous) + 1) if previous else now)
 
 
+def _refuse_builtin(skill_id: str) -> None:
+    if is_builtin(skill_id):
+        raise InvalidRequest(f"{skill_id!r} is a built-in skill of this server: it cannot be changed or deleted.")
+
+
 def skill_create(*, workspace, files: list[UploadedFile], display_name: str | None) -> Skill:
     """A new skill with its first version; `display_name` defaults to the frontmatter name."""
     top, name, description = _check_upload(files)
@@ -131,6 +137,7 @@ def skill_create(*, workspace, files: list[UploadedFile], display_name: str | No
 
 def skill_version_create(*, workspace, skill_id: str, files: list[UploadedFile]) -> SkillVersion:
     """A new version of a skill; its frontmatter must name the skill as before."""
+    _refuse_builtin(skill_id)
     top, name, description = _check_upload(files)
     with transaction.atomic():
         skill = skill_get(workspace=workspace, skill_id=skill_id, for_update=True)
@@ -205,6 +212,7 @@ def _version_discard(*, version: SkillVersion, drop_skill: bool) -> None:
 def skill_version_delete(*, workspace, skill_id: str, version: str) -> str:
     """Delete one version (its objects after the commit). A skill keeps at least one version:
     deleting the last one is refused (delete the skill). Returns the deleted version's id."""
+    _refuse_builtin(skill_id)
     with transaction.atomic():
         skill = skill_get(workspace=workspace, skill_id=skill_id, for_update=True)
         row = skill_version_get(skill=skill, version=version)
@@ -222,6 +230,7 @@ def skill_version_delete(*, workspace, skill_id: str, version: str) -> str:
 def skill_delete(*, workspace, skill_id: str) -> None:
     """Delete the skill and every version (objects after the commit). Sessions already started
     keep nothing of it: their sandboxes hold their own copy of the files."""
+    _refuse_builtin(skill_id)
     with transaction.atomic():
         skill = skill_get(workspace=workspace, skill_id=skill_id, for_update=True)
         versions = [str(pk) for pk in skill.versions.values_list("pk", flat=True)]

@@ -151,7 +151,8 @@ def _session_create(
     # Skills are pinned at session start: `latest` becomes the version it is now.
     resolved = agent_skills_resolve(workspace=workspace, skills=snapshot.get("skills") or [])
     snapshot["skills"] = [
-        {"type": "custom", "skill_id": ref["skill_id"], "version": row.version} for ref, row in resolved
+        {"type": ref.get("type") or "custom", "skill_id": ref["skill_id"], "version": row.version}
+        for ref, row in resolved
     ]
     if snapshot.get("multiagent"):
         snapshot["multiagent"] = _session_multiagent(workspace=workspace, snapshot=snapshot, environment=environment)

@@ -62,7 +62,7 @@ def test_the_sdk_drives_every_skills_method(sdk, api_key, s3_bucket, tmp_path):
     assert sdk.beta.skills.retrieve(skill.id).latest_version_id == first
     assert [s.id for s in sdk.beta.skills.list()] == [skill.id]
     assert [s.id for s in sdk.beta.skills.list(source="custom")] == [skill.id]
-    assert list(sdk.beta.skills.list(source="anthropic")) == []
+    assert [s.id for s in sdk.beta.skills.list(source="anthropic")] == ["docx", "pdf", "pptx", "xlsx"]  # built in
 
     (directory / "scripts" / "hello.sh").write_text("echo version two\n")
     second = sdk.beta.skills.versions.create(skill.id, files=files_from_dir(directory))
@@ -213,8 +213,8 @@ def test_another_workspace_sees_no_skill(sdk, live_server, other_api_key, s3_buc
 
 
 def test_agents_resolve_skills(sdk, s3_bucket, tmp_path):
-    with pytest.raises(anthropic.BadRequestError, match="cannot be served by this server"):
-        sdk.beta.agents.create(name="a", model=MODEL, skills=[{"type": "anthropic", "skill_id": "xlsx"}])
+    with pytest.raises(anthropic.BadRequestError, match="not one of this server's Anthropic skills"):
+        sdk.beta.agents.create(name="a", model=MODEL, skills=[{"type": "anthropic", "skill_id": "web-research"}])
     with pytest.raises(anthropic.BadRequestError, match="not found"):
         sdk.beta.agents.create(name="a", model=MODEL, skills=[{"type": "custom", "skill_id": "skill_missing"}])
     skill = sdk.beta.skills.create(files=files_from_dir(make_skill(tmp_path)))
