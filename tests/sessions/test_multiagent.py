@@ -511,6 +511,7 @@ def test_archiving_a_running_thread_stops_and_terminates_it(sdk, model, celery_w
     types = [e.type for e in _thread_events(sdk, session.id, child.id)]
     assert types[-2:] == ["session.thread_status_idle", "session.thread_status_terminated"], types
     assert "agent.thread_message_sent" not in types  # stopped, it reports nothing
+
     # The coordinator no longer waits for it: its turn ends (or had ended, when no worker thread
     # was free to wait in: the thread's events cross-posted after its idle then end its log).
     def coordinator_idle():
