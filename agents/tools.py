@@ -89,6 +89,24 @@ def _resolved_config(config: dict, default: dict) -> dict:
     }
 
 
+WEB_TOOL_NAMES = ("web_fetch", "web_search")
+
+
+def _web_tool_ask_refused(name: str, data: dict, given: dict[str, dict]) -> None:
+    """No silent drop: the web tools run inside the model's own call upstream (server tools), so
+    there is no moment to ask before one runs. `always_ask` on an enabled one is a 400 naming
+    where it came from (the tool's config, or the toolset's default_config)."""
+    message = (
+        f"always_ask cannot be honoured for {name}: it runs inside the model call upstream, so there is no"
+        f" moment to ask before it fetches. Give {name} permission_policy always_allow, or enabled: false."
+    )
+    for index, config in enumerate(data.get("configs") or []):
+        if config["name"] == name and config.get("permission_policy"):
+            raise serializers.ValidationError({"configs": {index: {"permission_policy": message}}})
+    if name not in given or given[name].get("enabled") is not False:
+        raise serializers.ValidationError({"default_config": {"permission_policy": message}})
+
+
 class AgentToolsetSerializer(InputSerializer):
     type = serializers.ChoiceField(choices=[TOOLSET_TYPE])
     default_config = ToolDefaultConfigSerializer(required=False, allow_null=True)
@@ -114,6 +132,8 @@ class AgentToolsetSerializer(InputSerializer):
                     if config.get(extra) is not None:
                         resolved[extra] = config[extra]
             configs.append(resolved)
+            if name in WEB_TOOL_NAMES and resolved["enabled"] and resolved["permission_policy"]["type"] == "always_ask":
+                _web_tool_ask_refused(name, data, given)
         return {"type": TOOLSET_TYPE, "configs": configs, "default_config": default}
 
 

@@ -126,7 +126,10 @@ def session_tools(
                     continue
                 name = config["name"]
                 if name in SERVER_TOOL_TYPES:
-                    if settings.MANGO_MODEL_SERVER_WEB_TOOLS:
+                    # An agent stored before always_ask on a web tool was refused (agents.tools): never
+                    # offered, so never run unconfirmed (the upstream runs it inside its own call).
+                    asks = config["permission_policy"]["type"] == ev.ToolPermission.ALWAYS_ASK
+                    if settings.MANGO_MODEL_SERVER_WEB_TOOLS and not asks:
                         options = {key: config[key] for key in SERVER_TOOL_OPTIONS[name] if config.get(key) is not None}
                         definitions.append({"type": SERVER_TOOL_TYPES[name], "name": name, **options})
                         specs[name] = ToolSpec(name, "server", ev.ToolPermission.ALWAYS_ALLOW)

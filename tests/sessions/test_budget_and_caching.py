@@ -215,6 +215,26 @@ def test_fields_this_server_cannot_act_on_are_refused_not_dropped(sdk, env, agen
             )
     ok = [{"type": "agent_toolset_20260401", "configs": [{"name": "web_fetch", "allowed_domains": ["a.example.com"]}]}]
     assert sdk.beta.agents.create(name="w", model=MODEL, tools=ok).tools
+    # always_ask on a web tool cannot be honoured (it runs inside the upstream's model call): a
+    # 400 naming where the policy came from, never a fetch that nobody confirmed.
+    ask = {"type": "always_ask"}
+    for toolset, field in (
+        ({"configs": [{"name": "web_search", "permission_policy": ask}]}, "tools[0].configs[0].permission_policy"),
+        ({"default_config": {"permission_policy": ask}}, "tools[0].default_config.permission_policy"),
+    ):
+        with pytest.raises(anthropic.BadRequestError, match="always_ask cannot be honoured for web_") as refused:
+            sdk.beta.agents.create(name="w", model=MODEL, tools=[{"type": "agent_toolset_20260401", **toolset}])
+        assert field in refused.value.message, refused.value.message
+    # Asking for the other tools, the web tools allowed or off: accepted.
+    allowed = {"type": "always_allow"}
+    asking = {
+        "type": "agent_toolset_20260401",
+        "default_config": {"permission_policy": ask},
+        "configs": [{"name": "web_fetch", "permission_policy": allowed}, {"name": "web_search", "enabled": False}],
+    }
+    configs = {c.name: c for c in sdk.beta.agents.create(name="w", model=MODEL, tools=[asking]).tools[0].configs}
+    assert configs["bash"].permission_policy.type == "always_ask"
+    assert configs["web_fetch"].permission_policy.type == "always_allow" and not configs["web_search"].enabled
 
 
 SEARCH_REPLY = message(
@@ -392,3 +412,20 @@ def test_thinking_is_an_event_and_goes_back_to_the_model_in_the_tool_loop(sdk, m
     assert types.index("agent.thinking") < types.index("agent.tool_use")
     assistant = model.requests[1]["body"]["messages"][1]
     assert assistant["content"][0] == thinking and assistant["content"][1]["type"] == "tool_use"
+
+
+def test_a_stored_agent_asking_for_a_web_tool_never_offers_it(settings):
+    """An agent stored before always_ask on a web tool was refused: the tool is not offered to
+    the model (the upstream would run it inside its call, unconfirmed); the others are."""
+    from sessions.runtime.tools import session_tools
+
+    settings.MANGO_MODEL_SERVER_WEB_TOOLS = True
+    ask, allow = {"type": "always_ask"}, {"type": "always_allow"}
+    configs = [
+        {"name": "web_fetch", "enabled": True, "permission_policy": ask},
+        {"name": "web_search", "enabled": True, "permission_policy": allow},
+        {"name": "bash", "enabled": True, "permission_policy": ask},
+    ]
+    definitions, specs = session_tools({"tools": [{"type": "agent_toolset_20260401", "configs": configs}]})
+    assert [d["name"] for d in definitions] == ["web_search", "bash"]
+    assert specs["bash"].permission == "always_ask" and "web_fetch" not in specs

@@ -152,7 +152,14 @@ def test_sessions_refuse_rosters_they_cannot_run(sdk):
     asker = sdk.beta.agents.create(
         name="asker",
         model=MODEL,
-        tools=[{"type": "agent_toolset_20260401", "default_config": {"permission_policy": {"type": "always_ask"}}}],
+        tools=[
+            {
+                "type": "agent_toolset_20260401",
+                "default_config": {"permission_policy": {"type": "always_ask"}},
+                # (always_ask cannot hold for the web tools, which run upstream: test_budget_and_caching)
+                "configs": [{"name": "web_fetch", "enabled": False}, {"name": "web_search", "enabled": False}],
+            }
+        ],
     )
     lead = _agent(sdk, "lead", multiagent={"type": "coordinator", "agents": [asker.id]})
     env = sdk.beta.environments.create(name="e", config={"type": "cloud"})
