@@ -373,6 +373,12 @@ MANGO_WORKSPACE_MAX_MCP_CONNECTIONS = env.int("MANGO_WORKSPACE_MAX_MCP_CONNECTIO
 MANGO_WORKSPACE_MAX_MCP_CALLS = env.int("MANGO_WORKSPACE_MAX_MCP_CALLS", default=32)
 MANGO_TOOL_TIMEOUT_SECONDS = env.float("MANGO_TOOL_TIMEOUT_SECONDS", default=600.0)
 MANGO_MODEL_MAX_TOKENS = env.int("MANGO_MODEL_MAX_TOKENS", default=8192)
+# Thinking on every turn's model call (sessions/runtime/model.py thinking_config): adaptive where
+# the model takes it, else a budget (enabled); `enabled` always budgets; `off` sends none.
+MANGO_MODEL_THINKING = env.str("MANGO_MODEL_THINKING", default="adaptive")
+if MANGO_MODEL_THINKING not in ("adaptive", "enabled", "off"):
+    raise SystemExit(f"[mango] MANGO_MODEL_THINKING={MANGO_MODEL_THINKING!r}: one of adaptive, enabled, off.")
+MANGO_MODEL_THINKING_BUDGET_TOKENS = env.int("MANGO_MODEL_THINKING_BUDGET_TOKENS", default=4096)
 MANGO_MODEL_TIMEOUT_SECONDS = env.float("MANGO_MODEL_TIMEOUT_SECONDS", default=600.0)
 # Upstream 429/5xx/529 are retried this many times (each a `session.error` with retry_status
 # "retrying") before the turn ends with retry_status "exhausted".

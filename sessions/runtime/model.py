@@ -129,13 +129,40 @@ class Conversation:
 FAST_MODE_BETA = "fast-mode-2026-02-01"
 
 
+# Thinking (MANGO_MODEL_THINKING): `adaptive` lets the model decide when and how much to think,
+# for the models that take it; the earlier thinking models take `enabled` with a token budget
+# (MANGO_MODEL_THINKING_BUDGET_TOKENS, below max_tokens as the API requires); others none.
+ADAPTIVE_THINKING_MODELS = (
+    "claude-opus-4-6", "claude-opus-4-7", "claude-opus-4-8", "claude-sonnet-4-6", "claude-opus-5",
+    "claude-sonnet-5", "claude-haiku-5", "claude-fable", "claude-mythos",
+)  # fmt: skip
+BUDGET_THINKING_MODELS = ("claude-3-7-sonnet", "claude-opus-4", "claude-sonnet-4", "claude-haiku-4")
+THINKING_BUDGET_MIN = 1024  # the API's least budget_tokens
+
+
+def thinking_config(model_id: str) -> dict | None:
+    """The `thinking` request field for `model_id` under MANGO_MODEL_THINKING, or None."""
+    mode = settings.MANGO_MODEL_THINKING
+    if mode == "off":
+        return None
+    if mode == "adaptive" and model_id.startswith(ADAPTIVE_THINKING_MODELS):
+        return {"type": "adaptive"}
+    if model_id.startswith(ADAPTIVE_THINKING_MODELS + BUDGET_THINKING_MODELS):
+        budget = min(settings.MANGO_MODEL_THINKING_BUDGET_TOKENS, settings.MANGO_MODEL_MAX_TOKENS - 1)
+        return {"type": "enabled", "budget_tokens": budget} if budget >= THINKING_BUDGET_MIN else None
+    return None
+
+
 def model_options(model: dict, definitions: list[dict] = ()) -> dict:
-    """The agent's model options as Messages API request fields: `effort` as output_config,
+    """The agent's model options as Messages API request fields: thinking (thinking_config),
+    `effort` as output_config,
     `speed` (fast needs the fast-mode beta header) and `inference_geo`, each only when set; the
     web-fetch beta header when the upstream's web_fetch is offered. Sent as extra body fields,
     so this SDK's request types need not know them."""
     betas = [WEB_FETCH_BETA] if any(d.get("type") == SERVER_TOOL_TYPES["web_fetch"] for d in definitions) else []
     body = {}
+    if thinking := thinking_config(model["id"]):
+        body["thinking"] = thinking
     if model.get("effort"):
         body["output_config"] = {"effort": model["effort"]["type"]}
     if model.get("speed"):

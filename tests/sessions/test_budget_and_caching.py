@@ -124,6 +124,7 @@ def test_every_call_of_a_tool_turn_carries_cache_breakpoints_and_the_model_optio
         assert 1 <= len(marked) <= 2 and len(marked) + 2 <= 4
         assert body["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
         assert body["output_config"] == {"effort": "high"} and body["inference_geo"] == "us"
+        assert body["thinking"] == {"type": "enabled", "budget_tokens": 4096}  # a Claude 4 model: budgeted
         if number:
             assert prefix_share(body) >= 0.9
     final = sdk.beta.sessions.retrieve(session.id)
@@ -429,3 +430,20 @@ def test_a_stored_agent_asking_for_a_web_tool_never_offers_it(settings):
     definitions, specs = session_tools({"tools": [{"type": "agent_toolset_20260401", "configs": configs}]})
     assert [d["name"] for d in definitions] == ["web_search", "bash"]
     assert specs["bash"].permission == "always_ask" and "web_fetch" not in specs
+
+
+def test_thinking_is_adaptive_where_the_model_takes_it_budgeted_before_and_off_when_told(settings):
+    from sessions.runtime.model import thinking_config
+
+    assert thinking_config("claude-opus-4-6") == {"type": "adaptive"}
+    assert thinking_config("claude-sonnet-5-5") == {"type": "adaptive"}
+    assert thinking_config("claude-sonnet-4-5-20250929") == {"type": "enabled", "budget_tokens": 4096}
+    assert thinking_config("claude-3-5-haiku-latest") is None and thinking_config("my-local-model") is None
+    settings.MANGO_MODEL_THINKING = "enabled"
+    assert thinking_config("claude-opus-4-6") == {"type": "enabled", "budget_tokens": 4096}
+    settings.MANGO_MODEL_MAX_TOKENS = 2000  # the budget stays below max_tokens
+    assert thinking_config("claude-opus-4-6") == {"type": "enabled", "budget_tokens": 1999}
+    settings.MANGO_MODEL_MAX_TOKENS = 1000  # no room for the least budget: none
+    assert thinking_config("claude-opus-4-6") is None
+    settings.MANGO_MODEL_THINKING = "off"
+    assert thinking_config("claude-opus-5") is None
