@@ -2,8 +2,9 @@
 that makes the change (synchronously, Django signals run in the sender's thread), so the outbox
 rows written here commit or roll back with it; sessions imports nothing of webhooks."""
 
-from sessions.signals import session_changed
+from sessions.signals import session_changed_listen
 from webhooks.events import SESSION_CHANGES, THREAD_TYPES, webhook_types_for
+from webhooks.interest import workspace_subscribed
 from webhooks.services import webhook_event_emit
 
 
@@ -16,4 +17,8 @@ def _on_session_changed(sender, *, workspace_id: str, session_id: str, change: s
 
 
 def connect() -> None:
-    session_changed.connect(_on_session_changed, dispatch_uid="webhooks.session_changed")
+    session_changed_listen(
+        _on_session_changed,
+        dispatch_uid="webhooks.session_changed",
+        wants=lambda workspace_id: workspace_subscribed(workspace_id=workspace_id),
+    )

@@ -24,6 +24,7 @@ from sessions.models import Session
 from sessions.queue.services import session_work_ensure, session_work_stop
 from sessions.selectors import session_get
 from sessions.services.admission import events_admit
+from sessions.services.announce import announce_change
 from sessions.services.checkpoints import checkpoints_delete
 from sessions.services.events import events_append_locked, session_events_purge
 from sessions.services.repositories import repositories_admit, repository_rows_create
@@ -35,7 +36,6 @@ from sessions.services.resources import (
 )
 from sessions.services.termination import session_archive_locked
 from sessions.services.user_events import user_events_append_locked
-from sessions.signals import session_changed
 from vaults.selectors import live_vault_ids
 
 logger = logging.getLogger(__name__)
@@ -187,9 +187,7 @@ def _session_create(
         user_events_append_locked(session=session, parsed=initial_events)
     # A new self_hosted session needs a worker (a no-op if its initial events queued one).
     session_work_ensure(session=session)
-    session_changed.send(
-        sender=Session, workspace_id=workspace.id, session_id=session.id, change="session.created", payload={}
-    )
+    announce_change(workspace_id=workspace.id, session_id=session.id, change="session.created")
     return session
 
 
@@ -326,13 +324,7 @@ def session_archive(*, workspace, session_id: str) -> Session:
     for thread in threads:
         session_archive_locked(locked=thread)
     if archived and session.primary_id is None:
-        session_changed.send(
-            sender=Session,
-            workspace_id=session.workspace_id,
-            session_id=session.id,
-            change="session.archived",
-            payload={},
-        )
+        announce_change(workspace_id=session.workspace_id, session_id=session.id, change="session.archived")
     return session
 
 
