@@ -63,6 +63,7 @@ def session_create(
     memory_stores: list | None = None,
     repositories: list | None = None,
     vault_ids: list[str] | None = None,
+    deployment_id: str | None = None,
 ) -> Session:
     """A session starts idle with a snapshot of the agent version and the environment config.
 
@@ -95,6 +96,7 @@ def session_create(
                 initial_events=admitted,
                 budget=budget,
                 vault_ids=vault_ids or [],
+                deployment_id=deployment_id,
             )
             resource_rows_create(session=session, copies=copies)
             if repos and (session.environment_config or {}).get("type") == "self_hosted":
@@ -130,6 +132,7 @@ def _session_create(
     initial_events: list[dict],
     budget: dict | None,
     vault_ids: list[str],
+    deployment_id: str | None = None,
 ) -> Session:
     agent_row, version = _resolve_agent_ref(workspace=workspace, agent=agent)
     environment = environment_get(workspace=workspace, environment_id=environment_id)
@@ -175,6 +178,7 @@ def _session_create(
         agent_version=version.version,
         agent_snapshot=snapshot,
         vault_ids=vault_ids,
+        deployment_id=deployment_id,
         environment_id=environment.id,
         environment_config=environment.config,
         metadata=metadata,
