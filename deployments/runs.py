@@ -145,4 +145,5 @@ def deployment_fire(*, deployment_id: str) -> DeploymentRun | None:
                 return run
         deployment.save(update_fields=fields)
         crash_point("deployments.fire.before_commit")
+    crash_point("deployments.fire.committed")
     return run
