@@ -1,6 +1,7 @@
-"""What sessions tell webhooks. sessions.signals.session_changed is sent inside the transaction
-that makes the change (synchronously, Django signals run in the sender's thread), so the outbox
-rows written here commit or roll back with it; sessions imports nothing of webhooks."""
+"""What sessions and the other apps tell webhooks. sessions.signals.session_changed and
+core.signals.resource_changed are sent inside the transaction that makes the change
+(synchronously, Django signals run in the sender's thread), so the outbox rows written here
+commit or roll back with it; the senders import nothing of webhooks."""
 
 from core.signals import resource_changed
 from sessions.signals import session_changed_listen
