@@ -9,7 +9,8 @@ MANGO_WEBHOOK_DELIVERY_THREADS=--threads, MANGO_WEBHOOK_INFLIGHT_MAX=--threads: 
 each commit asks for it; latency is from the event's commit to the receiver's read of the body.
 Raw: the same bodies, signed with standardwebhooks as Mango signs them, POSTed by `--threads`
 threads with the same HTTP client (httpx2, one keep-alive client per thread: the best a sender
-without an outbox does), all ready at t0; latency is from t0 to the receiver's read. The receiver answers 200 and verifies nothing.
+without an outbox does), all ready at t0; latency is from t0 to the receiver's read. The
+receiver answers 200 and verifies nothing.
 """
 
 import argparse
