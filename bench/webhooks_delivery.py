@@ -133,11 +133,12 @@ def main() -> None:
     from tests.worker import CeleryWorker
 
     receiver = Receiver()
-    worker = CeleryWorker(queues=queue, concurrency=2, env={"MANGO_LOG_LEVEL": "INFO"}).start()
+    worker = CeleryWorker(queues=queue, concurrency=2, env={"MANGO_LOG_LEVEL": "INFO"})
     try:
+        worker.start()
         results = {"mango": mango(args, receiver)}
     finally:
-        worker.kill()
+        worker.kill()  # a worker that never got ready is killed too
     bodies = results["mango"].pop("bodies")
     results["raw signed POST"] = raw(args, receiver, bodies)
     print(
