@@ -8,6 +8,7 @@ from agents.selectors import agent_get, agent_version_get, environment_get
 from core import references
 from core.errors import Conflict, InvalidRequest, NotFound
 from core.metadata import metadata_patch_apply
+from core.signals import resource_change_announce
 from core.updates import model_update
 
 
@@ -71,6 +72,7 @@ def agent_create(*, workspace, fields: dict) -> tuple[Agent, AgentVersion]:
         workspace=workspace, agent_id=agent.id, version=1, config=multiagent_merge(None, fields.get("multiagent"))
     )
     version = AgentVersion.objects.create(agent=agent, version=1, config=fields, created_at=now)
+    resource_change_announce(workspace_id=agent.workspace_id, type="agent.created", object_id=agent.id)
     return agent, version
 
 
@@ -104,21 +106,29 @@ def agent_update(*, workspace, agent_id: str, fields: dict, expected_version: in
     agent.updated_at = now
     agent.save(update_fields=["version", "updated_at"])
     version = AgentVersion.objects.create(agent=agent, version=agent.version, config=config, created_at=now)
+    resource_change_announce(workspace_id=agent.workspace_id, type="agent.updated", object_id=agent.id)
     return agent, version
 
 
 @transaction.atomic
 def agent_archive(*, workspace, agent_id: str) -> tuple[Agent, AgentVersion]:
     agent = agent_get(workspace=workspace, agent_id=agent_id, for_update=True)
+    if agent.archived_at is None:
+        resource_change_announce(workspace_id=agent.workspace_id, type="agent.archived", object_id=agent.id)
     agent.archive()
     return agent, agent_version_get(agent=agent)
 
 
+def _environment_announce(environment: Environment, type: str) -> None:
+    resource_change_announce(workspace_id=environment.workspace_id, type=type, object_id=environment.id)
+
+
+@transaction.atomic
 def environment_create(
     *, workspace, name: str, config: dict, description: str | None, metadata: dict, scope: str | None
 ) -> Environment:
     now = timezone.now()
-    return Environment.objects.create(
+    environment = Environment.objects.create(
         workspace=workspace,
         name=name,
         config=config,
@@ -128,6 +138,10 @@ def environment_create(
         created_at=now,
         updated_at=now,
     )
+    resource_change_announce(
+        workspace_id=environment.workspace_id, type="environment.created", object_id=environment.id
+    )
+    return environment
 
 
 @transaction.atomic
@@ -141,17 +155,26 @@ def environment_update(*, workspace, environment_id: str, changes: dict) -> Envi
         data["config"] = environment_config_resolve(changes["config"], environment.config)
     if "metadata" in changes:
         data["metadata"] = metadata_patch_apply(environment.metadata, changes["metadata"], empty_deletes=True)
+    resource_change_announce(
+        workspace_id=environment.workspace_id, type="environment.updated", object_id=environment.id
+    )
     return model_update(instance=environment, data=data)
 
 
 @transaction.atomic
 def environment_archive(*, workspace, environment_id: str) -> Environment:
     environment = environment_get(workspace=workspace, environment_id=environment_id, for_update=True)
+    if environment.archived_at is None:
+        _environment_announce(environment, "environment.archived")
     environment.archive()
     return environment
 
 
+@transaction.atomic
 def environment_delete(*, workspace, environment_id: str) -> None:
     """Sessions keep a snapshot of the environment's config, so deleting it never breaks them."""
     environment = environment_get(workspace=workspace, environment_id=environment_id)
+    resource_change_announce(
+        workspace_id=environment.workspace_id, type="environment.deleted", object_id=environment.id
+    )
     environment.delete()

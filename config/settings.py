@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "skills",
     "sessions.apps.SessionsConfig",
     "webhooks",
+    "deployments",
     "processors",
 ]
 
@@ -452,7 +453,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Session tasks (sessions.*) go to this queue; the router reads the setting at send time, so a
 # test run can use a queue of its own on a shared Redis.
 MANGO_SESSIONS_QUEUE = env.str("MANGO_SESSIONS_QUEUE", default="celery")
-CELERY_TASK_ROUTES = ("sessions.dispatch.route_task", "webhooks.routing.route_task")
+CELERY_TASK_ROUTES = ("sessions.dispatch.route_task", "webhooks.routing.route_task", "deployments.routing.route_task")
 CELERY_BEAT_SCHEDULE = {
     "files-reconcile": {"task": "files.reconcile", "schedule": timedelta(minutes=5)},
     "files-reconcile-given-up": {"task": "files.reconcile_given_up", "schedule": timedelta(seconds=10)},
@@ -485,6 +486,14 @@ MANGO_WEBHOOK_POLL_SECONDS = env.float("MANGO_WEBHOOK_POLL_SECONDS", default=5.0
 CELERY_BEAT_SCHEDULE["webhooks-deliver-due"] = {
     "task": "webhooks.deliver_due",
     "schedule": timedelta(seconds=MANGO_WEBHOOK_POLL_SECONDS),
+}
+
+# --- Deployments (deployments/): cron schedules, fired by beat's deployments.fire_due ----------
+MANGO_DEPLOYMENTS_QUEUE = env.str("MANGO_DEPLOYMENTS_QUEUE", default="celery")
+MANGO_DEPLOYMENTS_POLL_SECONDS = env.float("MANGO_DEPLOYMENTS_POLL_SECONDS", default=5.0)
+CELERY_BEAT_SCHEDULE["deployments-fire-due"] = {
+    "task": "deployments.fire_due",
+    "schedule": timedelta(seconds=MANGO_DEPLOYMENTS_POLL_SECONDS),
 }
 
 # Worker/beat liveness (core/heartbeats.py): renewed every MANGO_HEARTBEAT_SECONDS, gone after

@@ -18,6 +18,7 @@ urlpatterns = [
     path("v1/", include("skills.urls")),
     path("v1/", include("sessions.urls")),
     path("v1/", include("webhooks.urls")),
+    path("v1/", include("deployments.urls")),
 ]
 
 handler400 = core_views.handler400

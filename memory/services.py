@@ -26,6 +26,7 @@ from django.utils import timezone
 from core.errors import Conflict, InvalidRequest
 from core.metadata import metadata_patch_apply
 from core.models import Workspace
+from core.signals import resource_change_announce
 from core.updates import model_update
 from memory.models import Memory, MemoryStore, MemoryVersion
 from memory.selectors import memory_get, memory_store_get, memory_version_get
@@ -130,7 +131,7 @@ def memory_store_create(*, workspace, name: str, description: str, metadata: dic
         type(workspace).objects.select_for_update().filter(pk=workspace.pk).first()
         if MemoryStore.objects.filter(workspace=workspace).count() >= limit:
             raise InvalidRequest(f"The workspace holds its limit of {limit} memory stores.")
-        return MemoryStore.objects.create(
+        store = MemoryStore.objects.create(
             workspace=workspace,
             name=name,
             description=description,
@@ -138,6 +139,8 @@ def memory_store_create(*, workspace, name: str, description: str, metadata: dic
             created_at=now,
             updated_at=now,
         )
+        resource_change_announce(workspace_id=store.workspace_id, type="memory_store.created", object_id=store.id)
+        return store
 
 
 @transaction.atomic
@@ -158,6 +161,8 @@ def memory_store_update(*, workspace, memory_store_id: str, changes: dict) -> Me
 @transaction.atomic
 def memory_store_archive(*, workspace, memory_store_id: str) -> MemoryStore:
     store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
+    if store.archived_at is None:
+        resource_change_announce(workspace_id=store.workspace_id, type="memory_store.archived", object_id=store.id)
     store.archive()
     return store
 
@@ -167,6 +172,7 @@ def memory_store_delete(*, workspace, memory_store_id: str) -> None:
     attachment (name, access) but write nothing back any more."""
     with transaction.atomic():
         store = memory_store_get(workspace=workspace, memory_store_id=memory_store_id, for_update=True)
+        resource_change_announce(workspace_id=store.workspace_id, type="memory_store.deleted", object_id=store.id)
         store.delete()
 
 

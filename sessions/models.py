@@ -88,6 +88,9 @@ class Session(Archivable, models.Model):
     # Vaults given at creation, in order (the first one holding a credential for a server's URL
     # wins); each was the workspace's and live then.
     vault_ids = models.JSONField(default=list)
+    # The deployment whose run created the session (deployments/), by id: sessions imports
+    # nothing of deployments.
+    deployment_id = models.CharField(max_length=64, null=True, blank=True, db_index=True)  # noqa: DJ001
     # A multiagent session's child thread is a row of its own (its own log, lease, turn loop and
     # usage) whose `primary` is the session; routes see only primaries (selectors.session_get),
     # and reach a child as a thread of its primary. `thread_agent_name`: the agent it runs.

@@ -22,6 +22,7 @@ from django.utils import timezone
 from core import oauth, secrets
 from core.errors import Conflict, InvalidRequest, ServiceUnavailable
 from core.metadata import metadata_patch_apply
+from core.signals import resource_change_announce
 from core.updates import model_update
 from vaults.auth import auth_split, future_time, injection_location, networking_public
 from vaults.models import Vault, VaultCredential
@@ -63,9 +64,11 @@ def vault_create(*, workspace, display_name: str, metadata: dict) -> Vault:
         type(workspace).objects.select_for_update().filter(pk=workspace.pk).first()
         if Vault.objects.filter(workspace=workspace).count() >= limit:
             raise InvalidRequest(f"The workspace holds its limit of {limit} vaults (MANGO_WORKSPACE_MAX_VAULTS).")
-        return Vault.objects.create(
+        vault = Vault.objects.create(
             workspace=workspace, display_name=display_name, metadata=metadata, created_at=now, updated_at=now
         )
+        resource_change_announce(workspace_id=vault.workspace_id, type="vault.created", object_id=vault.id)
+        return vault
 
 
 @transaction.atomic
@@ -86,6 +89,8 @@ def vault_archive(*, workspace, vault_id: str) -> Vault:
     """An archived vault's credentials are used by no session any more (nor by running ones:
     their sandboxes' egress proxies lose the secrets after the commit)."""
     vault = vault_get(workspace=workspace, vault_id=vault_id, for_update=True)
+    if vault.archived_at is None:
+        resource_change_announce(workspace_id=vault.workspace_id, type="vault.archived", object_id=vault.id)
     vault.archive()
     secrets_changed.send(sender=Vault, workspace_id=vault.workspace_id, vault_id=vault.id)
     return vault
@@ -97,6 +102,7 @@ def vault_delete(*, workspace, vault_id: str) -> None:
     egress proxies too."""
     vault = vault_get(workspace=workspace, vault_id=vault_id, for_update=True)
     secrets_changed.send(sender=Vault, workspace_id=vault.workspace_id, vault_id=vault.id)
+    resource_change_announce(workspace_id=vault.workspace_id, type="vault.deleted", object_id=vault.id)
     vault.delete()
 
 
@@ -129,7 +135,7 @@ def credential_create(
                     f"Vault {vault.id!r} already holds a live credential for {public['secret_name']!r}; "
                     "archive it or update it."
                 )
-            return VaultCredential.objects.create(
+            credential = VaultCredential.objects.create(
                 vault=vault,
                 workspace=workspace,
                 display_name=display_name,
@@ -141,6 +147,8 @@ def credential_create(
                 created_at=now,
                 updated_at=now,
             )
+            _credential_announce(credential, "vault_credential.created")
+            return credential
     except IntegrityError:
         raise CredentialUrlTaken(
             f"Vault {vault_id!r} already holds a live credential for {url[:200]!r}; archive it or update it."
@@ -224,8 +232,19 @@ def credential_archive(*, workspace, vault_id: str, credential_id: str) -> Vault
     """Archived is revoked: no session uses it again, and its secret is erased."""
     vault = vault_get(workspace=workspace, vault_id=vault_id, for_update=True)
     credential = credential_get(vault=vault, credential_id=credential_id, for_update=True)
+    if credential.archived_at is None:
+        _credential_announce(credential, "vault_credential.archived")
     credential_revoke(credential=credential)
     return credential
+
+
+def _credential_announce(credential: VaultCredential, type: str) -> None:
+    resource_change_announce(
+        workspace_id=credential.workspace_id,
+        type=type,
+        object_id=credential.id,
+        extra={"vault_id": credential.vault_id},
+    )
 
 
 def credential_revoke(*, credential: VaultCredential) -> None:
@@ -249,6 +268,7 @@ def credential_delete(*, workspace, vault_id: str, credential_id: str) -> None:
     vault = vault_get(workspace=workspace, vault_id=vault_id, for_update=True)
     credential = credential_get(vault=vault, credential_id=credential_id, for_update=True)
     _proxies_revoke(credential)
+    _credential_announce(credential, "vault_credential.deleted")
     credential.delete()
 
 
@@ -294,6 +314,12 @@ def credential_refresh(*, credential_id: str, timeout: float = PROBE_TIMEOUT_SEC
         current = credential_by_id(credential_id=credential_id)
         if current is not None and current.secret and current.secret != before:
             return current
+        with transaction.atomic():
+            _credential_announce(credential, "vault_credential.refresh_failed")
+        raise
+    except oauth.RefreshUnreachable:
+        with transaction.atomic():
+            _credential_announce(credential, "vault_credential.refresh_failed")
         raise
     with transaction.atomic():
         row = VaultCredential.objects.select_for_update().filter(id=credential_id, archived_at__isnull=True).first()

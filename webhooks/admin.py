@@ -1,10 +1,10 @@
 """Webhook endpoints (enable/disable; secrets are never fields) and the delivery log."""
 
 from django.contrib import admin
-from django.utils import timezone
 
 from core.adminkit import ReadOnlyInline, ReadOnlyModelAdmin
 from webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from webhooks.services import endpoints_set_disabled
 
 
 @admin.register(WebhookEndpoint)
@@ -26,13 +26,13 @@ class WebhookEndpointAdmin(ReadOnlyModelAdmin):
 
     @admin.action(description="Disable the selected endpoints")
     def disable(self, request, queryset):
-        queryset.filter(disabled_at__isnull=True).update(
-            disabled_at=timezone.now(), disabled_reason="disabled in the admin"
+        endpoints_set_disabled(
+            endpoint_ids=list(queryset.values_list("id", flat=True)), disabled=True, reason="disabled in the admin"
         )
 
     @admin.action(description="Enable the selected endpoints")
     def enable(self, request, queryset):
-        queryset.update(disabled_at=None, disabled_reason="")
+        endpoints_set_disabled(endpoint_ids=list(queryset.values_list("id", flat=True)), disabled=False)
 
 
 class WebhookAttemptInline(ReadOnlyInline):

@@ -27,7 +27,25 @@ class WebhookEventType(StrEnum):
     SESSION_THREAD_TERMINATED = "session.thread_terminated"
 
 
-TYPES = frozenset(t.value for t in WebhookEventType)
+# The other resources' events, sent by their apps through core.signals.resource_changed with the
+# SDK's type names (BetaWebhook<Resource><Change>EventData); vault_credential.* carry vault_id.
+RESOURCE_TYPES = frozenset(
+    {
+        "agent.created", "agent.updated", "agent.archived", "agent.deleted",
+        "environment.created", "environment.updated", "environment.archived", "environment.deleted",
+        "memory_store.created", "memory_store.archived", "memory_store.deleted",
+        "vault.created", "vault.archived", "vault.deleted",
+        "vault_credential.created", "vault_credential.archived", "vault_credential.deleted",
+        "vault_credential.refresh_failed",
+        "deployment.created", "deployment.updated", "deployment.archived", "deployment.paused",
+        "deployment.unpaused", "deployment.deleted",
+        "deployment_run.started", "deployment_run.succeeded", "deployment_run.failed",
+    }
+)  # fmt: skip
+# The extra data fields each resource type may carry (anything else a sender passes is dropped).
+RESOURCE_EXTRA_FIELDS = {"vault_credential": ("vault_id",)}
+
+TYPES = frozenset(t.value for t in WebhookEventType) | RESOURCE_TYPES
 
 # A session's status event (sessions.events.EventType values, by their wire names) and the
 # webhook types it is sent as. session.status_idle: session.status_idled always, and

@@ -19,6 +19,7 @@ from core import secrets as sealed
 from core.errors import InvalidRequest
 from core.ids import new_id
 from webhooks.events import TYPES, event_body, new_event_id
+from webhooks.interest import workspace_subscribed_forget, workspace_subscribed_mark
 from webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from webhooks.selectors import endpoint_get
 
@@ -70,6 +71,7 @@ def endpoint_create(
         created_at=now,
         updated_at=now,
     )
+    workspace_subscribed_mark(workspace_id=workspace.pk)
     return endpoint, secret
 
 
@@ -105,6 +107,7 @@ def endpoint_update(*, workspace, endpoint_id: str, changes: dict) -> WebhookEnd
         elif not changes["disabled"]:
             endpoint.disabled_at, endpoint.disabled_reason = None, ""
         fields += ["disabled_at", "disabled_reason"]
+        _subscription_changed(workspace_id=endpoint.workspace_id, enabled=not changes["disabled"])
     endpoint.updated_at = timezone.now()
     endpoint.save(update_fields=[*fields, "updated_at"])
     return endpoint
@@ -132,6 +135,29 @@ def endpoint_secret_rotate(
 def endpoint_delete(*, workspace, endpoint_id: str) -> None:
     """The endpoint and its delivery log go (a lease holder's late record then matches nothing)."""
     endpoint_get(workspace=workspace, endpoint_id=endpoint_id, for_update=True).delete()
+    workspace_subscribed_forget(workspace_id=workspace.pk)
+
+
+def _subscription_changed(*, workspace_id: str, enabled: bool) -> None:
+    """webhooks.interest: an enabled endpoint is known before commit, a disabled one after."""
+    if enabled:
+        workspace_subscribed_mark(workspace_id=workspace_id)
+    else:
+        workspace_subscribed_forget(workspace_id=workspace_id)
+
+
+@transaction.atomic
+def endpoints_set_disabled(*, endpoint_ids: list[str], disabled: bool, reason: str = "") -> int:
+    """The admin's disable and enable of several endpoints (any workspace's)."""
+    rows = WebhookEndpoint.objects.filter(id__in=endpoint_ids)
+    now = timezone.now()
+    if disabled:
+        rows = rows.filter(disabled_at__isnull=True)
+    workspaces = set(rows.values_list("workspace_id", flat=True))
+    count = rows.update(disabled_at=now if disabled else None, disabled_reason=reason, updated_at=now)
+    for workspace_id in workspaces:
+        _subscription_changed(workspace_id=workspace_id, enabled=not disabled)
+    return count
 
 
 def webhook_event_emit(
@@ -282,6 +308,9 @@ def _disable_if_failing(*, endpoint_id: str, now: datetime) -> None:
         endpoint_id=endpoint_id, status=WebhookDelivery.Status.SUCCEEDED, delivered_at__gte=since
     ).exists():
         return
+    endpoint = WebhookEndpoint.objects.filter(id=endpoint_id).values_list("workspace_id", flat=True).first()
+    if endpoint is not None:
+        workspace_subscribed_forget(workspace_id=endpoint)
     WebhookEndpoint.objects.filter(id=endpoint_id, disabled_at__isnull=True).update(
         disabled_at=now,
         disabled_reason=(

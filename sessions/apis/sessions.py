@@ -77,7 +77,7 @@ class SessionListCreateApi(AgentsApi):
             OpenApiParameter("statuses[]", str, many=True, enum=list(SESSION_STATUSES)),
             OpenApiParameter("agent_id", str),
             OpenApiParameter("agent_version", int, description="Only with agent_id."),
-            OpenApiParameter("deployment_id", str, description="No deployments exist here: matches no session."),
+            OpenApiParameter("deployment_id", str, description="Sessions a run of this deployment created."),
             OpenApiParameter("memory_store_id", str, description="Sessions the memory store is attached to."),
             *time_range_parameters(),
         ],
@@ -98,8 +98,7 @@ class SessionListCreateApi(AgentsApi):
             agent_version=query_int(request, "agent_version", minimum=1),
             memory_store_id=request.query_params.get("memory_store_id") or None,
             created=query_time_range(request, "created_at"),
-            # No deployments exist here: a deployment filter matches nothing (never everything).
-            none=bool(request.query_params.get("deployment_id")),
+            deployment_id=request.query_params.get("deployment_id") or None,
         )
         return Response({"data": sessions_wire(rows), "next_page": next_page, "prev_page": prev_page})
 

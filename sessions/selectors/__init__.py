@@ -67,14 +67,13 @@ def session_list(
     agent_id: str | None,
     agent_version: int | None,
     created: dict,
-    none: bool = False,
+    deployment_id: str | None = None,
     memory_store_id: str | None = None,
 ):
-    """`none`: a filter that cannot match here (a deployment_id) leaves the page empty. A
-    multiagent session's child threads are not sessions of their own (session_threads)."""
+    """A multiagent session's child threads are not sessions of their own (session_threads)."""
     queryset = Session.objects.filter(workspace=workspace, deleted_at__isnull=True, primary__isnull=True)
-    if none:
-        queryset = queryset.none()
+    if deployment_id:
+        queryset = queryset.filter(deployment_id=deployment_id)
     if memory_store_id:
         queryset = queryset.filter(memory_stores__memory_store_id=memory_store_id)
     if not include_archived:

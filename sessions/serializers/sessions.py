@@ -197,7 +197,7 @@ def session_to_wire(
         },
         "usage": usage,
         "vault_ids": list(session.vault_ids or []),
-        "deployment_id": None,
+        "deployment_id": session.deployment_id,
     }
 
 

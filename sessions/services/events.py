@@ -21,8 +21,8 @@ from sessions.events import (
     EventType,
 )
 from sessions.models import Session, SessionEvent
+from sessions.services.announce import announce, announced_by_id, announced_items
 from sessions.services.event_bytes import json_sizes
-from sessions.signals import session_changed
 
 
 class LeaseLost(Exception):
@@ -78,48 +78,11 @@ def events_append_locked(*, session: Session, items: list[dict], also_save: tupl
     session.save(update_fields=["last_seq", "updated_at", "event_bytes", *also_save])
     session.__dict__.pop("event_bytes")  # deferred again: a later read loads the new total
     session_id = session.id
-    announced = _announced(items)
-    if announced and session.primary_id is None:
-        _announce(workspace_id=session.workspace_id, session_id=session_id, items=announced)
+    if session.primary_id is None and (announced := announced_items(items, workspace_id=session.workspace_id)):
+        announce(workspace_id=session.workspace_id, session_id=session_id, items=announced)
     transaction.on_commit(lambda: notify.events_committed(session_id, rows, payload_bytes=payload_bytes))
     _crosspost(items)
     return rows
-
-
-# The event types other apps hear of (sessions.signals.session_changed).
-ANNOUNCED_TYPES = frozenset(
-    t.value
-    for t in (
-        EventType.SESSION_STATUS_RUNNING,
-        EventType.SESSION_STATUS_IDLE,
-        EventType.SESSION_STATUS_RESCHEDULED,
-        EventType.SESSION_STATUS_TERMINATED,
-        EventType.SESSION_UPDATED,
-        EventType.SESSION_DELETED,
-        EventType.SESSION_THREAD_CREATED,
-        EventType.SESSION_THREAD_STATUS_IDLE,
-        EventType.SESSION_THREAD_STATUS_TERMINATED,
-        EventType.SPAN_OUTCOME_EVALUATION_END,
-    )
-)
-
-
-def _announced(items: list[dict]) -> list[dict]:
-    if not session_changed.has_listeners():
-        return []
-    return [item for item in items if str(item["type"]) in ANNOUNCED_TYPES]
-
-
-def _announce(*, workspace_id: str, session_id: str, items: list[dict]) -> None:
-    """session_changed for each of `items` (announced ones), in the caller's transaction."""
-    for item in items:
-        session_changed.send(
-            sender=Session,
-            workspace_id=workspace_id,
-            session_id=session_id,
-            change=str(item["type"]),
-            payload=item.get("payload") or {},
-        )
 
 
 def _crosspost(items: list[dict]) -> None:
@@ -252,7 +215,7 @@ def events_append(
         start_turn=start_turn,
         processed_ids=list(processed_ids),
     )
-    announced = _announced(items)
+    announced, workspace_id = announced_by_id(session_id=session_id, items=items)
     # Announced changes commit with what listeners write of them (one transaction).
     with transaction.atomic() if announced else nullcontext():
         with connection.cursor() as cursor:
@@ -261,9 +224,7 @@ def events_append(
         if found is None:
             _append_refused(session_id=session_id, token=token, unless_deleted=unless_deleted)
         if announced:
-            owner = Session.objects.filter(id=session_id).values_list("workspace_id", "primary_id").first()
-            if owner is not None and owner[1] is None:
-                _announce(workspace_id=owner[0], session_id=session_id, items=announced)
+            announce(workspace_id=workspace_id, session_id=session_id, items=announced)
     last_seq = found[0]
     for offset, row in enumerate(rows):
         row.seq = last_seq - len(rows) + offset + 1

@@ -21,6 +21,7 @@ from sessions.selectors.runner import (
     session_pending_input,
     session_required_action_ids,
 )
+from sessions.services.announce import session_owner_remember
 from sessions.services.events import events_append, events_append_locked
 from sessions.services.termination import session_terminate_locked
 
@@ -108,6 +109,7 @@ def session_turn_begin(*, session_id: str, token: str, wait: ClientWait | None =
         session = joined_row(Session, where="t.id = %s", params=[session_id], for_update=True)
         if session is None:
             raise Session.DoesNotExist(session_id)
+        session_owner_remember(session)
         if session.runner_token != token:
             return None
         if session.deleted_at is not None:

@@ -24,6 +24,7 @@ from sessions.models import Session
 from sessions.queue.services import session_work_ensure, session_work_stop
 from sessions.selectors import session_get
 from sessions.services.admission import events_admit
+from sessions.services.announce import announce_change
 from sessions.services.checkpoints import checkpoints_delete
 from sessions.services.events import events_append_locked, session_events_purge
 from sessions.services.repositories import repositories_admit, repository_rows_create
@@ -35,7 +36,6 @@ from sessions.services.resources import (
 )
 from sessions.services.termination import session_archive_locked
 from sessions.services.user_events import user_events_append_locked
-from sessions.signals import session_changed
 from vaults.selectors import live_vault_ids
 
 logger = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ def session_create(
     memory_stores: list | None = None,
     repositories: list | None = None,
     vault_ids: list[str] | None = None,
+    deployment_id: str | None = None,
 ) -> Session:
     """A session starts idle with a snapshot of the agent version and the environment config.
 
@@ -95,6 +96,7 @@ def session_create(
                 initial_events=admitted,
                 budget=budget,
                 vault_ids=vault_ids or [],
+                deployment_id=deployment_id,
             )
             resource_rows_create(session=session, copies=copies)
             if repos and (session.environment_config or {}).get("type") == "self_hosted":
@@ -130,6 +132,7 @@ def _session_create(
     initial_events: list[dict],
     budget: dict | None,
     vault_ids: list[str],
+    deployment_id: str | None = None,
 ) -> Session:
     agent_row, version = _resolve_agent_ref(workspace=workspace, agent=agent)
     environment = environment_get(workspace=workspace, environment_id=environment_id)
@@ -175,6 +178,7 @@ def _session_create(
         agent_version=version.version,
         agent_snapshot=snapshot,
         vault_ids=vault_ids,
+        deployment_id=deployment_id,
         environment_id=environment.id,
         environment_config=environment.config,
         metadata=metadata,
@@ -187,9 +191,7 @@ def _session_create(
         user_events_append_locked(session=session, parsed=initial_events)
     # A new self_hosted session needs a worker (a no-op if its initial events queued one).
     session_work_ensure(session=session)
-    session_changed.send(
-        sender=Session, workspace_id=workspace.id, session_id=session.id, change="session.created", payload={}
-    )
+    announce_change(workspace_id=workspace.id, session_id=session.id, change="session.created")
     return session
 
 
@@ -326,13 +328,7 @@ def session_archive(*, workspace, session_id: str) -> Session:
     for thread in threads:
         session_archive_locked(locked=thread)
     if archived and session.primary_id is None:
-        session_changed.send(
-            sender=Session,
-            workspace_id=session.workspace_id,
-            session_id=session.id,
-            change="session.archived",
-            payload={},
-        )
+        announce_change(workspace_id=session.workspace_id, session_id=session.id, change="session.archived")
     return session
 
 

@@ -1,4 +1,4 @@
-"""/openapi.json: valid OpenAPI 3 JSON describing all 71 operations with request and response
+"""/openapi.json: valid OpenAPI 3 JSON describing all its operations (OPERATIONS) with request and response
 schemas, both API-key schemes and the error envelope; and every operation, replayed, answers
 as documented (tests/openapi.py checks each response)."""
 
@@ -109,6 +109,16 @@ OPERATIONS = {
         "post",
         "/v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate",
     ): "vaults_credentials_mcp_oauth_validate",
+    ("get", "/v1/deployments"): "deployments_list",
+    ("post", "/v1/deployments"): "deployments_create",
+    ("get", "/v1/deployments/{deployment_id}"): "deployments_retrieve",
+    ("post", "/v1/deployments/{deployment_id}"): "deployments_update",
+    ("post", "/v1/deployments/{deployment_id}/archive"): "deployments_archive",
+    ("post", "/v1/deployments/{deployment_id}/pause"): "deployments_pause",
+    ("post", "/v1/deployments/{deployment_id}/unpause"): "deployments_unpause",
+    ("post", "/v1/deployments/{deployment_id}/run"): "deployments_run",
+    ("get", "/v1/deployment_runs"): "deployment_runs_list",
+    ("get", "/v1/deployment_runs/{deployment_run_id}"): "deployment_runs_retrieve",
     ("get", "/v1/mango/webhook_endpoints"): "webhook_endpoints_list",
     ("post", "/v1/mango/webhook_endpoints"): "webhook_endpoints_create",
     ("get", "/v1/mango/webhook_endpoints/{endpoint_id}"): "webhook_endpoints_retrieve",
@@ -132,6 +142,10 @@ BODYLESS = {
     "vaults_archive",
     "vaults_credentials_archive",
     "vaults_credentials_mcp_oauth_validate",
+    "deployments_archive",
+    "deployments_pause",
+    "deployments_unpause",
+    "deployments_run",
 }
 
 
@@ -249,6 +263,24 @@ def test_every_operation_replayed_answers_as_documented(api, api_key, s3_bucket)
     assert thread_stream.status_code == 200
     thread_stream.close()
     assert _post(api, f"/v1/sessions/{sid}/archive").status_code == 200
+
+    deployment = _post(api, "/v1/deployments", {
+        "agent": agent["id"], "environment_id": env["id"], "name": "d",
+        "initial_events": [{"type": "user.message", "content": [{"type": "text", "text": "go"}]}],
+        "schedule": {"type": "cron", "expression": "0 9 * * 1-5", "timezone": "Europe/Paris"},
+    })  # fmt: skip
+    assert deployment.status_code == 200, deployment.content
+    did = deployment.json()["id"]
+    assert api.get("/v1/deployments").status_code == 200
+    assert api.get(f"/v1/deployments/{did}").status_code == 200
+    assert _post(api, f"/v1/deployments/{did}", {"description": "nightly"}).status_code == 200
+    assert _post(api, f"/v1/deployments/{did}/pause").status_code == 200
+    assert _post(api, f"/v1/deployments/{did}/unpause").status_code == 200
+    run = _post(api, f"/v1/deployments/{did}/run")
+    assert run.status_code == 200, run.content
+    assert api.get("/v1/deployment_runs").status_code == 200
+    assert api.get(f"/v1/deployment_runs/{run.json()['id']}").status_code == 200
+    assert _post(api, f"/v1/deployments/{did}/archive").status_code == 200
     assert _post(api, f"/v1/agents/{agent['id']}/archive").status_code == 200
     assert api.delete(f"/v1/sessions/{sid}").status_code == 200
     # Uploads are not downloadable (a 400, checked like any response); a session output is.

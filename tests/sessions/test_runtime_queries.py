@@ -19,16 +19,19 @@ from django.test.utils import CaptureQueriesContext
 from agents.tools import AgentToolsetSerializer
 from sessions.models import Session, SessionEvent
 from sessions.runtime import turn
+from sessions.services.announce import session_owner_remember
 from sessions.services.events import LeaseLost, events_append, runner_fence
 from sessions.services.user_events import session_events_send
 from tests.factories import TOOLSET, make_session
 from tests.scripted_model import text, tool_use, tool_uses
 from tests.sessions.conftest import wait_for
+from webhooks.interest import workspace_subscribed
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
-# The webhook outbox's endpoint lookups of each measured turn (issue 40): one per announced status
-# event, even with no endpoint (a follow-up: know "no endpoint" without asking each time).
+# The webhook outbox's endpoint lookups of each measured turn (issue 40), counted apart: none once
+# the workspace is known to have no endpoint (webhooks.interest: a Redis flag per workspace, read
+# by the append's gate; the warm-up turn's first event reads it from the database once).
 WEBHOOK_LOOKUPS: list[int] = []
 # Statements per model call that ends in one bash tool use and its result (BEGIN/COMMIT included);
 # one of them reads the sandbox's provisioning counter (issue 38: it replaces two dockerd round
@@ -36,11 +39,10 @@ WEBHOOK_LOOKUPS: list[int] = []
 MAX_PER_TOOL_STEP = 6
 # Statements of a whole turn without tool use: lease, start, one model call, idle, release; and
 # the last call's usage, read at the turn's first call to decide a compaction (issue 42); and
-# whether the session's sandbox sleeps (issue 38: a sleeping one is woken before a tool runs); and
-# the webhook outbox's reads for the turn's announced status events (issue 40: 6 here with no
-# endpoint configured, the endpoint lookups counted apart in WEBHOOK_LOOKUPS). A follow-up is to
-# know "no endpoint" without asking at each event.
-MAX_PER_TEXT_TURN = 25
+# whether the session's sandbox sleeps (issue 38: a sleeping one is woken before a tool runs). A
+# workspace with no webhook endpoint pays nothing for the outbox (issue 40: no transaction, no
+# read of the session's owner, no endpoint lookup for its announced status events).
+MAX_PER_TEXT_TURN = 19
 
 
 @pytest.fixture
@@ -87,6 +89,7 @@ def _runtime_statements(captured: list[dict]) -> int:
 
 def test_statements_per_tool_step_stay_bounded(api_key, local_runner):
     workspace = api_key.workspace
+    WEBHOOK_LOOKUPS.clear()
     _turn_statements(workspace, local_runner, 1)  # warm: first sandbox, first connection
     text_only, _ = _turn_statements(workspace, local_runner, 0)
     one_step, _ = _turn_statements(workspace, local_runner, 1)  # and its sandbox's creation
@@ -122,7 +125,8 @@ def test_statements_per_tool_step_stay_bounded(api_key, local_runner):
     assert session.event_bytes == sum(_json_bytes(e.payload) + _json_bytes(e.private) for e in stored)
 
     per_step = (three_steps - one_step) / 2
-    print(f"statements: text-only turn {text_only}, per tool step {per_step:.1f}")
+    print(f"statements: text-only turn {text_only}, per tool step {per_step:.1f}, webhooks {WEBHOOK_LOOKUPS}")
+    assert WEBHOOK_LOOKUPS[1:] == [0, 0, 0], WEBHOOK_LOOKUPS
     assert per_step <= MAX_PER_TOOL_STEP, (three_steps, one_step)
     assert text_only <= MAX_PER_TEXT_TURN, text_only
 
@@ -326,16 +330,14 @@ def test_a_turn_start_is_one_statement_that_a_lost_lease_refuses_whole(api_key, 
     sent.refresh_from_db()
     session.refresh_from_db()
     assert sent.processed_at is None and session.status == Session.Status.IDLE and session.turn_started_at is None
+    # As a runner does: its turn start remembered the session's owner (workspace, primary), and
+    # the workspace's first announced event learnt that it has no webhook endpoint.
+    session_owner_remember(session)
+    assert workspace_subscribed(workspace_id=workspace.id) is False
     with CaptureQueriesContext(connection) as queries:
         events_append(session_id=session.id, items=[running], start_turn=True, processed_ids=[sent.id])
-    # One statement starts the turn; the webhook outbox (issue 40) then reads the workspace's
-    # endpoints for session.status_running in the same transaction (BEGIN, its reads, COMMIT).
-    writes = [
-        q["sql"]
-        for q in queries.captured_queries
-        if q["sql"] not in ("BEGIN", "COMMIT") and q["sql"].split()[0] != "SELECT"
-    ]
-    assert len(writes) == 1 and len(queries.captured_queries) <= 5, queries.captured_queries
+    # One statement starts the turn: no transaction and no read for the webhook outbox.
+    assert len(queries.captured_queries) == 1, queries.captured_queries
     sent.refresh_from_db()
     session.refresh_from_db()
     assert sent.processed_at is not None and session.status == Session.Status.RUNNING

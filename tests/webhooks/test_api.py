@@ -153,7 +153,8 @@ def test_every_session_type_sent_is_the_sdks_own_shape(api, api_key):
     )
     client = anthropic.Anthropic(api_key="unused", base_url="http://127.0.0.1:9")
     seen = {}
-    for delivery in WebhookDelivery.objects.filter(workspace=api_key.workspace).order_by("created_at", "id"):
+    deliveries = WebhookDelivery.objects.filter(workspace=api_key.workspace, event_type__startswith="session.")
+    for delivery in deliveries.order_by("created_at", "id"):
         headers = signed_headers(delivery_id=delivery.id, body=delivery.body, secrets=[secret], now=datetime.now(UTC))
         event = client.beta.webhooks.unwrap(delivery.body, headers=headers, key=secret)
         assert event.data.id == session.id and event.data.type == delivery.event_type
