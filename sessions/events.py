@@ -366,7 +366,36 @@ def status_item(event_type: str, session, payload: dict | None = None) -> dict:
     if getattr(session, "primary_id", None) is None:
         return item(event_type, payload)
     named = {"session_thread_id": thread_id_of(session.id), "agent_name": session.thread_agent_name}
-    return item(THREAD_STATUS_TYPES[str(event_type)], {**named, **(payload or {})}, crosspost=session.primary_id)
+    payload = {**named, **(payload or {})}
+    status = item(THREAD_STATUS_TYPES[str(event_type)], payload, crosspost=session.primary_id)
+    handed = required_action_ids(payload)
+    if handed:  # the copy lists the copies of the tool uses it hands over (crosspost_tool_use)
+        reason = {**payload["stop_reason"], "event_ids": [thread_copy_id(event_id) for event_id in handed]}
+        status["crosspost_copy"] = {"payload": {**payload, "stop_reason": reason}}
+    return status
+
+
+# A child thread's tool use handed to the client is cross-posted to its primary's log (where the
+# client's tool runner reads it, marked with session_thread_id) under an id derived from its own
+# (one character longer than any id new_id makes: no collision), kept in the copy's private
+# THREAD_COPY (the child's session id) with the original's id. The client answers either id on
+# the session; services.events routes the answer to the thread. Copies, and the records of the
+# answers routed from the primary's log, are left out of the primary's conversation and tools.
+THREAD_COPY = "thread_copy"
+
+
+def thread_copy_id(event_id: str) -> str:
+    return event_id + "t"
+
+
+def crosspost_tool_use(tool_use: dict, thread) -> dict:
+    """`tool_use` (an item with its id set, of the child thread `thread`) marked to be
+    cross-posted to the primary's log as a copy naming the thread."""
+    copy_payload = {**tool_use["payload"], "session_thread_id": thread_id_of(thread.id)}
+    private = {THREAD_COPY: thread.id, "thread_event": tool_use["id"]}
+    tool_use["crosspost"] = thread.primary_id
+    tool_use["crosspost_copy"] = {"id": thread_copy_id(tool_use["id"]), "payload": copy_payload, "private": private}
+    return tool_use
 
 
 def thread_message_received(*, content: list[dict], from_thread_id: str, from_agent_name: str | None) -> dict:

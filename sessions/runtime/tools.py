@@ -12,7 +12,7 @@ from django.conf import settings
 import sandboxes as sandbox
 from agents.configs import TOOLSET_TYPE
 from sessions import events as ev
-from sessions.events import SERVER_TOOL_TYPES, EventType
+from sessions.events import SERVER_TOOL_TYPES, THREAD_COPY, EventType
 from sessions.models import Session, SessionEvent
 from sessions.runtime.builtins import SANDBOX_TOOLS, ToolOutcome, run_builtin
 from sessions.runtime.control import Stop, TurnControl, db_release
@@ -267,23 +267,27 @@ def tool_run(*, control: TurnControl, session: Session, event: SessionEvent, mcp
         raise Stop()
 
 
-def tools_run_confirmed(*, control: TurnControl, session: Session, mcp: SessionMcp | None = None) -> None:
-    """Answer always_ask tool uses the client confirmed (run them) or denied (error result). On
-    self_hosted a confirmed built-in tool is the client's to run (its user.tool_result answers
-    it): never run in a sandbox of ours; a confirmed MCP tool is ours to call everywhere."""
+def tools_run_confirmed(
+    *, control: TurnControl, session: Session, mcp: SessionMcp | None = None, sandbox: Session | None = None
+) -> None:
+    """Answer always_ask tool uses the client confirmed (run them, in the sandbox of `sandbox`:
+    a child thread's primary) or denied (error result). On self_hosted a confirmed built-in tool
+    is the client's to run (its user.tool_result answers it): never run in a sandbox of ours; a
+    confirmed MCP tool is ours to call everywhere. A child thread's tool uses cross-posted to a
+    primary's log are the thread's to answer, never the primary's."""
     confirmations = session_tool_confirmations(session_id=session.id)
     if not confirmations:
         return
     answered = session_answered_tool_use_ids(session_id=session.id)
     self_hosted = session.environment_config.get("type") == "self_hosted"
     for tool_use in session_tool_uses(session_id=session.id, ids=list(confirmations)):
-        if tool_use.id in answered:
+        if tool_use.id in answered or THREAD_COPY in tool_use.private:
             continue
         confirmation = confirmations[tool_use.id]
         is_mcp = tool_use.type == EventType.AGENT_MCP_TOOL_USE
         if confirmation["result"] == "allow":
             if is_mcp or not self_hosted:
-                tool_run(control=control, session=session, event=tool_use, mcp=mcp)
+                tool_run(control=control, session=sandbox or session, event=tool_use, mcp=mcp)
         else:
             message = confirmation.get("deny_message") or "The user denied this tool call."
             _answer(session.id, tool_use.id, message, is_error=True, mcp=is_mcp)
@@ -295,7 +299,7 @@ def tools_answer_dangling(*, session_id: str) -> None:
     answered = session_answered_tool_use_ids(session_id=session_id)
     confirmed = session_answered_tool_use_ids(session_id=session_id, types=(EventType.USER_TOOL_CONFIRMATION,))
     for tool_use in session_tool_uses(session_id=session_id, after_seq=session_last_idle_seq(session_id=session_id)):
-        if tool_use.id in answered or tool_use.id in confirmed:
+        if tool_use.id in answered or tool_use.id in confirmed or THREAD_COPY in tool_use.private:
             continue
         if tool_use.payload.get("evaluated_permission") != "allow":
             continue

@@ -214,7 +214,7 @@ class Runner(RunnerWaits):
             if work.resume and session.environment_config.get("type") != "self_hosted":
                 tools_answer_dangling(session_id=self.session_id)
             if work.confirmations:
-                tools_run_confirmed(control=self.control, session=session, mcp=mcp)
+                tools_run_confirmed(control=self.control, session=session, mcp=mcp, sandbox=self.sandbox_session)
             self._loop(session, mcp)
         except Stop:
             if self.control.lease_lost or session_is_deleted(session_id=self.session_id):
@@ -290,6 +290,9 @@ class Runner(RunnerWaits):
                     continue
                 if roster and self._await_threads():  # a thread's reply came: the model reads it
                     continue
+                handed = self.threads_handed() if roster else []
+                if handed:  # no thread at work, and one waits on the client: so does the session
+                    return self.go_idle(ev.stop_requires_action(handed), for_threads=True)
                 return self.go_idle(ev.stop_end_turn())
             model_calls += 1
             if model_calls >= MAX_MODEL_CALLS_PER_TURN:
@@ -339,10 +342,12 @@ class Runner(RunnerWaits):
                 result = ev.tool_result(tool_use_id=item["id"], text=text, is_error=True)
                 results.append(ev.item(EventType.AGENT_TOOL_RESULT, result))
         handed = [item for item, mode in zip(items, modes, strict=True) if mode is ToolMode.CLIENT]
+        for item in handed:
+            item["id"] = item.get("id") or new_id("sevt")
+            if self.turn_session.primary_id:  # a thread's: on the primary's log too, for the client
+                ev.crosspost_tool_use(item, self.turn_session)
         idle = None
         if may_idle and handed and ToolMode.RUN not in modes:
-            for item in handed:
-                item["id"] = item.get("id") or new_id("sevt")
             stop_reason = ev.stop_requires_action([item["id"] for item in handed])
             idle = ev.status_item(EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason))
         try:

@@ -21,6 +21,7 @@ from sessions.selectors.runner import (
     session_interrupt_pending,
     session_thread_messages_pending,
     session_threads_busy,
+    session_threads_handed,
     session_turn_reply,
 )
 from sessions.services.events import SessionGone, events_append, session_event_append
@@ -138,9 +139,11 @@ class RunnerWaits:
             self.control.check_handback()
             self.control.check_stop()
 
-    def go_idle(self, stop_reason: dict, *, interrupted: bool = False) -> None:
+    def go_idle(self, stop_reason: dict, *, interrupted: bool = False, for_threads: bool = False) -> None:
         """Publish outputs (unless interrupted), write memory back, then commit session.status_idle (with the
-        session's status and active time, in one statement). Nothing is appended to a deleted session."""
+        session's status and active time, in one statement). Nothing is appended to a deleted session.
+        `for_threads`: a coordinator's requires_action lists its threads' tool uses (their copies):
+        the answers go to the threads, so this runner does not wait for them (no ClientWait)."""
         if self.turn_session is None or idle_hooks_apply(self.turn_session):
             session = session_by_id(session_id=self.session_id)  # the hooks read its sandbox as it is now
             if session.deleted_at is not None:
@@ -166,7 +169,12 @@ class RunnerWaits:
             return
         if interrupted:  # archived while its turn ran (the archive interrupts): terminated now
             session_terminate_if_archived(session_id=self.session_id)
-        self._idled(stop_reason, interrupted=interrupted)
+        self._idled(stop_reason, interrupted=interrupted or for_threads)
+
+    def threads_handed(self) -> list[str]:
+        """The tool uses this coordinator's idle threads handed their client and still wait for
+        (their copies' ids on this log): the session waits on its client for them."""
+        return session_threads_handed(session_id=self.session_id)
 
     def _report(self, thread: Session, stop_reason: dict) -> None:
         """A child thread's idle wakes its primary: the text of its turn's messages (or why it

@@ -123,16 +123,20 @@ def _announce(*, workspace_id: str, session_id: str, items: list[dict]) -> None:
 
 
 def _crosspost(items: list[dict]) -> None:
-    """A child thread's status events (sessions.events.status_item) are copied to its primary's
-    log, where clients watching the session see them (the SDK: "cross-posted to the primary
-    stream for child threads"). Unfenced (the primary is another runner's), and after commit:
-    a transaction holding the child's row lock never waits for the primary's, which the API
-    holds while it forwards an interrupt to the children (one lock order, no deadlock). A copy
-    lost to a crash in between is only a copy."""
+    """A child thread's status events (sessions.events.status_item) and the tool uses it hands
+    its client (sessions.events.crosspost_tool_use) are copied to its primary's log, where
+    clients watching the session see them (the SDK: "cross-posted to the primary stream for
+    child threads"; an item's crosspost_copy overrides the copy's id, payload or private).
+    Unfenced (the primary is another runner's), and after commit: a transaction holding the
+    child's row lock never waits for the primary's, which the API holds while it forwards an
+    interrupt or a tool answer to the children (one lock order, no deadlock). A copy lost to a
+    crash in between is only a copy: a thread's tool use is still on its own log (and stream),
+    where the client may answer it by its own id."""
     targets: dict[str, list[dict]] = {}
     for item in items:
         if item.get("crosspost"):
-            targets.setdefault(item["crosspost"], []).append({"type": item["type"], "payload": item["payload"]})
+            copy = {"type": item["type"], "payload": item["payload"], **item.get("crosspost_copy", {})}
+            targets.setdefault(item["crosspost"], []).append(copy)
     for target, copies in targets.items():
         transaction.on_commit(
             lambda target=target, copies=copies: events_append(session_id=target, items=copies), robust=True

@@ -13,7 +13,7 @@ from django.utils import timezone
 from core.lookups import joined_row
 from sessions import events as ev
 from sessions import notify
-from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, EventType, tool_use_id_of
+from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, EventType, thread_copy_id, tool_use_id_of
 from sessions.models import Session, SessionEvent, SessionResource
 from sessions.selectors.runner import (
     session_answered_tool_use_ids,
@@ -133,7 +133,10 @@ def session_turn_begin(*, session_id: str, token: str, wait: ClientWait | None =
         archived = session.archived_at is not None and not resume
         if archived and session.status != Session.Status.TERMINATED:
             session_terminate_locked(locked=session)
-        if archived or (not resume and not _starts_turn(session_id, pending, self_hosted=self_hosted, wait=wait)):
+        child = session.primary_id is not None
+        if archived or (
+            not resume and not _starts_turn(session_id, pending, self_hosted=self_hosted, wait=wait, child=child)
+        ):
             session.runner_token = None
             session.runner_heartbeat_at = None
             session.save(update_fields=["runner_token", "runner_heartbeat_at"])
@@ -144,7 +147,12 @@ def session_turn_begin(*, session_id: str, token: str, wait: ClientWait | None =
 
 
 def _starts_turn(
-    session_id: str, pending: list[SessionEvent], *, self_hosted: bool = False, wait: ClientWait | None = None
+    session_id: str,
+    pending: list[SessionEvent],
+    *,
+    self_hosted: bool = False,
+    wait: ClientWait | None = None,
+    child: bool = False,
 ) -> bool:
     """Whether idle-session input starts a turn. Partial answers to requires_action are marked
     processed and the session keeps waiting for the rest. On self_hosted, allowing a confirmed
@@ -158,13 +166,16 @@ def _starts_turn(
     if wait is not None:  # the runner knows what it handed out and what was answered since
         needed, answered = wait.needed, wait.answered
     else:
-        needed = set(session_required_action_ids(session_id=session_id))
+        needed = set(session_required_action_ids(session_id=session_id, child=child))
         if self_hosted:
             answered = session_answered_tool_use_ids(
                 session_id=session_id, types=(EventType.USER_TOOL_RESULT, EventType.USER_CUSTOM_TOOL_RESULT)
             ) | set(session_denied_tool_use_ids(session_id=session_id))
         else:
             answered = session_answered_tool_use_ids(session_id=session_id, types=CLIENT_ANSWER_TYPES)
+        # A coordinator's requires_action lists its threads' tool uses by their copies' ids; the
+        # client may have answered one by the thread's own id (sessions.events.thread_copy_id).
+        answered |= {thread_copy_id(event_id) for event_id in answered}
     if needed - answered:
         session_events_mark_processed(event_ids=[e.id for e in pending])
         return False

@@ -149,6 +149,8 @@ def test_rosters_are_depth_one_distinct_and_live(sdk):
 
 
 def test_sessions_refuse_rosters_they_cannot_run(sdk):
+    # A subagent with always_ask permissions (or custom tools) is served now: its calls reach the
+    # client through the session (tests/sessions/test_multiagent_client.py).
     asker = sdk.beta.agents.create(
         name="asker",
         model=MODEL,
@@ -163,8 +165,8 @@ def test_sessions_refuse_rosters_they_cannot_run(sdk):
     )
     lead = _agent(sdk, "lead", multiagent={"type": "coordinator", "agents": [asker.id]})
     env = sdk.beta.environments.create(name="e", config={"type": "cloud"})
-    with pytest.raises(anthropic.BadRequestError, match=r"agent.multiagent.agents\[0\]: .*always_ask"):
-        sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+    (entry,) = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id).agent.multiagent.agents
+    assert entry.tools[0].default_config.permission_policy.type == "always_ask"
     plain = _agent(sdk, "plain")
     lead2 = _agent(sdk, "lead2", multiagent={"type": "coordinator", "agents": [plain.id]})
     hosted = sdk.beta.environments.create(name="h", config={"type": "self_hosted"})
