@@ -104,7 +104,7 @@ SERVER_TOOL_OPTIONS = {
 @dataclass
 class ToolSpec:
     name: str
-    kind: str  # "builtin" | "custom" | "server" (run by the upstream) | "mcp"
+    kind: str  # "builtin" | "custom" | "server" (run by the upstream) | "mcp" | "thread" (always ours)
     permission: ev.ToolPermission  # builtin and mcp
     mcp: McpTool | None = None
 
@@ -118,7 +118,7 @@ def session_tools(
     definitions, specs = [], {}
     for definition in thread_tool_definitions(roster) if roster is not None else []:
         definitions.append(definition)
-        specs[definition["name"]] = ToolSpec(definition["name"], "builtin", ev.ToolPermission.ALWAYS_ALLOW)
+        specs[definition["name"]] = ToolSpec(definition["name"], "thread", ev.ToolPermission.ALWAYS_ALLOW)
     for tool in agent_snapshot.get("tools", []):
         if tool["type"] == TOOLSET_TYPE:
             for config in tool["configs"]:

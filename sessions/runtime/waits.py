@@ -30,6 +30,7 @@ from sessions.services.outputs import outputs_publish_at_idle
 from sessions.services.runner import ClientWait, session_last_error_set
 from sessions.services.termination import session_terminate_if_archived
 from sessions.services.threads import ThreadRefused, thread_message_send
+from sessions.services.work import session_work_ensure
 
 logger = logging.getLogger("sessions.runtime.turn")
 
@@ -188,8 +189,13 @@ class RunnerWaits:
             logger.info("a thread's report found its primary gone", extra={"session_id": self.session_id})
 
     def _idled(self, stop_reason: dict, *, interrupted: bool) -> None:
-        """The session went idle: what it handed its client, if anything, for linger and next_work."""
+        """The session went idle: what it handed its client, if anything, for linger and next_work.
+        A self_hosted session's thread handing its client tools needs a worker on the session's
+        (its primary's) work item: one is queued unless open."""
         self.awaiting_client = stop_reason.get("type") == "requires_action" and not interrupted
+        primary = self.sandbox_session
+        if self.awaiting_client and primary is not None and primary.id != self.session_id:
+            session_work_ensure(session=primary)
         if self.awaiting_client:
             self.wait = ClientWait(needed=frozenset(ev.required_action_ids({"stop_reason": stop_reason})))
 

@@ -223,11 +223,6 @@ def _session_multiagent(*, workspace, snapshot: dict, environment) -> dict:
     """The agent's multiagent configuration as the session shows it (SessionMultiagent): each
     roster entry's full definition, resolved now and kept for the session's life."""
     config = snapshot["multiagent"]
-    if (environment.config or {}).get("type") == "self_hosted":
-        raise InvalidRequest(
-            "agent.multiagent: multiagent sessions need a cloud environment here (subagent threads run their"
-            " tools in the session's sandbox).",
-        )
     definitions = [
         _thread_agent(workspace=workspace, snapshot=snapshot, ref=entry, field=field)
         for field, entry in roster_entries(config)

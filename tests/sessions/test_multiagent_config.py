@@ -148,7 +148,7 @@ def test_rosters_are_depth_one_distinct_and_live(sdk):
         _agent(sdk, "a", multiagent={"type": "coordinator", "agents": [archived.id]})
 
 
-def test_sessions_refuse_rosters_they_cannot_run(sdk):
+def test_sessions_run_rosters_with_client_tools_and_on_self_hosted(sdk):
     # A subagent with always_ask permissions (or custom tools) is served now: its calls reach the
     # client through the session (tests/sessions/test_multiagent_client.py).
     asker = sdk.beta.agents.create(
@@ -169,9 +169,10 @@ def test_sessions_refuse_rosters_they_cannot_run(sdk):
     assert entry.tools[0].default_config.permission_policy.type == "always_ask"
     plain = _agent(sdk, "plain")
     lead2 = _agent(sdk, "lead2", multiagent={"type": "coordinator", "agents": [plain.id]})
+    # A self_hosted environment is served too: the worker runs every thread's tools
+    # (tests/sessions/test_work_worker.py).
     hosted = sdk.beta.environments.create(name="h", config={"type": "self_hosted"})
-    with pytest.raises(anthropic.BadRequestError, match=r"agent.multiagent: .*cloud environment"):
-        sdk.beta.sessions.create(agent=lead2.id, environment_id=hosted.id)
+    assert sdk.beta.sessions.create(agent=lead2.id, environment_id=hosted.id).agent.multiagent.agents[0].id == plain.id
     # The roster pins version 1: a later version of the agent with multiagent changes nothing.
     sdk.beta.agents.update(plain.id, version=1, multiagent={"type": "coordinator", "agents": [{"type": "self"}]})
     lead3 = sdk.beta.agents.retrieve(lead2.id)
