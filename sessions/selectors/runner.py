@@ -270,3 +270,22 @@ def session_threads_handed(*, session_id: str) -> list[str]:
             answered = session_answered_tool_use_ids(session_id=child, types=CLIENT_ANSWER_TYPES)
             handed += [thread_copy_id(event_id) for event_id in needed if event_id not in answered]
     return handed
+
+
+def session_transcript(*, session_id: str, max_chars: int) -> str:
+    """The text of the session's user and agent messages, oldest first, its newest `max_chars`
+    (what an advisor reads of the conversation it is consulted on)."""
+    rows = (
+        SessionEvent.objects.filter(session_id=session_id, type__in=(EventType.USER_MESSAGE, EventType.AGENT_MESSAGE))
+        .order_by("-seq")
+        .values_list("type", "payload")
+    )
+    lines, size = [], 0
+    for kind, payload in rows.iterator():
+        said = "".join(b.get("text", "") for b in payload.get("content") or [] if b.get("type") == "text")
+        line = f"{'User' if kind == EventType.USER_MESSAGE else 'Agent'}: {said}"
+        lines.append(line)
+        size += len(line) + 1
+        if size >= max_chars:
+            break
+    return "\n".join(reversed(lines))[-max_chars:]

@@ -100,3 +100,31 @@ def thread_archive(*, thread: Session) -> Session:
         locked = Session.objects.select_for_update().get(id=thread.id)
         session_archive_locked(locked=locked)
     return locked
+
+
+# The advisor's thread: one per session, its agent as the SDK's BetaManagedAgentsAdvisor shows it
+# ({type: advisor, model}: sessions.apis.threads renders the model's id), run by the runtime like
+# any thread: the advisor model, this system prompt, no tools.
+ADVISOR_NAME = "anthropic.advisor"
+ADVISOR_SYSTEM = (
+    "You are the advisor of an agent at work. It consults you mid-task: read its question and the conversation"
+    " it sends, and answer with concise, concrete advice. You have no tools and act on nothing yourself."
+)
+
+
+def advisor_consult(*, primary: Session, model: str, content: list[dict]) -> Session:
+    """Send `content` to the session's advisor thread, spawning it on the first consultation."""
+    advisor = Session.objects.filter(primary=primary, thread_agent_name=ADVISOR_NAME).only("id").first()
+    if advisor is not None:
+        return thread_message_send(sender=primary, target_id=advisor.id, content=content)
+    definition = {
+        "type": "advisor",
+        "name": ADVISOR_NAME,
+        "model": {"id": model, "speed": "standard"},
+        "system": ADVISOR_SYSTEM,
+        "description": None,
+        "tools": [],
+        "mcp_servers": [],
+        "skills": [],
+    }
+    return thread_spawn(primary=primary, definition=definition, content=content)

@@ -102,8 +102,8 @@ def test_multiagent_20261001_merges_level_by_level(sdk):
         # The defaults enable workflows: refused, not dropped.
         ({"type": "multiagent_20261001"}, "multiagent.workflows"),
         (
-            {"type": "multiagent_20261001", "workflows": DISABLED, "advisor": {"type": "enabled", "model": MODEL}},
-            "multiagent.advisor",
+            {"type": "multiagent_20261001", "workflows": DISABLED, "advisor": {"type": "enabled"}},
+            "multiagent.advisor.model",
         ),
         (
             {
@@ -113,7 +113,13 @@ def test_multiagent_20261001_merges_level_by_level(sdk):
             },
             "multiagent.subagents.predefined_agents",
         ),
-        ({"type": "coordinator", "agents": [{"type": "advisor", "model": MODEL}]}, "multiagent.agents[0]"),
+        (
+            {
+                "type": "coordinator",
+                "agents": [{"type": "advisor", "model": MODEL}, {"type": "advisor", "model": MODEL}],
+            },
+            "multiagent.agents[1]",
+        ),
         ({"type": "coordinator", "agents": []}, "multiagent.agents"),
         ({"type": "coordinator", "agents": ["agent_unknown"]}, "multiagent.agents[0]"),
         ({"type": "coordinator", "agents": [{"type": "self"}, {"type": "self"}]}, "multiagent.agents[1]"),
