@@ -6,10 +6,15 @@ reads the question and the conversation; its advice comes back as a thread messa
 consultation's events are thread events, and its usage is the session's. The SDK with strict
 response validation, the scripted model, a real worker."""
 
+import time
+
 import pytest
 
+from sessions.events import thread_id_of
+from sessions.models import Session
+from sessions.tasks import session_recover_stuck
 from tests.scripted_model import message, text, tool_use
-from tests.sessions.conftest import wait_for
+from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -134,3 +139,49 @@ def test_without_an_advisor_there_is_no_consult_tool(sdk, model, celery_worker):
     _idle(sdk, session.id)
     offered = {tool["name"] for tool in model.requests[-1]["body"].get("tools") or []}
     assert {"spawn_agent", "message_agent"} <= offered and "consult_advisor" not in offered
+
+
+def test_a_worker_killed_during_a_consultation_resumes_it_on_another(sdk, model, celery_worker):
+    """kill -9 while the advisor's model call is in flight: the advisor thread's turn resumes on
+    the next worker (its own lease, like any thread) and the coordinator still gets its advice."""
+
+    def decide(body: dict) -> dict:
+        if _system(body).startswith("You are the advisor"):
+            return message([{"type": "text", "text": "Pick the mango."}], delay=3.0)
+        advice = [b["text"].split("\n", 1)[1] for b in _blocks(body, "text") if b["text"].startswith("[Message from")]
+        if not _blocks(body, "tool_result"):
+            return tool_use("consult_advisor", {"question": "Which fruit?"})
+        return text("Following advice: " + " ".join(advice)) if advice else text("Waiting for advice.")
+
+    model.default = decide
+    advisor = {"type": "enabled", "model": ADVISOR}
+    multiagent = {"type": "multiagent_20261001", "workflows": DISABLED, "advisor": advisor}
+    lead = sdk.beta.agents.create(name="lead", model=MODEL, system="You lead.", multiagent=multiagent)
+    env = sdk.beta.environments.create(name="e", config={"type": "cloud"})
+    session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+    sdk.beta.sessions.events.send(
+        session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "Go."}]}]
+    )
+
+    def advisor_asking():
+        rows = Session.objects.filter(primary_id=session.id)
+        child = rows.first()
+        if child is None:
+            return None
+        own = list(sdk.beta.sessions.threads.events.list(thread_id_of(child.id), session_id=session.id))
+        return child if any(e.type == "span.model_request_start" for e in own) else None
+
+    child = wait_for(advisor_asking, 30)
+    celery_worker.kill()  # SIGKILL: the coordinator's and the advisor's runners die together
+    assert Session.objects.get(id=child.id).status == "running"
+    celery_worker.start_new()
+    time.sleep(TEST_LEASE_SECONDS + 0.5)
+    assert set(session_recover_stuck(stale_seconds=TEST_LEASE_SECONDS)) == {session.id, child.id}
+
+    events = wait_for(lambda: (e := _idle(sdk, session.id)) and e[-1].stop_reason.type == "end_turn" and e, 60)
+    answer = [e for e in events if e.type == "agent.message"][-1].content[0].text
+    assert answer == "Following advice: Pick the mango."
+    own = list(sdk.beta.sessions.threads.events.list(thread_id_of(child.id), session_id=session.id))
+    assert [e.type for e in own].count("session.thread_status_running") == 2  # its turn, resumed
+    assert [e.content[0].text for e in own if e.type == "agent.message"] == ["Pick the mango."]
+    assert Session.objects.filter(primary_id=session.id).count() == 1  # one advisor thread still
