@@ -13,6 +13,7 @@ from sessions import events as ev
 from sessions import notify, pricing
 from sessions.events import EventType
 from sessions.models import Session
+from sessions.queue.services import session_work_ensure
 from sessions.runtime.control import WAKE_SECONDS, db_release, draining, watch
 from sessions.runtime.fairness import turn_slot_lent
 from sessions.selectors.runner import (
@@ -30,7 +31,6 @@ from sessions.services.outputs import outputs_publish_at_idle
 from sessions.services.runner import ClientWait, session_last_error_set
 from sessions.services.termination import session_terminate_if_archived
 from sessions.services.threads import ThreadRefused, thread_message_send
-from sessions.services.work import session_work_ensure
 
 logger = logging.getLogger("sessions.runtime.turn")
 
