@@ -30,7 +30,7 @@ from sessions.services.memory_mounts import memory_writeback_at_idle
 from sessions.services.outputs import outputs_publish_at_idle
 from sessions.services.runner import ClientWait, session_last_error_set
 from sessions.services.termination import session_terminate_if_archived
-from sessions.services.threads import ThreadRefused, thread_message_send
+from sessions.services.threads import ThreadRefused, thread_copies_ensure, thread_message_send
 
 logger = logging.getLogger("sessions.runtime.turn")
 
@@ -174,8 +174,12 @@ class RunnerWaits:
 
     def threads_handed(self) -> list[str]:
         """The tool uses this coordinator's idle threads handed their client and still wait for
-        (their copies' ids on this log): the session waits on its client for them."""
-        return session_threads_handed(session_id=self.session_id)
+        (their copies' ids on this log, a copy a crash lost appended again): the session waits
+        on its client for them."""
+        handed = session_threads_handed(session_id=self.session_id)
+        if handed:
+            thread_copies_ensure(primary_id=self.session_id, event_ids=handed)
+        return [ev.thread_copy_id(event_id) for event_id in handed]
 
     def _report(self, thread: Session, stop_reason: dict) -> None:
         """A child thread's idle wakes its primary: the text of its turn's messages (or why it

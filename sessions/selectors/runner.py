@@ -19,7 +19,6 @@ from sessions.events import (
     TOOL_RESULT_TYPES,
     EventType,
     required_action_ids,
-    thread_copy_id,
     tool_use_id_of,
 )
 from sessions.models import Session, SessionEvent, SessionResource
@@ -259,7 +258,8 @@ def session_family_list_cost(*, primary_id: str) -> int:
 
 def session_threads_handed(*, session_id: str) -> list[str]:
     """The tool uses the (primary) session's idle child threads handed their client and that no
-    answer reached yet, by the ids of their copies on the primary's log (thread_copy_id)."""
+    answer reached yet, by their ids on the threads' logs (their copies on the primary's are
+    thread_copy_id's)."""
     children = Session.objects.filter(
         primary_id=session_id, deleted_at__isnull=True, archived_at__isnull=True, status=Session.Status.IDLE
     ).values_list("id", flat=True)
@@ -268,7 +268,7 @@ def session_threads_handed(*, session_id: str) -> list[str]:
         needed = session_required_action_ids(session_id=child, child=True)
         if needed:
             answered = session_answered_tool_use_ids(session_id=child, types=CLIENT_ANSWER_TYPES)
-            handed += [thread_copy_id(event_id) for event_id in needed if event_id not in answered]
+            handed += [event_id for event_id in needed if event_id not in answered]
     return handed
 
 

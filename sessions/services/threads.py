@@ -9,6 +9,8 @@ receiver like a client's message). The receiver's event is committed first (unde
 never with the sender's held: the two rows are locked one at a time), so a thread that is seen
 idle has already delivered its report."""
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -16,8 +18,8 @@ from django.utils import timezone
 from core.ids import new_id
 from sessions import events as ev
 from sessions.dispatch import session_run_enqueue_on_commit
-from sessions.events import EventType, thread_id_of
-from sessions.models import Session
+from sessions.events import EventType, thread_copy_id, thread_id_of
+from sessions.models import Session, SessionEvent
 from sessions.services.events import events_append
 from sessions.services.termination import session_archive_locked
 from sessions.services.user_events import session_runner_wake_on_commit
@@ -128,3 +130,31 @@ def advisor_consult(*, primary: Session, model: str, content: list[dict]) -> Ses
         "skills": [],
     }
     return thread_spawn(primary=primary, definition=definition, content=content)
+
+
+# A copy younger than this may still be on its way: its thread's runner appends it right after
+# the commit that wrote the tool use (services.events._crosspost).
+COPY_REPAIR_SECONDS = 2.0
+
+
+def thread_copies_ensure(*, primary_id: str, event_ids: list[str]) -> None:
+    """The copies on the primary's log of its threads' tool uses `event_ids`
+    (sessions.events.crosspost_tool_use) that a crash lost between the thread's commit and the
+    copy's append are appended now, by the primary's runner (fenced by its lease), before its
+    idle lists them. One older than COPY_REPAIR_SECONDS and still missing is lost, not late."""
+    present = set(
+        SessionEvent.objects.filter(
+            session_id=primary_id, id__in=[thread_copy_id(event_id) for event_id in event_ids]
+        ).values_list("id", flat=True)
+    )
+    missing = [event_id for event_id in event_ids if thread_copy_id(event_id) not in present]
+    if not missing:
+        return
+    cutoff = timezone.now() - timedelta(seconds=COPY_REPAIR_SECONDS)
+    rows = SessionEvent.objects.filter(id__in=missing, created_at__lt=cutoff).select_related("session")
+    items = []
+    for row in rows.order_by("session_id", "seq"):
+        tool_use = ev.crosspost_tool_use({"id": row.id, "type": row.type, "payload": row.payload}, row.session)
+        items.append({"type": row.type, **tool_use["crosspost_copy"]})
+    if items:
+        events_append(session_id=primary_id, items=items)

@@ -8,13 +8,15 @@ answers a subagent's custom tool by itself."""
 
 import asyncio
 import threading
+import time
 
 import anthropic
 import pytest
 from anthropic.lib import files_from_dir
 
+from sessions.tasks import session_recover_stuck
 from tests.scripted_model import text, tool_use
-from tests.sessions.conftest import wait_for
+from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
 from tests.sessions.test_skills import make_skill
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(180)]
@@ -298,3 +300,44 @@ def test_the_sdk_session_tool_runner_answers_a_subagents_custom_tool(sdk, model,
     assert call.event.session_thread_id == thread.id
     answer = [e for e in events if e.type == "agent.message"][-1].content[0].text
     assert answer == "Scout reported: scout got: mango: a tropical fruit"
+
+
+def test_a_copy_lost_to_kill_9_after_the_threads_commit_is_made_again(sdk, model, celery_worker):
+    """The worker dies (kill -9, at crash point thread_tool_use_crosspost) after the subagent's
+    commit of its custom tool use and requires_action idle, before their copies reached the
+    session's log: the resumed coordinator appends the lost copy before its idle lists it, the
+    client answers it, and the coordinator gets the report."""
+    model.default = _coordinating(tool_use("lookup", {"word": "mango"}))
+    celery_worker.kill()
+    crashing = celery_worker.start_new(MANGO_TEST_CRASH_POINT="thread_tool_use_crosspost")
+    session = _session(sdk, {"tools": [LOOKUP]})
+    _go(sdk, session.id)
+    wait_for(lambda: crashing.process.poll() is not None, timeout=60)
+    assert crashing.process.returncode == -9  # killed itself at the crash point
+    thread = _thread(sdk, session.id)
+    own = list(sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id))
+    (call,) = [e for e in own if e.type == "agent.custom_tool_use"]  # committed on the thread's log
+    assert not [e for e in sdk.beta.sessions.events.list(session.id) if e.type == "agent.custom_tool_use"]
+
+    celery_worker.start_new()
+    time.sleep(TEST_LEASE_SECONDS + 0.5)
+    assert session.id in set(session_recover_stuck(stale_seconds=TEST_LEASE_SECONDS))
+    events = _idle(sdk, session.id, "requires_action")
+    (copy,) = [e for e in events if e.type == "agent.custom_tool_use"]
+    assert copy.session_thread_id == thread.id and copy.id == call.id + "t"
+    assert events[-1].stop_reason.event_ids == [copy.id]
+    sdk.beta.sessions.events.send(
+        session.id,
+        events=[
+            {
+                "type": "user.custom_tool_result",
+                "custom_tool_use_id": copy.id,
+                "content": [{"type": "text", "text": "a tropical fruit"}],
+            }
+        ],
+    )
+    events = _idle(sdk, session.id, "end_turn")
+    assert [e for e in events if e.type == "agent.message"][-1].content[0].text == (
+        "Scout reported: scout got: a tropical fruit"
+    )
+    assert len([e for e in events if e.type == "agent.custom_tool_use"]) == 1  # made again once
