@@ -29,7 +29,14 @@ LOOKUP = {
     "description": "Look a word up.",
     "input_schema": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]},
 }
-ASKING_TOOLSET = [{"type": "agent_toolset_20260401", "default_config": {"permission_policy": {"type": "always_ask"}}}]
+# The web tools run inside the upstream's model call (nothing to ask before they run): off here.
+ASKING_TOOLSET = [
+    {
+        "type": "agent_toolset_20260401",
+        "default_config": {"permission_policy": {"type": "always_ask"}},
+        "configs": [{"name": "web_fetch", "enabled": False}, {"name": "web_search", "enabled": False}],
+    }
+]
 
 
 def _system(body: dict) -> str:
