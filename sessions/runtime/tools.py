@@ -12,7 +12,7 @@ from django.conf import settings
 import sandboxes as sandbox
 from agents.configs import TOOLSET_TYPE
 from sessions import events as ev
-from sessions.events import SERVER_TOOL_TYPES, THREAD_COPY, EventType
+from sessions.events import SERVER_TOOL_TYPES, EventType
 from sessions.models import Session, SessionEvent
 from sessions.runtime.builtins import SANDBOX_TOOLS, ToolOutcome, run_builtin
 from sessions.runtime.control import Stop, TurnControl, db_release
@@ -26,6 +26,7 @@ from sessions.selectors.runner import (
     session_tool_uses,
 )
 from sessions.services.events import SessionGone, events_append
+from sessions.thread_events import THREAD_COPY
 
 TOOL_DEFINITIONS = {
     "bash": {

@@ -26,6 +26,7 @@ from core.database import database_answers
 from core.errors import DATABASE_DOWN_ERRORS
 from core.ids import new_id
 from sessions import events as ev
+from sessions import thread_events as tev
 from sessions.dispatch import sandbox_sleep_enqueue, session_run_enqueue, session_run_enqueue_soon
 from sessions.events import ErrorType, EventType, ToolMode
 from sessions.models import Session
@@ -345,11 +346,11 @@ class Runner(RunnerWaits):
         for item in handed:
             item["id"] = item.get("id") or new_id("sevt")
             if self.turn_session.primary_id:  # a thread's: on the primary's log too, for the client
-                ev.crosspost_tool_use(item, self.turn_session)
+                tev.crosspost_tool_use(item, self.turn_session)
         idle = None
         if may_idle and handed and ToolMode.RUN not in modes:
             stop_reason = ev.stop_requires_action([item["id"] for item in handed])
-            idle = ev.status_item(EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason))
+            idle = tev.status_item(EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason))
         try:
             rows = events_append(
                 session_id=self.session_id,

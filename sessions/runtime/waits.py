@@ -11,6 +11,7 @@ from django.conf import settings
 
 from sessions import events as ev
 from sessions import notify, pricing
+from sessions import thread_events as tev
 from sessions.events import EventType
 from sessions.models import Session
 from sessions.queue.services import session_work_ensure
@@ -163,7 +164,7 @@ class RunnerWaits:
             and not session_interrupt_pending(session_id=self.session_id)
         ):
             self._report(thread, stop_reason)
-        idle = ev.status_item(EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason))
+        idle = tev.status_item(EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason))
         try:
             events_append(session_id=self.session_id, items=[idle], end_turn=True, unless_deleted=True)
         except SessionGone:
@@ -179,7 +180,7 @@ class RunnerWaits:
         handed = session_threads_handed(session_id=self.session_id)
         if handed:
             thread_copies_ensure(primary_id=self.session_id, event_ids=handed)
-        return [ev.thread_copy_id(event_id) for event_id in handed]
+        return [tev.thread_copy_id(event_id) for event_id in handed]
 
     def _report(self, thread: Session, stop_reason: dict) -> None:
         """A child thread's idle wakes its primary: the text of its turn's messages (or why it

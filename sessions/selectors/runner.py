@@ -259,7 +259,7 @@ def session_family_list_cost(*, primary_id: str) -> int:
 def session_threads_handed(*, session_id: str) -> list[str]:
     """The tool uses the (primary) session's idle child threads handed their client and that no
     answer reached yet, by their ids on the threads' logs (their copies on the primary's are
-    thread_copy_id's)."""
+    sessions.thread_events.thread_copy_id's)."""
     children = Session.objects.filter(
         primary_id=session_id, deleted_at__isnull=True, archived_at__isnull=True, status=Session.Status.IDLE
     ).values_list("id", flat=True)

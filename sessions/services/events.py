@@ -17,10 +17,11 @@ from django.utils import timezone
 from core.crashpoints import crash_point
 from core.ids import new_id
 from sessions import notify
-from sessions.events import THREAD_COPY, USAGE_TOTAL_KEYS, EventType
+from sessions.events import USAGE_TOTAL_KEYS, EventType
 from sessions.models import Session, SessionEvent
 from sessions.services.event_bytes import json_sizes
 from sessions.signals import session_changed
+from sessions.thread_events import THREAD_COPY
 
 
 class LeaseLost(Exception):
@@ -127,8 +128,8 @@ def _crosspost_append(target: str, copies: list[dict]) -> None:
 
 
 def _crosspost(items: list[dict]) -> None:
-    """A child thread's status events (sessions.events.status_item) and the tool uses it hands
-    its client (sessions.events.crosspost_tool_use) are copied to its primary's log, where
+    """A child thread's status events (sessions.thread_events.status_item) and the tool uses it hands
+    its client (sessions.thread_events.crosspost_tool_use) are copied to its primary's log, where
     clients watching the session see them (the SDK: "cross-posted to the primary stream for
     child threads"; an item's crosspost_copy overrides the copy's id, payload or private).
     Unfenced (the primary is another runner's), and after commit: a transaction holding the

@@ -13,7 +13,8 @@ from django.utils import timezone
 from core.lookups import joined_row
 from sessions import events as ev
 from sessions import notify
-from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, EventType, thread_copy_id, tool_use_id_of
+from sessions import thread_events as tev
+from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, EventType, tool_use_id_of
 from sessions.models import Session, SessionEvent, SessionResource
 from sessions.selectors.runner import (
     session_answered_tool_use_ids,
@@ -23,6 +24,7 @@ from sessions.selectors.runner import (
 )
 from sessions.services.events import events_append, events_append_locked
 from sessions.services.termination import session_terminate_locked
+from sessions.thread_events import thread_copy_id
 
 ACTIVE = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
 
@@ -174,7 +176,7 @@ def _starts_turn(
         else:
             answered = session_answered_tool_use_ids(session_id=session_id, types=CLIENT_ANSWER_TYPES)
         # A coordinator's requires_action lists its threads' tool uses by their copies' ids; the
-        # client may have answered one by the thread's own id (sessions.events.thread_copy_id).
+        # client may have answered one by the thread's own id (sessions.thread_events.thread_copy_id).
         answered |= {thread_copy_id(event_id) for event_id in answered}
     if needed - answered:
         session_events_mark_processed(event_ids=[e.id for e in pending])
@@ -197,7 +199,7 @@ def _turn_start(session: Session, pending: list[SessionEvent], *, resume: bool) 
     if resume:
         message = "The worker running this session stopped; resuming the turn."
         items.append(ev.item(EventType.SESSION_ERROR, ev.session_error(message=message, retrying=True)))
-    items.append(ev.status_item(EventType.SESSION_STATUS_RUNNING, session))
+    items.append(tev.status_item(EventType.SESSION_STATUS_RUNNING, session))
     rows = events_append(session_id=session.id, items=items, start_turn=True, processed_ids=[e.id for e in pending])
     session.status = Session.Status.RUNNING
     session.turn_started_at = session.turn_started_at or rows[-1].created_at
@@ -234,7 +236,7 @@ def session_error_record(*, session_id: str, payload: dict, last_error: str, res
         session.last_error = last_error
         fields = ["last_error"]
         if rescheduling:
-            items.append(ev.status_item(EventType.SESSION_STATUS_RESCHEDULED, session))
+            items.append(tev.status_item(EventType.SESSION_STATUS_RESCHEDULED, session))
             session.status = Session.Status.RESCHEDULING
             fields.append("status")
         session.save(update_fields=fields)
@@ -249,7 +251,7 @@ def session_status_running_set(*, session_id: str) -> None:
             return
         session.status = Session.Status.RUNNING
         session.save(update_fields=["status"])
-        events_append_locked(session=session, items=[ev.status_item(EventType.SESSION_STATUS_RUNNING, session)])
+        events_append_locked(session=session, items=[tev.status_item(EventType.SESSION_STATUS_RUNNING, session)])
 
 
 def session_last_error_set(*, session_id: str, text: str) -> None:

@@ -17,7 +17,6 @@ from sessions.events import (
     CLIENT_ANSWER_TYPES,
     CONFIRMABLE_TOOL_USE_TYPES,
     RUNNER_INPUT_TYPES,
-    THREAD_COPY,
     EventType,
     primary_thread_id,
     thread_id_of,
@@ -30,6 +29,7 @@ from sessions.selectors import APPEND_FIELDS, session_get
 from sessions.services.admission import events_admit
 from sessions.services.event_bytes import events_quota_check, json_sizes
 from sessions.services.events import events_append
+from sessions.thread_events import THREAD_COPY
 
 _REFERENCED_SQL = (
     "SELECT e.id, e.type, COALESCE(e.private->>'thread_copy', e.session_id), e.private->>'thread_event'"
