@@ -4,9 +4,9 @@ server refuses of it. No ORM: agents/services.py resolves the roster's agents, a
 sessions/services/sessions.py copies their definitions into the session.
 
 Served: a coordinator (or `multiagent_20261001` with subagents) spawning predefined and inline
-agents as session threads. Refused with a 400 naming the field: the advisor and workflows (no
-silent drop: the defaults of `multiagent_20261001` enable workflows, so they must be sent as
-`{"type": "disabled"}`)."""
+agents as session threads, and the advisor its primary thread consults. Refused with a 400 naming
+the field: workflows (no silent drop: the defaults of `multiagent_20261001` enable them, so they
+must be sent as `{"type": "disabled"}`)."""
 
 from core.errors import InvalidRequest
 
@@ -150,15 +150,13 @@ def multiagent_merge(stored: dict | None, sent: dict | None) -> dict | None:
 
 def multiagent_refusal(config: dict) -> None:
     """400 for what this server does not act on, naming the field (checked on the merged
-    configuration): the advisor and workflows. Subagents with inline agents disabled need
-    predefined agents (the SDK's rule)."""
+    configuration): workflows. A coordinator's roster has at most one advisor, and subagents with
+    inline agents disabled need predefined agents (the SDK's rules)."""
     if config["type"] == COORDINATOR:
-        for index, entry in enumerate(config["agents"]):
-            if entry["type"] == "advisor":
-                _fail(f"multiagent.agents[{index}]", "the advisor is not supported by this server.")
+        advisors = [index for index, entry in enumerate(config["agents"]) if entry["type"] == "advisor"]
+        if len(advisors) > 1:
+            _fail(f"multiagent.agents[{advisors[1]}]", "at most one advisor entry per roster.")
         return
-    if config["advisor"]["type"] == "enabled":
-        _fail("multiagent.advisor", 'the advisor is not supported by this server; send {"type": "disabled"}.')
     if config["workflows"]["type"] == "enabled":
         _fail(
             "multiagent.workflows",
@@ -174,11 +172,16 @@ def multiagent_refusal(config: dict) -> None:
 
 
 def roster_entries(config: dict | None) -> list[tuple[str, dict]]:
-    """(field, entry) of every agent the configuration lets the agent spawn as a thread."""
+    """(field, entry) of every agent the configuration lets the agent spawn as a thread (not the
+    advisor: advisor_model)."""
     if not config:
         return []
     if config["type"] == COORDINATOR:
-        return [(f"multiagent.agents[{index}]", entry) for index, entry in enumerate(config["agents"])]
+        return [
+            (f"multiagent.agents[{index}]", entry)
+            for index, entry in enumerate(config["agents"])
+            if entry["type"] != "advisor"
+        ]
     subagents = config.get("subagents") or {}
     if subagents.get("type") != "enabled":
         return []
@@ -188,6 +191,18 @@ def roster_entries(config: dict | None) -> list[tuple[str, dict]]:
 
 def roster_replace(config: dict, entries: list[dict]) -> dict:
     """`config` with its roster (roster_entries' order) replaced by `entries`."""
-    if config["type"] == COORDINATOR:
-        return {**config, "agents": entries}
+    if config["type"] == COORDINATOR:  # an advisor entry keeps its place
+        rest = iter(entries)
+        return {**config, "agents": [entry if entry["type"] == "advisor" else next(rest) for entry in config["agents"]]}
     return {**config, "subagents": {**config["subagents"], "predefined_agents": entries}}
+
+
+def advisor_model(config: dict | None) -> str | None:
+    """The model the primary thread may consult as its advisor (a coordinator's advisor entry, or
+    multiagent_20261001's enabled advisor), else None."""
+    if not config:
+        return None
+    if config["type"] == COORDINATOR:
+        return next((entry["model"] for entry in config["agents"] if entry["type"] == "advisor"), None)
+    advisor = config.get("advisor") or {}
+    return advisor.get("model") if advisor.get("type") == "enabled" else None

@@ -11,6 +11,10 @@ answering every call after --delay seconds. Printed side by side, measured in on
     3 calls to a local MCP server (tests/mcp_server.py, a process of its own, answering after
     --mcp-delay, 0.2 s, with the bearer token from a vault) instead of bash; it also reports the
     peak TCP connections to the MCP server (sampled every 50 ms from /proc/net/tcp),
+  * the multiagent row: `make run`'s layout again, one coordinator spawning 3 subagents (each the
+    usual turn) alone, the same 9 calls in one thread alone, then --multiagent-sessions (20)
+    coordinators at once (wall until each answered after its 3 reports, vs one alone;
+    --multiagent-only runs just it),
 
 each against the API served as `make run` serves it. For each: the wall time from the sends to
 the last session.status_idle vs one turn alone, worker RSS (the workers' whole process trees),
@@ -80,12 +84,43 @@ MCP_TOOL = "mcp__bench__echo"  # the bench MCP server's echo tool as the model i
 MCP_TOKEN = "bench-mcp-token"
 
 
+MULTIAGENT_SUBAGENTS = ("sub1", "sub2", "sub3")
+
+
+def _system_text(body: dict) -> str:
+    system = body.get("system") or ""
+    return system if isinstance(system, str) else "".join(block.get("text", "") for block in system)
+
+
+def _thread_reports(body: dict) -> int:
+    """How many thread reports a coordinator's conversation holds."""
+    return sum(
+        1
+        for message in body.get("messages", [])
+        if message["role"] == "user" and isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "text" and block.get("text", "").startswith("[Message from the agent")
+    )
+
+
 def turn_script(delay: float):
     """Each call: a bash tool use (an MCP tool use when the agent is offered the bench MCP server's
-    tool) until the turn made TOOL_CALLS of them, then the final text."""
-    from tests.scripted_model import text, tool_use
+    tool) until the turn made TOOL_CALLS of them, then the final text. The multiagent row's
+    agents: a coordinator ("You coordinate") spawns MULTIAGENT_SUBAGENTS at once and answers once
+    every one reported; each subagent makes the usual TOOL_CALLS calls; "You work alone" makes
+    all of their calls (TOOL_CALLS per subagent) itself, one thread."""
+    from tests.scripted_model import text, tool_use, tool_uses
 
     def respond(body: dict) -> dict:
+        system = _system_text(body)
+        if system.startswith("You coordinate"):
+            if not any(m["role"] == "assistant" for m in body.get("messages", [])):
+                spawns = [("spawn_agent", {"agent": name, "message": "run the steps"}) for name in MULTIAGENT_SUBAGENTS]
+                return tool_uses(spawns, delay=delay)
+            if _thread_reports(body) < len(MULTIAGENT_SUBAGENTS):
+                return text("Waiting for the reports.", delay=delay)
+            return text(f"All {len(MULTIAGENT_SUBAGENTS)} reports in.", delay=delay)
+        calls = TOOL_CALLS * (len(MULTIAGENT_SUBAGENTS) if system.startswith("You work alone") else 1)
         mcp = any(tool.get("name") == MCP_TOOL for tool in body.get("tools") or [])
         uses = 0  # tool uses since the user's message: this turn's calls so far
         for message in reversed(body.get("messages", [])):
@@ -94,11 +129,11 @@ def turn_script(delay: float):
                 break
             if message["role"] == "assistant":
                 uses += sum(1 for block in blocks if block.get("type") == "tool_use")
-        if uses < TOOL_CALLS:
+        if uses < calls:
             if mcp:
                 return tool_use(MCP_TOOL, {"text": f"step {uses + 1}"}, delay=delay)
             return tool_use("bash", {"command": f"echo step {uses + 1}"}, delay=delay)
-        return text("All three steps ran.", delay=delay)
+        return text("All the steps ran.", delay=delay)
 
     return respond
 
@@ -1040,6 +1075,9 @@ def main() -> None:
     parser.add_argument("--self-hosted-workers", type=int, default=10)
     parser.add_argument("--self-hosted-only", action="store_true", help="only the self-hosted rows")
     parser.add_argument("--fleet-nice", type=int, default=0, help="the SDK workers' autogroup nice value (0..19)")
+    # The multiagent row: --multiagent-sessions coordinators at once, each spawning 3 subagents.
+    parser.add_argument("--multiagent-sessions", type=int, default=20)
+    parser.add_argument("--multiagent-only", action="store_true", help="only the multiagent row")
     parser.add_argument("--poll-empty", nargs=2, help=argparse.SUPPRESS)  # URL, environment id
     parser.add_argument("--serve-work", nargs=3, help=argparse.SUPPRESS)  # URL, environment id, workdir
     args = parser.parse_args()
@@ -1108,6 +1146,9 @@ def main() -> None:
             "streams": args.streams,
             "others": {"api": api.process.pid, "upstream": model.process.pid},
         }
+        if args.multiagent_only:
+            report_multiagent(multiagent_row(env, client, args, common), args)
+            return
         if args.self_hosted_only:
             hosted = self_hosted_rows(
                 env, client, agent, args, api_app_name=api_app_name, others=common_others(api, model)
@@ -1122,6 +1163,7 @@ def main() -> None:
         )  # fmt: skip
         if mcp_server:
             results.append(mcp_layout(env, client, mcp_server, args, common))
+        multiagent = multiagent_row(env, client, args, common) if args.multiagent_sessions else None
         if not args.skip_prefork:
             results.append(
                 layout("prefork x2 (today)", env, pool="prefork", concurrency=2, count=args.prefork_sessions, **common)
@@ -1134,9 +1176,11 @@ def main() -> None:
             mcp_server.close()
         if hosted is not None:
             report_self_hosted(hosted, args)
-    if args.self_hosted_only:
+    if args.self_hosted_only or args.multiagent_only:
         return
     report(results, args)
+    if multiagent is not None:
+        report_multiagent(multiagent, args)
     print_cache_share()
     if args.cold_starts:
         os.environ["MANGO_SANDBOX"] = "docker"
@@ -1183,6 +1227,120 @@ def mcp_layout(env, client, mcp_server, args, common) -> dict:
         vault_ids=[vault.id],
         mcp_port=mcp_server.port,
     )
+
+
+def wait_final(ids: list[str], prefix: str, *, started, timeout: float) -> float:
+    """Seconds from `started` until every session in `ids` has an agent.message starting with
+    `prefix` (its final answer), from the events' own timestamps (wait_all's way)."""
+    from django.db.models import Min
+
+    from sessions.models import SessionEvent
+
+    events = SessionEvent.objects.filter(
+        session_id__in=ids, type="agent.message", payload__content__0__text__startswith=prefix
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and events.values("session_id").distinct().count() < len(ids):
+        time.sleep(1.0)
+    firsts = [row["at"] for row in events.values("session_id").annotate(at=Min("created_at"))]
+    if len(firsts) < len(ids):
+        return timeout
+    return (max(firsts) - started).total_seconds()
+
+
+def run_multiagent(client, agent_id: str, env_id: str, count: int, prefix: str, *, timeout: float) -> dict:
+    """`count` sessions of `agent_id` given a message at once; the wall until each answered."""
+    from django.utils import timezone
+
+    sessions = [client.beta.sessions.create(agent=agent_id, environment_id=env_id) for _ in range(count)]
+    message = [{"type": "user.message", "content": [{"type": "text", "text": "run the steps"}]}]
+    senders = [
+        threading.Thread(target=client.beta.sessions.events.send, args=(s.id,), kwargs={"events": message})
+        for s in sessions
+    ]
+    started = timezone.now()
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join()
+    ids = [s.id for s in sessions]
+    return {"wall": wait_final(ids, prefix, started=started, timeout=timeout), "ids": ids}
+
+
+def multiagent_row(env, client, args, common) -> dict:
+    """The multiagent row, on `make run`'s worker layout: one coordinator spawning 3 subagents
+    (each the usual 3 bash calls) alone; the same 9 calls in one thread alone; then
+    --multiagent-sessions coordinators at once. Each coordinator must answer after its 3 reports,
+    with 4 threads."""
+    from sessions.models import Session
+
+    subs = [
+        client.beta.agents.create(
+            name=name, model="claude-sonnet-4-5", system=f"You are {name}.", tools=[{"type": "agent_toolset_20260401"}]
+        )
+        for name in MULTIAGENT_SUBAGENTS
+    ]
+    lead = client.beta.agents.create(
+        name="bench-lead",
+        model="claude-sonnet-4-5",
+        system="You coordinate the subagents.",
+        tools=[{"type": "agent_toolset_20260401"}],
+        multiagent={"type": "coordinator", "agents": [sub.id for sub in subs]},
+    )
+    alone = client.beta.agents.create(
+        name="bench-alone",
+        model="claude-sonnet-4-5",
+        system="You work alone.",
+        tools=[{"type": "agent_toolset_20260401"}],
+    )
+    environment = common["environment"]
+    workers = []
+    for index in range(args.processes):
+        log = ROOT / "var" / "log" / f"bench-turns-multiagent-{index}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        workers.append(
+            start_worker(env, pool="threads", concurrency=args.concurrency, queue=common["queue"],
+                         name=f"bench-multiagent-{index}", log=log)
+        )  # fmt: skip
+    try:
+        answer = f"All {len(MULTIAGENT_SUBAGENTS)} reports in."
+        single = run_multiagent(client, lead.id, environment.id, 1, answer, timeout=180)
+        one_thread = run_multiagent(client, alone.id, environment.id, 1, "All the steps ran.", timeout=180)
+        cpu = CpuMeter({f"worker{i or ''}": worker.pid for i, worker in enumerate(workers)} | common["others"])
+        cpu.start()
+        count = args.multiagent_sessions
+        many = run_multiagent(client, lead.id, environment.id, count, answer, timeout=max(180, count * 6 * args.delay))
+        cpu_used = cpu.stop()
+    finally:
+        for worker in workers:
+            stop_group(worker)
+    threads = {sid: Session.objects.filter(primary_id=sid).count() + 1 for sid in many["ids"]}
+    return {
+        "count": args.multiagent_sessions,
+        "single": single["wall"],
+        "one_thread": one_thread["wall"],
+        "wall": many["wall"],
+        "good": sum(1 for n in threads.values() if n == len(MULTIAGENT_SUBAGENTS) + 1),
+        "cpu": cpu_used,
+    }
+
+
+def report_multiagent(row: dict, args) -> None:
+    subs = len(MULTIAGENT_SUBAGENTS)
+    print(
+        f"\nmultiagent: a coordinator spawns {subs} subagents at once, each {TOOL_CALLS} bash calls + its report"
+        f" (upstream delay {args.delay:g} s per call, sandbox {args.sandbox})"
+    )
+    print(f"  1 coordinator x {subs} subagents alone: {row['single']:.2f} s")
+    print(f"  the same {subs * TOOL_CALLS} calls in one thread alone: {row['one_thread']:.2f} s")
+    print(
+        f"  {row['count']} coordinators x {subs} subagents at once: {row['wall']:.2f} s"
+        f" (wall/1 {row['wall'] / row['single']:.2f}); {row['good']}/{row['count']} with {subs + 1} threads"
+    )
+    cpu = ", ".join(f"{name} {value:.1f}" for name, value in row["cpu"].items() if name != "machine busy %")
+    busy = row["cpu"]["machine busy %"]
+    print(f"    CPU s during the run: {cpu}; machine busy {busy:.0f}% of {os.cpu_count()} cores")
+    print(json.dumps({"multiagent": row}))
 
 
 def report(results: list[dict], args) -> None:

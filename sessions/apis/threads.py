@@ -61,7 +61,7 @@ def thread_to_wire(session) -> dict:
         "type": "session_thread",
         "session_id": session.primary_id or session.id,
         "parent_thread_id": thread_id_of(session.primary_id) if session.primary_id else None,
-        "agent": session.agent_snapshot,
+        "agent": _agent_view(session.agent_snapshot),
         "status": session.status,
         "created_at": rfc3339(session.created_at),
         "updated_at": rfc3339(session.updated_at),
@@ -132,3 +132,11 @@ class SessionThreadEventsApi(AgentsApi):
     )
     def get(self, request, session_id: str, thread_id: str):
         return events_page(request, _thread_session(request, session_id, thread_id))
+
+
+def _agent_view(snapshot: dict) -> dict:
+    """The thread's agent as the SDK shows it: an advisor thread's as BetaManagedAgentsAdvisor
+    ({type: advisor, model: its id}), any other's as kept."""
+    if snapshot.get("type") == "advisor":
+        return {"type": "advisor", "model": snapshot["model"]["id"]}
+    return snapshot

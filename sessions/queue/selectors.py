@@ -3,6 +3,7 @@ environment key, a work item's token) to what they may reach."""
 
 from django.db.models import Count, Min, Q
 
+from agents.multiagent import roster_entries
 from core.errors import NotFound
 from core.lookups import joined_row, one_or_not_found
 from core.pagination import keyset_page
@@ -42,11 +43,15 @@ def work_token_resolve(*, raw_token: str, superseded: bool = False) -> WorkItem 
 
 
 def work_session_scope(*, item: WorkItem) -> dict:
-    """What a work token reaches besides its session: the skills its agent runs and the memory
+    """What a work token reaches besides its session: the skills its agent runs (a multiagent
+    session's roster agents' too: their threads' tools run on the same worker) and the memory
     stores attached to it, each with the access it was attached with (the SDK worker downloads
     and syncs both with the token; a read_only store is never written through it)."""
     snapshot = Session.objects.filter(id=item.session_id).values_list("agent_snapshot", flat=True).first() or {}
-    skills = {ref.get("skill_id") for ref in snapshot.get("skills") or [] if ref.get("skill_id")}
+    refs = list(snapshot.get("skills") or [])
+    for _field, entry in roster_entries(snapshot.get("multiagent")):
+        refs += entry.get("skills") or []
+    skills = {ref.get("skill_id") for ref in refs if ref.get("skill_id")}
     stores = dict(
         SessionMemoryStore.objects.filter(session_id=item.session_id).values_list("memory_store_id", "access")
     )

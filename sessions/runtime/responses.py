@@ -36,7 +36,8 @@ def _tool_use_item(block: dict, specs: dict[str, ToolSpec], self_hosted: bool) -
             if spec.permission == ev.ToolPermission.ALWAYS_ALLOW
             else {"type": "auto", "evaluated_permission": {"type": "allow"}}
         )
-        mode = ToolMode.CLIENT if self_hosted else ToolMode.RUN
+        # A coordinator's thread tools are the server's to run, on self_hosted too.
+        mode = ToolMode.CLIENT if self_hosted and spec.kind != "thread" else ToolMode.RUN
     return ev.item(EventType.AGENT_TOOL_USE, payload, private=private), mode
 
 

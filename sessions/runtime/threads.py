@@ -1,19 +1,26 @@
 """The coordinator's thread tools: what a multiagent session's primary thread is offered to
-spawn a thread of one of its roster's agents and to message a thread, and their execution
-(sessions.services.threads). Only the primary thread spawns (the roster's agents have no
-multiagent of their own: depth 1); every thread's reply comes back to it as a message."""
+spawn a thread of one of its roster's agents, to message a thread, and to consult its advisor,
+and their execution (sessions.services.threads). Only the primary thread spawns (the roster's
+agents have no multiagent of their own: depth 1); every thread's reply comes back to it as a
+message. The advisor is a thread too (agent {type: advisor, model}, named anthropic.advisor,
+one per session): a tool-less agent on the advisor model that reads the question and the
+primary's transcript and answers."""
 
 from dataclasses import dataclass, field
 
 from agents.configs import TOOLSET_TYPE
-from agents.multiagent import roster_entries
+from agents.multiagent import advisor_model, roster_entries
 from sessions.events import thread_id_of, thread_session_id
 from sessions.models import Session
-from sessions.services.threads import ThreadRefused, thread_message_send, thread_spawn
+from sessions.selectors.runner import session_transcript
+from sessions.services.threads import ADVISOR_NAME, ThreadRefused, advisor_consult, thread_message_send, thread_spawn
 
 SPAWN = "spawn_agent"
 MESSAGE = "message_agent"
-THREAD_TOOLS = (SPAWN, MESSAGE)
+CONSULT = "consult_advisor"
+THREAD_TOOLS = (SPAWN, MESSAGE, CONSULT)
+# What of the primary's conversation the advisor reads with a question (its newest part).
+ADVISOR_TRANSCRIPT_CHARS = 20_000
 
 
 @dataclass
@@ -24,8 +31,13 @@ class Roster:
 
     agents: list[dict] = field(default_factory=list)
     inline: dict | None = None
+    advisor: str | None = None  # the advisor's model, when the primary may consult one
 
     def __bool__(self) -> bool:
+        return bool(self.agents) or self.inline is not None or self.advisor is not None
+
+    @property
+    def spawns(self) -> bool:
         return bool(self.agents) or self.inline is not None
 
 
@@ -36,9 +48,10 @@ def thread_roster(session: Session) -> Roster:
     if not config:
         return Roster()
     agents = [entry for _field, entry in roster_entries(config)]
+    advisor = advisor_model(config)
     subagents = config.get("subagents") or {}
     if subagents.get("type") != "enabled" or (subagents.get("inline_agents") or {}).get("type") != "enabled":
-        return Roster(agents=agents)
+        return Roster(agents=agents, advisor=advisor)
     snapshot = session.agent_snapshot
     inline = {
         "type": "inline",
@@ -50,13 +63,15 @@ def thread_roster(session: Session) -> Roster:
         "skills": [],
         "execution_identity": snapshot.get("execution_identity") or {"type": "service_account"},
     }
-    return Roster(agents=agents, inline=inline)
+    return Roster(agents=agents, inline=inline, advisor=advisor)
 
 
 def thread_tool_definitions(roster: Roster) -> list[dict]:
-    """The two tools as the model sees them (none when it may spawn nothing)."""
-    if not roster:
-        return []
+    """The thread tools as the model sees them: spawn and message when it may spawn, consult
+    when it has an advisor."""
+    consult = [_consult_definition(roster.advisor)] if roster.advisor else []
+    if not roster.spawns:
+        return consult
     listing = "\n".join(f"- {agent['name']}: {agent.get('description') or 'no description'}" for agent in roster.agents)
     properties: dict = {"message": {"type": "string", "description": "The task for the agent."}}
     required = ["message"]
@@ -98,11 +113,28 @@ def thread_tool_definitions(roster: Roster) -> list[dict]:
                 "required": ["session_thread_id", "message"],
             },
         },
+        *consult,
     ]
+
+
+def _consult_definition(model: str) -> dict:
+    return {
+        "name": CONSULT,
+        "description": f"Ask your advisor (the model {model}) for advice mid-task: it reads your question and the "
+        "conversation so far, and its answer arrives as a message from its thread (your turn continues until "
+        "it has answered). It has no tools and changes nothing.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"question": {"type": "string", "description": "What you want advice on."}},
+            "required": ["question"],
+        },
+    }
 
 
 def thread_tool_run(*, session: Session, name: str, tool_input: dict) -> tuple[str, bool]:
     """Run one thread tool for the primary thread `session`: (result text, is_error)."""
+    if name == CONSULT:
+        return _consult(session, tool_input)
     message = tool_input.get("message")
     if not isinstance(message, str) or not message.strip():
         return "message: a non-empty string is required.", True
@@ -146,3 +178,23 @@ def _spawned(roster: Roster, tool_input: dict) -> tuple[dict | None, str | None]
         names = ", ".join(repr(a["name"]) for a in roster.agents) or "none"
         return None, f"agent: no agent {wanted!r} in the roster ({names})."
     return definition, None
+
+
+def _consult(session: Session, tool_input: dict) -> tuple[str, bool]:
+    model = thread_roster(session).advisor
+    question = tool_input.get("question")
+    if model is None:
+        return "This agent has no advisor.", True
+    if not isinstance(question, str) or not question.strip():
+        return "question: a non-empty string is required.", True
+    transcript = session_transcript(session_id=session.id, max_chars=ADVISOR_TRANSCRIPT_CHARS)
+    text = f"Question: {question}\n\nThe conversation so far:\n{transcript or '(nothing yet)'}"
+    try:
+        thread = advisor_consult(primary=session, model=model, content=[{"type": "text", "text": text}])
+    except ThreadRefused as refused:
+        return str(refused), True
+    return (
+        f"Asked the advisor (thread {thread_id_of(thread.id)}, {ADVISOR_NAME}). Its advice will arrive as a"
+        " message from that thread.",
+        False,
+    )

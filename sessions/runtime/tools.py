@@ -26,6 +26,7 @@ from sessions.selectors.runner import (
     session_tool_uses,
 )
 from sessions.services.events import SessionGone, events_append
+from sessions.thread_events import THREAD_COPY
 
 TOOL_DEFINITIONS = {
     "bash": {
@@ -104,7 +105,7 @@ SERVER_TOOL_OPTIONS = {
 @dataclass
 class ToolSpec:
     name: str
-    kind: str  # "builtin" | "custom" | "server" (run by the upstream) | "mcp"
+    kind: str  # "builtin" | "custom" | "server" (run by the upstream) | "mcp" | "thread" (always ours)
     permission: ev.ToolPermission  # builtin and mcp
     mcp: McpTool | None = None
 
@@ -118,7 +119,7 @@ def session_tools(
     definitions, specs = [], {}
     for definition in thread_tool_definitions(roster) if roster is not None else []:
         definitions.append(definition)
-        specs[definition["name"]] = ToolSpec(definition["name"], "builtin", ev.ToolPermission.ALWAYS_ALLOW)
+        specs[definition["name"]] = ToolSpec(definition["name"], "thread", ev.ToolPermission.ALWAYS_ALLOW)
     for tool in agent_snapshot.get("tools", []):
         if tool["type"] == TOOLSET_TYPE:
             for config in tool["configs"]:
@@ -267,23 +268,27 @@ def tool_run(*, control: TurnControl, session: Session, event: SessionEvent, mcp
         raise Stop()
 
 
-def tools_run_confirmed(*, control: TurnControl, session: Session, mcp: SessionMcp | None = None) -> None:
-    """Answer always_ask tool uses the client confirmed (run them) or denied (error result). On
-    self_hosted a confirmed built-in tool is the client's to run (its user.tool_result answers
-    it): never run in a sandbox of ours; a confirmed MCP tool is ours to call everywhere."""
+def tools_run_confirmed(
+    *, control: TurnControl, session: Session, mcp: SessionMcp | None = None, sandbox: Session | None = None
+) -> None:
+    """Answer always_ask tool uses the client confirmed (run them, in the sandbox of `sandbox`:
+    a child thread's primary) or denied (error result). On self_hosted a confirmed built-in tool
+    is the client's to run (its user.tool_result answers it): never run in a sandbox of ours; a
+    confirmed MCP tool is ours to call everywhere. A child thread's tool uses cross-posted to a
+    primary's log are the thread's to answer, never the primary's."""
     confirmations = session_tool_confirmations(session_id=session.id)
     if not confirmations:
         return
     answered = session_answered_tool_use_ids(session_id=session.id)
     self_hosted = session.environment_config.get("type") == "self_hosted"
     for tool_use in session_tool_uses(session_id=session.id, ids=list(confirmations)):
-        if tool_use.id in answered:
+        if tool_use.id in answered or THREAD_COPY in tool_use.private:
             continue
         confirmation = confirmations[tool_use.id]
         is_mcp = tool_use.type == EventType.AGENT_MCP_TOOL_USE
         if confirmation["result"] == "allow":
             if is_mcp or not self_hosted:
-                tool_run(control=control, session=session, event=tool_use, mcp=mcp)
+                tool_run(control=control, session=sandbox or session, event=tool_use, mcp=mcp)
         else:
             message = confirmation.get("deny_message") or "The user denied this tool call."
             _answer(session.id, tool_use.id, message, is_error=True, mcp=is_mcp)
@@ -295,7 +300,7 @@ def tools_answer_dangling(*, session_id: str) -> None:
     answered = session_answered_tool_use_ids(session_id=session_id)
     confirmed = session_answered_tool_use_ids(session_id=session_id, types=(EventType.USER_TOOL_CONFIRMATION,))
     for tool_use in session_tool_uses(session_id=session_id, after_seq=session_last_idle_seq(session_id=session_id)):
-        if tool_use.id in answered or tool_use.id in confirmed:
+        if tool_use.id in answered or tool_use.id in confirmed or THREAD_COPY in tool_use.private:
             continue
         if tool_use.payload.get("evaluated_permission") != "allow":
             continue

@@ -1,4 +1,5 @@
-"""The turn state machine and the worker's entry point (sessions.tasks.session_run).
+"""The turn state machine and the worker's entry point (sessions.tasks.session_run); the runner's
+waits and idles are sessions.runtime.waits.
 
 A turn: mark the client's pending events processed, emit session.status_running, then repeat —
 build the conversation from the stored events, call the model (span.model_request_start/_end),
@@ -12,7 +13,6 @@ killed) and the session goes idle.
 """
 
 import logging
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -26,12 +26,12 @@ from core.database import database_answers
 from core.errors import DATABASE_DOWN_ERRORS
 from core.ids import new_id
 from sessions import events as ev
-from sessions import notify, pricing
+from sessions import thread_events as tev
 from sessions.dispatch import sandbox_sleep_enqueue, session_run_enqueue, session_run_enqueue_soon
 from sessions.events import ErrorType, EventType, ToolMode
 from sessions.models import Session
-from sessions.runtime.control import WAKE_SECONDS, Handback, Stop, TurnControl, db_release, draining, watch
-from sessions.runtime.fairness import turn_slot, turn_slot_lent
+from sessions.runtime.control import Handback, Stop, TurnControl, db_release, draining
+from sessions.runtime.fairness import turn_slot
 from sessions.runtime.grader import outcome_evaluate
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
 from sessions.runtime.mcp import SessionMcp
@@ -57,60 +57,24 @@ from sessions.runtime.tools import (
     tools_run_confirmed,
 )
 from sessions.runtime.upstream import ModelError
+from sessions.runtime.waits import RunnerWaits, Spend, idle_hooks_apply
 from sessions.selectors.runner import (
     session_by_id,
-    session_family_list_cost,
-    session_interrupt_pending,
     session_is_deleted,
     session_last_model_usage,
-    session_thread_messages_pending,
-    session_threads_busy,
-    session_turn_reply,
 )
 from sessions.selectors.sandboxes import session_sandbox_awake
-from sessions.services.events import LeaseLost, SessionGone, events_append, runner_fence, session_event_append
-from sessions.services.memory_mounts import memory_writeback_at_idle
-from sessions.services.outputs import outputs_publish_at_idle
+from sessions.services.events import LeaseLost, SessionGone, events_append, runner_fence
 from sessions.services.runner import (
     ClientWait,
     session_interrupts_flush,
-    session_last_error_set,
     session_turn_begin,
 )
-from sessions.services.termination import session_terminate_if_archived
-from sessions.services.threads import ThreadRefused, thread_message_send
 
 logger = logging.getLogger(__name__)
 
 # A runaway tool loop ends the turn with tool_use_limit_reached_error.
 MAX_MODEL_CALLS_PER_TURN = 200
-# A coordinator waiting for its threads looks at them at least this often (their messages wake it
-# at once through the input flag).
-THREAD_WAIT_SECONDS = 1.0
-
-
-class _Lingering:
-    """How many of the process's threads wait for their client (Runner.linger) or, in a
-    coordinator's turn, for its threads (Runner._await_threads): half of them at most, so turns
-    that can run always find threads."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.count = 0
-
-    def acquire(self) -> bool:
-        with self._lock:
-            if self.count >= max(1, settings.CELERY_WORKER_CONCURRENCY // 2):
-                return False
-            self.count += 1
-            return True
-
-    def release(self) -> None:
-        with self._lock:
-            self.count -= 1
-
-
-_lingering = _Lingering()
 
 
 @dataclass
@@ -207,7 +171,7 @@ def _release_and_clean(*, session_id: str, token: str) -> None:
             logger.exception("sandbox removal after delete failed", extra={"session_id": session_id})
 
 
-class Runner:
+class Runner(RunnerWaits):
     def __init__(self, *, session_id: str, token: str, lease):
         self.session_id = session_id
         self.token = token
@@ -218,39 +182,6 @@ class Runner:
         self.wait: ClientWait | None = None
         self.turn_session: Session | None = None  # the running turn's, as next_work read it
         self.sandbox_session: Session | None = None  # whose sandbox the turn's tools use
-
-    # --- waiting for the client ----------------------------------------------------------------
-
-    def linger(self) -> None:
-        """After a turn that handed tool uses to the client: keep the lease (no database
-        connection, no polling of our own: the process's watcher reads the input flag with the
-        interrupt flags) until the client's input is flagged, an interrupt, a drain or
-        MANGO_RUNNER_LINGER_SECONDS; next_work then takes the input, or lets the session go. The
-        API sends no task for input while the lease is held (services.user_events)."""
-        if not self.awaiting_client:
-            return
-        self.awaiting_client = False
-        seconds = settings.MANGO_RUNNER_LINGER_SECONDS
-        if seconds <= 0 or threading.current_thread() is threading.main_thread() or not _lingering.acquire():
-            return  # a runner in a process's main thread (prefork, solo) would hold the whole process
-        db_release()
-        woken = threading.Event()
-        watch.wake_on_flag(self.session_id, woken)
-        watch.wake_on_input(self.session_id, woken)
-        try:
-            deadline = time.monotonic() + seconds
-            while not woken.is_set() and not draining.is_set() and not self.control.lease_lost:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                woken.wait(min(left, WAKE_SECONDS))
-        finally:
-            watch.unwake(self.session_id, woken)
-            watch.unwake_input(self.session_id)
-            _lingering.release()
-        notify.clear_input(self.session_id)
-
-    # --- work selection ----------------------------------------------------------------------
 
     def next_work(self) -> _Work | None:
         """Start the next turn under the session's lock (services.runner.session_turn_begin), or
@@ -284,7 +215,7 @@ class Runner:
             if work.resume and session.environment_config.get("type") != "self_hosted":
                 tools_answer_dangling(session_id=self.session_id)
             if work.confirmations:
-                tools_run_confirmed(control=self.control, session=session, mcp=mcp)
+                tools_run_confirmed(control=self.control, session=session, mcp=mcp, sandbox=self.sandbox_session)
             self._loop(session, mcp)
         except Stop:
             if self.control.lease_lost or session_is_deleted(session_id=self.session_id):
@@ -341,7 +272,7 @@ class Runner:
             # Tool uses that all go to the client end the turn in the response's own statement
             # (no idle hook to run first, and neither a refusal nor the call cap to report).
             may_idle = (
-                not _idle_hooks_apply(session)
+                not idle_hooks_apply(session)
                 and reply.response.get("stop_reason") != "refusal"
                 and model_calls + 1 < MAX_MODEL_CALLS_PER_TURN
             )
@@ -360,6 +291,9 @@ class Runner:
                     continue
                 if roster and self._await_threads():  # a thread's reply came: the model reads it
                     continue
+                handed = self.threads_handed() if roster else []
+                if handed:  # no thread at work, and one waits on the client: so does the session
+                    return self.go_idle(ev.stop_requires_action(handed), for_threads=True)
                 return self.go_idle(ev.stop_end_turn())
             model_calls += 1
             if model_calls >= MAX_MODEL_CALLS_PER_TURN:
@@ -376,48 +310,6 @@ class Runner:
             if waiting:
                 return self.go_idle(ev.stop_requires_action(waiting))
 
-    def _await_threads(self) -> bool:
-        """A coordinator's turn ends only once its threads are done: while one is at work, wait
-        (no database connection held; woken by the input flag a thread's message raises, or an
-        interrupt) for a message. True when one arrived (the next model call reads it), False
-        when no thread works and none wrote. Busy is read before pending: a thread seen done had
-        committed its report before its idle."""
-        busy = session_threads_busy(session_id=self.session_id)
-        if session_thread_messages_pending(session_id=self.session_id):
-            return True
-        if not busy:
-            return False
-        # Waiting keeps this worker thread: as many as linger at most (half the pool, never a
-        # prefork or solo worker's main thread), and MANGO_COORDINATOR_WAIT_SECONDS at most. Past
-        # either the turn ends here (idle), and a thread's report starts the coordinator's next.
-        if threading.current_thread() is threading.main_thread() or not _lingering.acquire():
-            return False
-        try:
-            with turn_slot_lent():  # its threads may need the workspace's turn slot it holds
-                return self._threads_wait(time.monotonic() + settings.MANGO_COORDINATOR_WAIT_SECONDS)
-        finally:
-            _lingering.release()
-
-    def _threads_wait(self, deadline: float) -> bool:
-        while True:
-            busy = session_threads_busy(session_id=self.session_id)
-            if session_thread_messages_pending(session_id=self.session_id):
-                return True
-            if not busy or time.monotonic() >= deadline:
-                return False
-            db_release()
-            woken = threading.Event()
-            watch.wake_on_input(self.session_id, woken)
-            watch.wake_on_flag(self.session_id, woken)
-            try:
-                woken.wait(max(0.0, min(THREAD_WAIT_SECONDS, deadline - time.monotonic())))
-            finally:
-                watch.unwake(self.session_id, woken)
-                watch.unwake_input(self.session_id)
-            notify.clear_input(self.session_id)
-            self.control.check_handback()
-            self.control.check_stop()
-
     def _compact(self, session: Session, definitions, conversation, system) -> bool:
         return context_compact(
             control=self.control, session=session, definitions=definitions, conversation=conversation, system=system
@@ -431,7 +323,7 @@ class Runner:
     # --- the model's answer → events ---------------------------------------------------------
 
     def _append_response(
-        self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool, spend: "Spend", *, may_idle: bool
+        self, reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool, spend: Spend, *, may_idle: bool
     ) -> tuple[list, bool]:
         """span.model_request_end and session.usage, then the model content as agent events, in
         order, in one statement (with the usage totals). With `may_idle`, when the tool uses go to
@@ -451,12 +343,14 @@ class Runner:
                 result = ev.tool_result(tool_use_id=item["id"], text=text, is_error=True)
                 results.append(ev.item(EventType.AGENT_TOOL_RESULT, result))
         handed = [item for item, mode in zip(items, modes, strict=True) if mode is ToolMode.CLIENT]
+        for item in handed:
+            item["id"] = item.get("id") or new_id("sevt")
+            if self.turn_session.primary_id:  # a thread's: on the primary's log too, for the client
+                tev.crosspost_tool_use(item, self.turn_session)
         idle = None
         if may_idle and handed and ToolMode.RUN not in modes:
-            for item in handed:
-                item["id"] = item.get("id") or new_id("sevt")
             stop_reason = ev.stop_requires_action([item["id"] for item in handed])
-            idle = ev.status_item(EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason))
+            idle = tev.status_item(EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason))
         try:
             rows = events_append(
                 session_id=self.session_id,
@@ -471,96 +365,3 @@ class Runner:
             self._idled(idle["payload"]["stop_reason"], interrupted=False)
         rows = rows[2 : 2 + len(items)]
         return [(row, mode) for row, mode in zip(rows, modes, strict=True) if mode is not None], idle is not None
-
-    # --- idle --------------------------------------------------------------------------------
-
-    def go_idle(self, stop_reason: dict, *, interrupted: bool = False) -> None:
-        """Publish outputs (unless interrupted), write memory back, then commit session.status_idle (with the
-        session's status and active time, in one statement). Nothing is appended to a deleted session."""
-        if self.turn_session is None or _idle_hooks_apply(self.turn_session):
-            session = session_by_id(session_id=self.session_id)  # the hooks read its sandbox as it is now
-            if session.deleted_at is not None:
-                return
-            outputs_publish_at_idle(session=session, interrupted=interrupted)
-            memory_writeback_at_idle(session=session)
-        thread = self.turn_session if self.turn_session is not None and self.turn_session.primary_id else None
-        # An interrupt this thread's flag has not shown yet (a sibling's interrupt may end this
-        # thread's command first: one sandbox) is one all the same: no report wakes the primary.
-        if thread is not None and not interrupted and not session_interrupt_pending(session_id=self.session_id):
-            self._report(thread, stop_reason)
-        idle = ev.status_item(EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason))
-        try:
-            events_append(session_id=self.session_id, items=[idle], end_turn=True, unless_deleted=True)
-        except SessionGone:
-            return
-        if interrupted:  # archived while its turn ran (the archive interrupts): terminated now
-            session_terminate_if_archived(session_id=self.session_id)
-        self._idled(stop_reason, interrupted=interrupted)
-
-    def _report(self, thread: Session, stop_reason: dict) -> None:
-        """A child thread's idle wakes its primary: the text of its turn's messages (or why it
-        stopped without one) as a message to the primary, committed before the idle."""
-        text = session_turn_reply(session_id=self.session_id)
-        if not text:
-            text = f"(The thread ended its turn without a reply: {stop_reason.get('type')}.)"
-        try:
-            thread_message_send(sender=thread, target_id=thread.primary_id, content=[{"type": "text", "text": text}])
-        except ThreadRefused:
-            logger.info("a thread's report found its primary gone", extra={"session_id": self.session_id})
-
-    def _idled(self, stop_reason: dict, *, interrupted: bool) -> None:
-        """The session went idle: what it handed its client, if anything, for linger and next_work."""
-        self.awaiting_client = stop_reason.get("type") == "requires_action" and not interrupted
-        if self.awaiting_client:
-            self.wait = ClientWait(needed=frozenset(ev.required_action_ids({"stop_reason": stop_reason})))
-
-    def fail(self, exc: Exception) -> None:
-        """An unexpected error: report it and never leave the session running."""
-        try:
-            session = session_by_id(session_id=self.session_id)
-            if session.deleted_at is not None or session.runner_token != self.token:
-                return
-            payload = ev.session_error(message=f"The turn failed: {type(exc).__name__}")
-            session_event_append(session_id=self.session_id, type=EventType.SESSION_ERROR, payload=payload)
-            session_last_error_set(session_id=self.session_id, text=f"{type(exc).__name__}: {exc}")
-            if session.status != Session.Status.IDLE:
-                self.go_idle(ev.stop_retries_exhausted())
-        except Exception:
-            logger.exception("could not record a failed turn", extra={"session_id": self.session_id})
-
-
-def _idle_hooks_apply(session: Session) -> bool:
-    """Whether outputs publication or memory write-back may have work at idle: both need a Docker
-    sandbox of ours, which a self_hosted session never has."""
-    return (
-        settings.MANGO_SANDBOX == "docker"
-        and (session.environment_config or {}).get("type") != "self_hosted"
-        and session.primary_id is None  # a child thread's files are published at its primary's idle
-    )
-
-
-class Spend:
-    """The session's usage totals during a turn (the runner is their only writer: it holds the
-    lease), its list price, and its budget: `reached()` before each model request."""
-
-    def __init__(self, session: Session, primary: Session | None = None):
-        primary = primary or session
-        self.price = pricing.price_for(session.agent_snapshot["model"]["id"])
-        self.totals = dict(session.usage or {})
-        self.budget = primary.budget if (primary.budget or {}).get("type") == "limit" else None
-        # A multiagent session's budget holds all its threads' spend together.
-        self.family = primary.id if (primary.agent_snapshot or {}).get("multiagent") else None
-
-    def add(self, delta: dict) -> dict:
-        """Add one call's usage; returns the session.usage event of the new totals."""
-        for key, value in (delta or {}).items():
-            self.totals[key] = int(self.totals.get(key) or 0) + value
-        return ev.item(EventType.SESSION_USAGE, ev.session_usage(self.totals, self.budget))
-
-    def reached(self) -> bool:
-        if not self.budget:
-            return False
-        cap = pricing.amount_nanousd(self.budget["max_list_cost"]["amount"])
-        if self.family is not None:
-            return session_family_list_cost(primary_id=self.family) >= cap
-        return int(self.totals.get("list_cost_nanousd") or 0) >= cap

@@ -12,6 +12,7 @@ from django.db.models import Exists, OuterRef, Q
 
 from core.lookups import columns_of
 from sessions.events import (
+    CLIENT_ANSWER_TYPES,
     CONFIRMABLE_TOOL_USE_TYPES,
     CONVERSATION_TYPES,
     RUNNER_INPUT_TYPES,
@@ -65,14 +66,11 @@ def session_answered_tool_use_ids(*, session_id: str, types=TOOL_RESULT_TYPES) -
     return {tool_use_id_of(event.payload) for event in rows}
 
 
-def session_required_action_ids(*, session_id: str) -> list[str]:
-    """The tool uses the last session.status_idle handed to the client (requires_action)."""
-    idle = (
-        SessionEvent.objects.filter(session_id=session_id, type=EventType.SESSION_STATUS_IDLE)
-        .order_by("-seq")
-        .only("payload")
-        .first()
-    )
+def session_required_action_ids(*, session_id: str, child: bool = False) -> list[str]:
+    """The tool uses the last session.status_idle (a `child` thread's: session.thread_status_idle)
+    handed to the client (requires_action)."""
+    idle_type = EventType.SESSION_THREAD_STATUS_IDLE if child else EventType.SESSION_STATUS_IDLE
+    idle = SessionEvent.objects.filter(session_id=session_id, type=idle_type).order_by("-seq").only("payload").first()
     return required_action_ids(idle.payload) if idle is not None else []
 
 
@@ -159,7 +157,7 @@ class EventRow:
 
 _CONVERSATION_SQL = (
     f"SELECT id, seq, type, payload, private, processed_at FROM {SessionEvent._meta.db_table}"
-    " WHERE session_id = %s AND seq > %s AND type = ANY(%s) ORDER BY seq"
+    " WHERE session_id = %s AND seq > %s AND type = ANY(%s) AND NOT (private ? 'thread_copy') ORDER BY seq"
 )
 
 
@@ -256,3 +254,38 @@ def session_family_list_cost(*, primary_id: str) -> int:
     """The list cost (nano-USD) of a session and all its child threads: what its budget holds."""
     rows = Session.objects.filter(Q(id=primary_id) | Q(primary_id=primary_id)).values_list("usage", flat=True)
     return sum(int((usage or {}).get("list_cost_nanousd") or 0) for usage in rows)
+
+
+def session_threads_handed(*, session_id: str) -> list[str]:
+    """The tool uses the (primary) session's idle child threads handed their client and that no
+    answer reached yet, by their ids on the threads' logs (their copies on the primary's are
+    sessions.thread_events.thread_copy_id's)."""
+    children = Session.objects.filter(
+        primary_id=session_id, deleted_at__isnull=True, archived_at__isnull=True, status=Session.Status.IDLE
+    ).values_list("id", flat=True)
+    handed = []
+    for child in children:
+        needed = session_required_action_ids(session_id=child, child=True)
+        if needed:
+            answered = session_answered_tool_use_ids(session_id=child, types=CLIENT_ANSWER_TYPES)
+            handed += [event_id for event_id in needed if event_id not in answered]
+    return handed
+
+
+def session_transcript(*, session_id: str, max_chars: int) -> str:
+    """The text of the session's user and agent messages, oldest first, its newest `max_chars`
+    (what an advisor reads of the conversation it is consulted on)."""
+    rows = (
+        SessionEvent.objects.filter(session_id=session_id, type__in=(EventType.USER_MESSAGE, EventType.AGENT_MESSAGE))
+        .order_by("-seq")
+        .values_list("type", "payload")
+    )
+    lines, size = [], 0
+    for kind, payload in rows.iterator():
+        said = "".join(b.get("text", "") for b in payload.get("content") or [] if b.get("type") == "text")
+        line = f"{'User' if kind == EventType.USER_MESSAGE else 'Agent'}: {said}"
+        lines.append(line)
+        size += len(line) + 1
+        if size >= max_chars:
+            break
+    return "\n".join(reversed(lines))[-max_chars:]

@@ -14,15 +14,14 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from core.crashpoints import crash_point
 from core.ids import new_id
 from sessions import notify
-from sessions.events import (
-    USAGE_TOTAL_KEYS,
-    EventType,
-)
+from sessions.events import USAGE_TOTAL_KEYS, EventType
 from sessions.models import Session, SessionEvent
 from sessions.services.announce import announce, announced_by_id, announced_items
 from sessions.services.event_bytes import json_sizes
+from sessions.thread_events import THREAD_COPY
 
 
 class LeaseLost(Exception):
@@ -85,21 +84,30 @@ def events_append_locked(*, session: Session, items: list[dict], also_save: tupl
     return rows
 
 
+def _crosspost_append(target: str, copies: list[dict]) -> None:
+    if any(THREAD_COPY in copy.get("private", {}) for copy in copies):
+        crash_point("thread_tool_use_crosspost")  # the thread's commit done, its copies not yet
+    events_append(session_id=target, items=copies)
+
+
 def _crosspost(items: list[dict]) -> None:
-    """A child thread's status events (sessions.events.status_item) are copied to its primary's
-    log, where clients watching the session see them (the SDK: "cross-posted to the primary
-    stream for child threads"). Unfenced (the primary is another runner's), and after commit:
-    a transaction holding the child's row lock never waits for the primary's, which the API
-    holds while it forwards an interrupt to the children (one lock order, no deadlock). A copy
-    lost to a crash in between is only a copy."""
+    """A child thread's status events (sessions.thread_events.status_item) and the tool uses it hands
+    its client (sessions.thread_events.crosspost_tool_use) are copied to its primary's log, where
+    clients watching the session see them (the SDK: "cross-posted to the primary stream for
+    child threads"; an item's crosspost_copy overrides the copy's id, payload or private).
+    Unfenced (the primary is another runner's), and after commit: a transaction holding the
+    child's row lock never waits for the primary's, which the API holds while it forwards an
+    interrupt or a tool answer to the children (one lock order, no deadlock). A copy lost to a
+    crash in between is only a copy: a thread's tool use is still on its own log (and stream),
+    where the client may answer it by its own id, and the coordinator's runner appends a lost
+    tool-use copy before its idle lists it (services.threads.thread_copies_ensure)."""
     targets: dict[str, list[dict]] = {}
     for item in items:
         if item.get("crosspost"):
-            targets.setdefault(item["crosspost"], []).append({"type": item["type"], "payload": item["payload"]})
+            copy = {"type": item["type"], "payload": item["payload"], **item.get("crosspost_copy", {})}
+            targets.setdefault(item["crosspost"], []).append(copy)
     for target, copies in targets.items():
-        transaction.on_commit(
-            lambda target=target, copies=copies: events_append(session_id=target, items=copies), robust=True
-        )
+        transaction.on_commit(lambda target=target, copies=copies: _crosspost_append(target, copies), robust=True)
 
 
 def session_events_purge(*, session_id: str) -> None:

@@ -13,6 +13,7 @@ from django.utils import timezone
 from core.lookups import joined_row
 from sessions import events as ev
 from sessions import notify
+from sessions import thread_events as tev
 from sessions.events import CLIENT_ANSWER_TYPES, RUNNER_INPUT_TYPES, EventType, tool_use_id_of
 from sessions.models import Session, SessionEvent, SessionResource
 from sessions.selectors.runner import (
@@ -24,6 +25,7 @@ from sessions.selectors.runner import (
 from sessions.services.announce import session_owner_remember
 from sessions.services.events import events_append, events_append_locked
 from sessions.services.termination import session_terminate_locked
+from sessions.thread_events import thread_copy_id
 
 ACTIVE = (Session.Status.RUNNING, Session.Status.RESCHEDULING)
 
@@ -135,7 +137,10 @@ def session_turn_begin(*, session_id: str, token: str, wait: ClientWait | None =
         archived = session.archived_at is not None and not resume
         if archived and session.status != Session.Status.TERMINATED:
             session_terminate_locked(locked=session)
-        if archived or (not resume and not _starts_turn(session_id, pending, self_hosted=self_hosted, wait=wait)):
+        child = session.primary_id is not None
+        if archived or (
+            not resume and not _starts_turn(session_id, pending, self_hosted=self_hosted, wait=wait, child=child)
+        ):
             session.runner_token = None
             session.runner_heartbeat_at = None
             session.save(update_fields=["runner_token", "runner_heartbeat_at"])
@@ -146,7 +151,12 @@ def session_turn_begin(*, session_id: str, token: str, wait: ClientWait | None =
 
 
 def _starts_turn(
-    session_id: str, pending: list[SessionEvent], *, self_hosted: bool = False, wait: ClientWait | None = None
+    session_id: str,
+    pending: list[SessionEvent],
+    *,
+    self_hosted: bool = False,
+    wait: ClientWait | None = None,
+    child: bool = False,
 ) -> bool:
     """Whether idle-session input starts a turn. Partial answers to requires_action are marked
     processed and the session keeps waiting for the rest. On self_hosted, allowing a confirmed
@@ -160,13 +170,16 @@ def _starts_turn(
     if wait is not None:  # the runner knows what it handed out and what was answered since
         needed, answered = wait.needed, wait.answered
     else:
-        needed = set(session_required_action_ids(session_id=session_id))
+        needed = set(session_required_action_ids(session_id=session_id, child=child))
         if self_hosted:
             answered = session_answered_tool_use_ids(
                 session_id=session_id, types=(EventType.USER_TOOL_RESULT, EventType.USER_CUSTOM_TOOL_RESULT)
             ) | set(session_denied_tool_use_ids(session_id=session_id))
         else:
             answered = session_answered_tool_use_ids(session_id=session_id, types=CLIENT_ANSWER_TYPES)
+        # A coordinator's requires_action lists its threads' tool uses by their copies' ids; the
+        # client may have answered one by the thread's own id (sessions.thread_events.thread_copy_id).
+        answered |= {thread_copy_id(event_id) for event_id in answered}
     if needed - answered:
         session_events_mark_processed(event_ids=[e.id for e in pending])
         return False
@@ -188,7 +201,7 @@ def _turn_start(session: Session, pending: list[SessionEvent], *, resume: bool) 
     if resume:
         message = "The worker running this session stopped; resuming the turn."
         items.append(ev.item(EventType.SESSION_ERROR, ev.session_error(message=message, retrying=True)))
-    items.append(ev.status_item(EventType.SESSION_STATUS_RUNNING, session))
+    items.append(tev.status_item(EventType.SESSION_STATUS_RUNNING, session))
     rows = events_append(session_id=session.id, items=items, start_turn=True, processed_ids=[e.id for e in pending])
     session.status = Session.Status.RUNNING
     session.turn_started_at = session.turn_started_at or rows[-1].created_at
@@ -225,7 +238,7 @@ def session_error_record(*, session_id: str, payload: dict, last_error: str, res
         session.last_error = last_error
         fields = ["last_error"]
         if rescheduling:
-            items.append(ev.status_item(EventType.SESSION_STATUS_RESCHEDULED, session))
+            items.append(tev.status_item(EventType.SESSION_STATUS_RESCHEDULED, session))
             session.status = Session.Status.RESCHEDULING
             fields.append("status")
         session.save(update_fields=fields)
@@ -240,7 +253,7 @@ def session_status_running_set(*, session_id: str) -> None:
             return
         session.status = Session.Status.RUNNING
         session.save(update_fields=["status"])
-        events_append_locked(session=session, items=[ev.status_item(EventType.SESSION_STATUS_RUNNING, session)])
+        events_append_locked(session=session, items=[tev.status_item(EventType.SESSION_STATUS_RUNNING, session)])
 
 
 def session_last_error_set(*, session_id: str, text: str) -> None:

@@ -1,4 +1,3 @@
-import json
 import logging
 from datetime import timedelta
 
@@ -199,8 +198,7 @@ def _thread_agent(*, workspace, snapshot: dict, ref: dict, field: str) -> dict:
     """The full definition (SessionThreadAgent) of one roster entry as the session keeps it: the
     session's own agent (overrides applied) for `self`, else the pinned version, its skills
     pinned. Refused with a 400 naming the entry: an agent gone or given multiagent since the
-    roster was saved, and tools this server cannot route from a subagent thread to the client
-    (custom tools, always_ask permissions)."""
+    roster was saved."""
     if ref["id"] == snapshot["id"]:
         definition = {key: value for key, value in snapshot.items() if key != "multiagent"}
     else:
@@ -220,17 +218,6 @@ def _thread_agent(*, workspace, snapshot: dict, ref: dict, field: str) -> dict:
             {"type": "custom", "skill_id": skill["skill_id"], "version": skill_row.version}
             for skill, skill_row in resolved
         ]
-    if ref["id"] != snapshot["id"] and definition.get("skills"):
-        raise InvalidRequest(
-            f"agent.{field}: agent {definition['id']!r} has skills; this server places only the session's own"
-            " agent's skills in the sandbox, not a subagent's."
-        )
-    tools = definition.get("tools") or []
-    if any(tool.get("type") == "custom" for tool in tools) or '"always_ask"' in json.dumps(tools):
-        raise InvalidRequest(
-            f"agent.{field}: agent {definition['id']!r} has custom tools or always_ask permissions; a subagent"
-            " thread's client-side tool calls are not routed to the client by this server."
-        )
     return definition
 
 
@@ -238,11 +225,6 @@ def _session_multiagent(*, workspace, snapshot: dict, environment) -> dict:
     """The agent's multiagent configuration as the session shows it (SessionMultiagent): each
     roster entry's full definition, resolved now and kept for the session's life."""
     config = snapshot["multiagent"]
-    if (environment.config or {}).get("type") == "self_hosted":
-        raise InvalidRequest(
-            "agent.multiagent: multiagent sessions need a cloud environment here (subagent threads run their"
-            " tools in the session's sandbox).",
-        )
     definitions = [
         _thread_agent(workspace=workspace, snapshot=snapshot, ref=entry, field=field)
         for field, entry in roster_entries(config)

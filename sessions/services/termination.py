@@ -10,8 +10,8 @@ that ends as usual pays no statement for it."""
 
 from django.db import transaction
 
-from sessions import events as ev
 from sessions import notify
+from sessions import thread_events as tev
 from sessions.events import EventType
 from sessions.models import Session
 from sessions.queue.services import session_work_stop
@@ -53,5 +53,5 @@ def session_terminate_locked(*, locked: Session) -> None:
     """Terminate the session whose row the caller holds locked."""
     locked.status = Session.Status.TERMINATED
     locked.save(update_fields=["status"])
-    events_append_locked(session=locked, items=[ev.status_item(EventType.SESSION_STATUS_TERMINATED, locked)])
+    events_append_locked(session=locked, items=[tev.status_item(EventType.SESSION_STATUS_TERMINATED, locked)])
     session_work_stop(session_id=locked.id)

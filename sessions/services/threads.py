@@ -9,18 +9,22 @@ receiver like a client's message). The receiver's event is committed first (unde
 never with the sender's held: the two rows are locked one at a time), so a thread that is seen
 idle has already delivered its report."""
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from core.ids import new_id
 from sessions import events as ev
+from sessions import thread_events as tev
 from sessions.dispatch import session_run_enqueue_on_commit
 from sessions.events import EventType, thread_id_of
-from sessions.models import Session
+from sessions.models import Session, SessionEvent
 from sessions.services.events import events_append
 from sessions.services.termination import session_archive_locked
 from sessions.services.user_events import session_runner_wake_on_commit
+from sessions.thread_events import crosspost_tool_use, thread_copy_id
 
 
 class ThreadRefused(Exception):
@@ -29,8 +33,8 @@ class ThreadRefused(Exception):
 
 def _received(*, sender: Session, content: list[dict]) -> dict:
     from_thread, from_name = thread_id_of(sender.id), sender.thread_agent_name or None
-    payload = ev.thread_message_received(content=content, from_thread_id=from_thread, from_agent_name=from_name)
-    model_content = ev.thread_message_model_content(
+    payload = tev.thread_message_received(content=content, from_thread_id=from_thread, from_agent_name=from_name)
+    model_content = tev.thread_message_model_content(
         content=content, from_thread_id=from_thread, from_agent_name=from_name
     )
     return ev.item(EventType.AGENT_THREAD_MESSAGE_RECEIVED, payload, private={"model_content": model_content})
@@ -66,7 +70,7 @@ def thread_spawn(*, primary: Session, definition: dict, content: list[dict]) -> 
         session_run_enqueue_on_commit(session_id=child.id)
     thread_id = thread_id_of(child.id)
     created = {"session_thread_id": thread_id, "agent_name": child.thread_agent_name, "workflow_run_id": None}
-    sent = ev.thread_message_sent(content=content, to_thread_id=thread_id, to_agent_name=child.thread_agent_name)
+    sent = tev.thread_message_sent(content=content, to_thread_id=thread_id, to_agent_name=child.thread_agent_name)
     events_append(
         session_id=primary.id,
         items=[ev.item(EventType.SESSION_THREAD_CREATED, created), ev.item(EventType.AGENT_THREAD_MESSAGE_SENT, sent)],
@@ -86,7 +90,7 @@ def thread_message_send(*, sender: Session, target_id: str, content: list[dict])
             raise ThreadRefused(f"Thread {thread_id_of(target_id)!r} is archived and accepts no more messages.")
         events_append(session_id=target.id, items=[_received(sender=sender, content=content)], pending=True)
         session_runner_wake_on_commit(session=target)
-    sent = ev.thread_message_sent(
+    sent = tev.thread_message_sent(
         content=content, to_thread_id=thread_id_of(target.id), to_agent_name=target.thread_agent_name or None
     )
     events_append(session_id=sender.id, items=[ev.item(EventType.AGENT_THREAD_MESSAGE_SENT, sent)])
@@ -100,3 +104,59 @@ def thread_archive(*, thread: Session) -> Session:
         locked = Session.objects.select_for_update().get(id=thread.id)
         session_archive_locked(locked=locked)
     return locked
+
+
+# The advisor's thread: one per session, its agent as the SDK's BetaManagedAgentsAdvisor shows it
+# ({type: advisor, model}: sessions.apis.threads renders the model's id), run by the runtime like
+# any thread: the advisor model, this system prompt, no tools.
+ADVISOR_NAME = "anthropic.advisor"
+ADVISOR_SYSTEM = (
+    "You are the advisor of an agent at work. It consults you mid-task: read its question and the conversation"
+    " it sends, and answer with concise, concrete advice. You have no tools and act on nothing yourself."
+)
+
+
+def advisor_consult(*, primary: Session, model: str, content: list[dict]) -> Session:
+    """Send `content` to the session's advisor thread, spawning it on the first consultation."""
+    advisor = Session.objects.filter(primary=primary, thread_agent_name=ADVISOR_NAME).only("id").first()
+    if advisor is not None:
+        return thread_message_send(sender=primary, target_id=advisor.id, content=content)
+    definition = {
+        "type": "advisor",
+        "name": ADVISOR_NAME,
+        "model": {"id": model, "speed": "standard"},
+        "system": ADVISOR_SYSTEM,
+        "description": None,
+        "tools": [],
+        "mcp_servers": [],
+        "skills": [],
+    }
+    return thread_spawn(primary=primary, definition=definition, content=content)
+
+
+# A copy younger than this may still be on its way: its thread's runner appends it right after
+# the commit that wrote the tool use (services.events._crosspost).
+COPY_REPAIR_SECONDS = 2.0
+
+
+def thread_copies_ensure(*, primary_id: str, event_ids: list[str]) -> None:
+    """The copies on the primary's log of its threads' tool uses `event_ids`
+    (sessions.thread_events.crosspost_tool_use) that a crash lost between the thread's commit and the
+    copy's append are appended now, by the primary's runner (fenced by its lease), before its
+    idle lists them. One older than COPY_REPAIR_SECONDS and still missing is lost, not late."""
+    present = set(
+        SessionEvent.objects.filter(
+            session_id=primary_id, id__in=[thread_copy_id(event_id) for event_id in event_ids]
+        ).values_list("id", flat=True)
+    )
+    missing = [event_id for event_id in event_ids if thread_copy_id(event_id) not in present]
+    if not missing:
+        return
+    cutoff = timezone.now() - timedelta(seconds=COPY_REPAIR_SECONDS)
+    rows = SessionEvent.objects.filter(id__in=missing, created_at__lt=cutoff).select_related("session")
+    items = []
+    for row in rows.order_by("session_id", "seq"):
+        tool_use = crosspost_tool_use({"id": row.id, "type": row.type, "payload": row.payload}, row.session)
+        items.append({"type": row.type, **tool_use["crosspost_copy"]})
+    if items:
+        events_append(session_id=primary_id, items=items)

@@ -102,8 +102,8 @@ def test_multiagent_20261001_merges_level_by_level(sdk):
         # The defaults enable workflows: refused, not dropped.
         ({"type": "multiagent_20261001"}, "multiagent.workflows"),
         (
-            {"type": "multiagent_20261001", "workflows": DISABLED, "advisor": {"type": "enabled", "model": MODEL}},
-            "multiagent.advisor",
+            {"type": "multiagent_20261001", "workflows": DISABLED, "advisor": {"type": "enabled"}},
+            "multiagent.advisor.model",
         ),
         (
             {
@@ -113,7 +113,13 @@ def test_multiagent_20261001_merges_level_by_level(sdk):
             },
             "multiagent.subagents.predefined_agents",
         ),
-        ({"type": "coordinator", "agents": [{"type": "advisor", "model": MODEL}]}, "multiagent.agents[0]"),
+        (
+            {
+                "type": "coordinator",
+                "agents": [{"type": "advisor", "model": MODEL}, {"type": "advisor", "model": MODEL}],
+            },
+            "multiagent.agents[1]",
+        ),
         ({"type": "coordinator", "agents": []}, "multiagent.agents"),
         ({"type": "coordinator", "agents": ["agent_unknown"]}, "multiagent.agents[0]"),
         ({"type": "coordinator", "agents": [{"type": "self"}, {"type": "self"}]}, "multiagent.agents[1]"),
@@ -148,7 +154,9 @@ def test_rosters_are_depth_one_distinct_and_live(sdk):
         _agent(sdk, "a", multiagent={"type": "coordinator", "agents": [archived.id]})
 
 
-def test_sessions_refuse_rosters_they_cannot_run(sdk):
+def test_sessions_run_rosters_with_client_tools_and_on_self_hosted(sdk):
+    # A subagent with always_ask permissions (or custom tools) is served now: its calls reach the
+    # client through the session (tests/sessions/test_multiagent_client.py).
     asker = sdk.beta.agents.create(
         name="asker",
         model=MODEL,
@@ -163,13 +171,14 @@ def test_sessions_refuse_rosters_they_cannot_run(sdk):
     )
     lead = _agent(sdk, "lead", multiagent={"type": "coordinator", "agents": [asker.id]})
     env = sdk.beta.environments.create(name="e", config={"type": "cloud"})
-    with pytest.raises(anthropic.BadRequestError, match=r"agent.multiagent.agents\[0\]: .*always_ask"):
-        sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+    (entry,) = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id).agent.multiagent.agents
+    assert entry.tools[0].default_config.permission_policy.type == "always_ask"
     plain = _agent(sdk, "plain")
     lead2 = _agent(sdk, "lead2", multiagent={"type": "coordinator", "agents": [plain.id]})
+    # A self_hosted environment is served too: the worker runs every thread's tools
+    # (tests/sessions/test_work_worker.py).
     hosted = sdk.beta.environments.create(name="h", config={"type": "self_hosted"})
-    with pytest.raises(anthropic.BadRequestError, match=r"agent.multiagent: .*cloud environment"):
-        sdk.beta.sessions.create(agent=lead2.id, environment_id=hosted.id)
+    assert sdk.beta.sessions.create(agent=lead2.id, environment_id=hosted.id).agent.multiagent.agents[0].id == plain.id
     # The roster pins version 1: a later version of the agent with multiagent changes nothing.
     sdk.beta.agents.update(plain.id, version=1, multiagent={"type": "coordinator", "agents": [{"type": "self"}]})
     lead3 = sdk.beta.agents.retrieve(lead2.id)

@@ -14,15 +14,17 @@ from pathlib import Path
 
 import anthropic
 import pytest
+from anthropic.lib import files_from_dir
 from django.conf import settings
 
 from sessions.models import WorkItem
 from sessions.queue.credentials import work_token
 from sessions.queue.services import environment_key_create
 from tests.files.server import ROOT, AsgiServer
-from tests.scripted_model import text, tool_use
+from tests.scripted_model import text, tool_use, tool_uses
 from tests.sdk_venvs import OLDEST_WORKER_SDK, sdk_python
 from tests.sessions.conftest import wait_for
+from tests.sessions.test_skills import make_skill
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
@@ -226,3 +228,101 @@ def test_an_archived_sessions_worker_exits(server, api_key, model, celery_worker
         client.beta.sessions.events.send(
             session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "more"}]}]
         )
+
+
+# A self_hosted multiagent session (issue 39): the coordinator's thread tools run on the server;
+# every subagent thread's tool calls are cross-posted to the session's stream with
+# session_thread_id and run by the worker in its one workdir (the self-hosted counterpart of the
+# shared sandbox), their results routed back to each thread; the worker downloads the subagents'
+# skills too.
+
+MODEL = "claude-sonnet-4-5"
+
+
+def _system(body: dict) -> str:
+    system = body.get("system") or ""
+    return system if isinstance(system, str) else "".join(block.get("text", "") for block in system)
+
+
+def _texts(body: dict, kind: str) -> list[str]:
+    found = []
+    for message in body.get("messages") or []:
+        if message["role"] != "user" or isinstance(message["content"], str):
+            continue
+        for block in message["content"]:
+            if block.get("type") == kind == "text":
+                found.append(block["text"])
+            elif block.get("type") == kind == "tool_result":
+                content = block.get("content")
+                found.append(content if isinstance(content, str) else "".join(b.get("text", "") for b in content))
+    return found
+
+
+def _decide(body: dict) -> dict:
+    if _system(body).startswith("You coordinate"):
+        reports = [t.split("\n", 1)[1] for t in _texts(body, "text") if t.startswith("[Message from the agent")]
+        if not _texts(body, "tool_result"):
+            return tool_uses(
+                [("spawn_agent", {"agent": name, "message": f"Work, {name}."}) for name in ("alpha", "beta")]
+            )
+        if len(reports) < 2:
+            return text("Waiting.")
+        return text("Done: " + " | ".join(sorted(reports)))
+    name = _system(body).removeprefix("You are ").split(".")[0]
+    results = _texts(body, "tool_result")
+    if not results:
+        return tool_use("bash", {"command": f"echo {name} > {name}.txt && cat {name}.txt"})
+    return text(f"{name} wrote {results[-1].split()[0]}")
+
+
+def test_the_sdk_worker_serves_every_thread_of_a_multiagent_session(
+    server, api_key, model, celery_worker, workers, tmp_path
+):
+    client = _client(server, api_key)
+    environment = client.beta.environments.create(name="laptop", config={"type": "self_hosted"})
+    _, key = environment_key_create(environment_id=environment.id)
+    skill = client.beta.skills.create(files=files_from_dir(make_skill(tmp_path / "src", name="beta-notes")))
+    alpha = client.beta.agents.create(name="alpha", model=MODEL, system="You are alpha.", tools=TOOLSET)
+    beta = client.beta.agents.create(
+        name="beta",
+        model=MODEL,
+        system="You are beta.",
+        tools=TOOLSET,
+        skills=[{"type": "custom", "skill_id": skill.id}],
+    )
+    lead = client.beta.agents.create(
+        name="lead",
+        model=MODEL,
+        system="You coordinate alpha and beta.",
+        tools=TOOLSET,
+        multiagent={"type": "coordinator", "agents": [alpha.id, beta.id]},
+    )
+    model.default = _decide
+    session = client.beta.sessions.create(agent=lead.id, environment_id=environment.id)
+    client.beta.sessions.events.send(
+        session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
+    )
+    workers(server, environment.id, key, "one")
+    events = wait_for(lambda: _ended(client, session.id), timeout=120, interval=0.3)
+
+    workdir = tmp_path / "one"
+    assert (workdir / "alpha.txt").read_text() == "alpha\n" and (workdir / "beta.txt").read_text() == "beta\n"
+    answer = [e for e in events if e.type == "agent.message"][-1].content[0].text
+    assert answer == "Done: alpha wrote alpha | beta wrote beta"
+    threads = {t.agent.name: t.id for t in client.beta.sessions.threads.list(session.id) if t.parent_thread_id}
+    # Each thread's bash call, cross-posted to the session's stream, was answered there by the
+    # worker and routed to the thread; the coordinator's own spawns ran on the server.
+    copies = [e for e in events if e.type == "agent.tool_use" and e.session_thread_id]
+    assert sorted(e.session_thread_id for e in copies) == sorted(threads.values())
+    answered = [e for e in events if e.type == "user.tool_result"]
+    assert sorted(e.session_thread_id for e in answered) == sorted(threads.values())
+    assert sorted(e.tool_use_id for e in answered) == sorted(e.id for e in copies)
+    spawns = [e for e in events if e.type == "agent.tool_use" and not e.session_thread_id]
+    assert [e.name for e in spawns] == ["spawn_agent", "spawn_agent"]
+    assert len([e for e in events if e.type == "agent.tool_result"]) == 2  # the spawns' results, by the server
+    for name, thread_id in threads.items():
+        own = list(client.beta.sessions.threads.events.list(thread_id, session_id=session.id))
+        (result,) = [e for e in own if e.type == "user.tool_result"]
+        assert result.session_thread_id == thread_id and name in result.content[0].text
+    # The worker downloaded the subagent's skill into its workdir.
+    assert (workdir / "skills" / "beta-notes" / "SKILL.md").is_file()
