@@ -240,8 +240,18 @@ def mcp_tool_result(*, mcp_tool_use_id: str, content: list[dict], is_error: bool
     return {"mcp_tool_use_id": mcp_tool_use_id, "content": content, "is_error": is_error}
 
 
-def status_idle(stop_reason: dict) -> dict:
-    return {"stop_reason": stop_reason}
+def status_idle(stop_reason: dict, stop_details: dict | None = None) -> dict:
+    """session.status_idle's payload; `stop_details` only when there is something to report (a
+    refusal's category and explanation, as the upstream gave them)."""
+    return {"stop_reason": stop_reason, **({"stop_details": stop_details} if stop_details else {})}
+
+
+def refusal_details(response: dict) -> dict | None:
+    """The upstream's stop_details of a refusal ({type: refusal, category, explanation}), or None."""
+    details = response.get("stop_details")
+    if not isinstance(details, dict) or details.get("type") != "refusal":
+        return None
+    return {"type": "refusal", "category": details.get("category"), "explanation": details.get("explanation")}
 
 
 def stop_end_turn() -> dict:

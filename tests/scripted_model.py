@@ -40,12 +40,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 def message(
-    content: list[dict], stop_reason: str = "end_turn", *, delay: float = 0.0, usage: dict | None = None
+    content: list[dict],
+    stop_reason: str = "end_turn",
+    *,
+    delay: float = 0.0,
+    usage: dict | None = None,
+    stop_details: dict | None = None,
 ) -> dict:
     return {
         "kind": "message",
         "content": content,
         "stop_reason": stop_reason,
+        "stop_details": stop_details,
         "delay": delay,
         "usage": usage or {"input_tokens": 10, "output_tokens": 5},
     }
@@ -202,6 +208,7 @@ class ScriptedModel:
                     "content": response["content"],
                     "stop_reason": response["stop_reason"],
                     "stop_sequence": None,
+                    "stop_details": response.get("stop_details"),
                     "usage": response["usage"],
                 }
                 if body.get("stream"):
@@ -277,7 +284,11 @@ class ScriptedModel:
                     "message_delta",
                     {
                         "type": "message_delta",
-                        "delta": {"stop_reason": payload["stop_reason"], "stop_sequence": None},
+                        "delta": {
+                            "stop_reason": payload["stop_reason"],
+                            "stop_sequence": None,
+                            "stop_details": payload["stop_details"],
+                        },
                         "usage": {"output_tokens": payload["usage"]["output_tokens"]},
                     },
                 )

@@ -283,7 +283,7 @@ class Runner(RunnerWaits):
             # use is answered by then), in this turn or the next.
             compact_next = context_tokens(reply.response.get("usage") or {}) > threshold
             if reply.response.get("stop_reason") == "refusal":
-                return self.go_idle(ev.stop_refusal())
+                return self.go_idle(ev.stop_refusal(), stop_details=ev.refusal_details(reply.response))
             if not tool_uses:
                 # Under an active outcome the grader judges the work; the agent revises while it
                 # needs revision (its verdict joins the conversation).

@@ -141,7 +141,14 @@ class RunnerWaits:
             self.control.check_handback()
             self.control.check_stop()
 
-    def go_idle(self, stop_reason: dict, *, interrupted: bool = False, for_threads: bool = False) -> None:
+    def go_idle(
+        self,
+        stop_reason: dict,
+        *,
+        interrupted: bool = False,
+        for_threads: bool = False,
+        stop_details: dict | None = None,
+    ) -> None:
         """Publish outputs (unless interrupted), write memory back, then commit session.status_idle (with the
         session's status and active time, in one statement). Nothing is appended to a deleted session.
         `for_threads`: a coordinator's requires_action lists its threads' tool uses (their copies):
@@ -164,7 +171,9 @@ class RunnerWaits:
             and not session_interrupt_pending(session_id=self.session_id)
         ):
             self._report(thread, stop_reason)
-        idle = tev.status_item(EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason))
+        idle = tev.status_item(
+            EventType.SESSION_STATUS_IDLE, self.turn_session, ev.status_idle(stop_reason, stop_details)
+        )
         try:
             events_append(session_id=self.session_id, items=[idle], end_turn=True, unless_deleted=True)
         except SessionGone:

@@ -556,3 +556,20 @@ def test_bash_restart_is_in_the_definition_and_acted_on(sdk, model, celery_worke
     assert "after-unset" in texts[2] and not results[2].is_error
     assert results[3].is_error and "command is required" in texts[3]
     assert events[-1].stop_reason.type == "end_turn"
+
+
+def test_a_refusal_ends_the_turn_with_its_stop_details(sdk, model, celery_worker, env_cloud, agent_bash):
+    """A refused response ends the turn idle with stop_reason refusal and the upstream's
+    stop_details (category, explanation), in the SDK's shape; without details, none is given."""
+    details = {"type": "refusal", "category": "cyber", "explanation": "Declined: exploit development."}
+    model.script([message([], "refusal", stop_details=details), message([], "refusal")])
+    session = sdk.beta.sessions.create(agent=agent_bash.id, environment_id=env_cloud.id)
+    with sdk.beta.sessions.events.stream(session.id) as stream:
+        sdk.beta.sessions.events.send(session.id, events=[_user("write an exploit")])
+        seen = _collect_until_idle(stream)
+    idle = seen[-1]
+    assert idle.stop_reason.type == "refusal" and idle.stop_details is not None
+    assert (idle.stop_details.category, idle.stop_details.explanation) == ("cyber", "Declined: exploit development.")
+    sdk.beta.sessions.events.send(session.id, events=[_user("again")])
+    events = _wait_idle(sdk, session.id)
+    assert events[-1].stop_reason.type == "refusal" and events[-1].stop_details is None
