@@ -380,6 +380,8 @@ MANGO_MODEL_THINKING = env.str("MANGO_MODEL_THINKING", default="adaptive")
 if MANGO_MODEL_THINKING not in ("adaptive", "enabled", "off"):
     raise SystemExit(f"[mango] MANGO_MODEL_THINKING={MANGO_MODEL_THINKING!r}: one of adaptive, enabled, off.")
 MANGO_MODEL_THINKING_BUDGET_TOKENS = env.int("MANGO_MODEL_THINKING_BUDGET_TOKENS", default=4096)
+# While an outcome's grader call runs, span.outcome_evaluation_ongoing every this many seconds.
+MANGO_OUTCOME_HEARTBEAT_SECONDS = env.float("MANGO_OUTCOME_HEARTBEAT_SECONDS", default=10.0)
 MANGO_MODEL_TIMEOUT_SECONDS = env.float("MANGO_MODEL_TIMEOUT_SECONDS", default=600.0)
 # Upstream 429/5xx/529 are retried this many times (each a `session.error` with retry_status
 # "retrying") before the turn ends with retry_status "exhausted".

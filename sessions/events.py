@@ -50,6 +50,7 @@ class EventType(models.TextChoices):
     SPAN_MODEL_REQUEST_START = "span.model_request_start"
     SPAN_MODEL_REQUEST_END = "span.model_request_end"
     SPAN_OUTCOME_EVALUATION_START = "span.outcome_evaluation_start"
+    SPAN_OUTCOME_EVALUATION_ONGOING = "span.outcome_evaluation_ongoing"
     SPAN_OUTCOME_EVALUATION_END = "span.outcome_evaluation_end"
 
 

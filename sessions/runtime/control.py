@@ -190,21 +190,34 @@ class TurnControl:
         if session_is_deleted(session_id=self.session_id):
             raise Stop()
 
-    def interruptible(self, call: Callable[[], object], on_abandon: Callable[[], None] | None = None):
+    def interruptible(
+        self,
+        call: Callable[[], object],
+        on_abandon: Callable[[], None] | None = None,
+        *,
+        tick: Callable[[], None] | None = None,
+        tick_seconds: float = 0.0,
+    ):
         """Run a blocking call in a helper thread so an interrupt need not wait for it. The
         waiting thread sleeps until the call ends or the watcher sees the session's interrupt
-        flag raised (no polling; a lost lease is seen within WAKE_SECONDS)."""
+        flag raised (no polling; a lost lease is seen within WAKE_SECONDS). `tick`, if given,
+        runs on this thread every `tick_seconds` while the call lasts (a heartbeat)."""
         db_release()
         woken = threading.Event()
         watch.wake_on_flag(self.session_id, woken)
         try:
             future = calls.submit(call)
             future.add_done_callback(lambda _: woken.set())
+            next_tick = time.monotonic() + tick_seconds
             while True:
-                woken.wait(WAKE_SECONDS)
+                woken.wait(min(WAKE_SECONDS, tick_seconds) if tick is not None else WAKE_SECONDS)
                 woken.clear()
                 if future.done():
                     return future.result()
+                if tick is not None and time.monotonic() >= next_tick:
+                    tick()
+                    db_release()
+                    next_tick = time.monotonic() + tick_seconds
                 try:
                     self.check_stop()
                 except Stop:

@@ -115,7 +115,7 @@ def _usage(response: dict | None) -> dict:
     }
 
 
-def outcome_evaluate(*, session, call: Callable[[Callable[[], dict]], dict]) -> bool:
+def outcome_evaluate(*, session, call: Callable[..., dict]) -> bool:
     """Run one evaluation of the session's active outcome, if any, after the agent ended a turn.
     Returns True when the agent must continue (needs revision, or one final acknowledgement
     turn after max_iterations_reached), False when the session may go idle. `call` runs the
@@ -144,6 +144,13 @@ def outcome_evaluate(*, session, call: Callable[[Callable[[], dict]], dict]) -> 
             },
         )
 
+    def ongoing() -> None:  # the SDK's heartbeat: evaluating, not stuck
+        session_event_append(
+            session_id=session.id,
+            type=EventType.SPAN_OUTCOME_EVALUATION_ONGOING,
+            payload={"outcome_id": outcome.outcome_id, "iteration": outcome.iteration},
+        )
+
     request = _grader_request(outcome, _transcript(session.id, outcome.event.seq))
     try:
         response = call(
@@ -154,7 +161,9 @@ def outcome_evaluate(*, session, call: Callable[[Callable[[], dict]], dict]) -> 
                 tools=[GRADER_TOOL],
                 tool_choice={"type": "tool", "name": GRADER_TOOL["name"]},
                 max_tokens=settings.MANGO_MODEL_MAX_TOKENS,
-            )
+            ),
+            tick=ongoing,
+            tick_seconds=settings.MANGO_OUTCOME_HEARTBEAT_SECONDS,
         )
     except ModelError as exc:
         end("failed", f"The grader could not be reached: {exc.message}", _usage(None))

@@ -42,6 +42,8 @@ def worker_env(scripted_model: ScriptedModel) -> dict[str, str]:
         "MANGO_SESSION_LEASE_SECONDS": str(TEST_LEASE_SECONDS),
         "MANGO_MODEL_MAX_RETRIES": "1",
         "MANGO_MODEL_RETRY_BACKOFF_SECONDS": "0.1",
+        # A grader call that lasts a second says so (test_file_admission's heartbeat test).
+        "MANGO_OUTCOME_HEARTBEAT_SECONDS": "1",
         # The run's shared worker leaves recovery to the tests that call sessions.recover_stuck
         # (tests/sessions/test_fleet.py runs workers with their reapers on).
         "MANGO_SESSION_REAPER_SECONDS": "0",

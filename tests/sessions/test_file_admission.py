@@ -277,7 +277,7 @@ def test_file_rubric_reaches_agent_and_grader_and_survives_source_deletion(sdk, 
     assert "It is 41." in grader_body
     assert rubric.id not in grader_body and rubric.id not in json.dumps(agent_request["body"])
 
-    spans = [e for e in events if e.type.startswith("span.outcome_evaluation")]
+    spans = [e for e in events if e.type in ("span.outcome_evaluation_start", "span.outcome_evaluation_end")]
     assert [(e.type, e.iteration) for e in spans] == [
         ("span.outcome_evaluation_start", 0),
         ("span.outcome_evaluation_end", 0),
@@ -352,3 +352,27 @@ def test_rubric_file_of_any_media_type_is_accepted_if_utf8_and_not_made_download
     assert event.private["rubric_text"] == "Critère: précis"
     assert event.payload["rubric"] == {"type": "file", "file_id": rubric.id}
     assert File.objects.get(pk=rubric.id).downloadable is False
+
+
+def test_a_long_evaluation_beats_between_its_start_and_end(sdk, model, celery_worker, new_session):
+    """span.outcome_evaluation_ongoing while the grader's call runs (every second in the tests'
+    worker, MANGO_OUTCOME_HEARTBEAT_SECONDS): evaluating, not stuck."""
+    session = new_session()
+    grading = grade("satisfied", "Fine.")
+    grading["delay"] = 3.5
+    model.script([text("Done."), grading])
+    sent = sdk.beta.sessions.events.send(
+        session.id,
+        events=[
+            {"type": "user.define_outcome", "description": "Say done", "rubric": {"type": "text", "content": "- done"}}
+        ],
+    )
+    events = wait_idle(sdk, session.id, timeout=30)
+    spans = [e for e in events if e.type.startswith("span.outcome_evaluation")]
+    assert spans[0].type == "span.outcome_evaluation_start" and spans[-1].type == "span.outcome_evaluation_end"
+    beats = spans[1:-1]
+    assert 2 <= len(beats) <= 4 and {e.type for e in beats} == {"span.outcome_evaluation_ongoing"}, [
+        e.type for e in spans
+    ]
+    assert all(e.outcome_id == sent.data[0].outcome_id and e.iteration == 0 for e in beats)
+    assert spans[-1].result == "satisfied"
