@@ -380,6 +380,9 @@ MANGO_MODEL_THINKING = env.str("MANGO_MODEL_THINKING", default="adaptive")
 if MANGO_MODEL_THINKING not in ("adaptive", "enabled", "off"):
     raise SystemExit(f"[mango] MANGO_MODEL_THINKING={MANGO_MODEL_THINKING!r}: one of adaptive, enabled, off.")
 MANGO_MODEL_THINKING_BUDGET_TOKENS = env.int("MANGO_MODEL_THINKING_BUDGET_TOKENS", default=4096)
+# The model that judges each tool use under the `auto` permission policy (sessions/runtime/judge.py);
+# empty: the agent's own model.
+MANGO_AUTO_PERMISSION_MODEL = env.str("MANGO_AUTO_PERMISSION_MODEL", default="")
 # While an outcome's grader call runs, span.outcome_evaluation_ongoing every this many seconds.
 MANGO_OUTCOME_HEARTBEAT_SECONDS = env.float("MANGO_OUTCOME_HEARTBEAT_SECONDS", default=10.0)
 MANGO_MODEL_TIMEOUT_SECONDS = env.float("MANGO_MODEL_TIMEOUT_SECONDS", default=600.0)

@@ -120,6 +120,7 @@ class ToolMode(enum.Enum):
     RUN = "run"  # a built-in tool executed here, in the sandbox
     CLIENT = "client"  # handed to the client (custom tool, self_hosted, always_ask)
     UNKNOWN = "unknown"  # no such tool: answered with an error result at once
+    DENIED = "denied"  # judged high-risk under the auto policy: answered with an error result at once
 
 
 class ToolPermission(enum.StrEnum):

@@ -4,14 +4,22 @@ agent.tool_use / agent.tool_result, and each tool use with its permission evalua
 ToolMode: run here, handed to the client (custom tools, always_ask, a self_hosted environment's
 built-in tools), or unknown."""
 
+from collections.abc import Callable
+
 from core.ids import new_id
 from sessions import events as ev
 from sessions.events import SERVER_TOOL_RESULTS, SERVER_TOOL_USE, EventType, ToolMode
+from sessions.runtime.judge import Judgement
 from sessions.runtime.model import ModelReply
 from sessions.runtime.tools import ToolSpec
 
+Judge = Callable[[str, object], Judgement]  # (tool name, input) -> the auto policy's judgement
+MODES = {"ask": ToolMode.CLIENT, "deny": ToolMode.DENIED}
 
-def _tool_use_item(block: dict, specs: dict[str, ToolSpec], self_hosted: bool) -> tuple[dict, ToolMode]:
+
+def _tool_use_item(
+    block: dict, specs: dict[str, ToolSpec], self_hosted: bool, judge: Judge | None = None
+) -> tuple[dict, ToolMode]:
     name, tool_input = block.get("name"), block.get("input") or {}
     spec = specs.get(name)
     private = {"model_tool_use_id": block.get("id")}
@@ -21,7 +29,7 @@ def _tool_use_item(block: dict, specs: dict[str, ToolSpec], self_hosted: bool) -
     if spec is not None and spec.kind == "custom":
         return ev.item(EventType.AGENT_CUSTOM_TOOL_USE, payload, private=private), ToolMode.CLIENT
     if spec is not None and spec.kind == "mcp":
-        return _mcp_tool_use_item(spec, tool_input, private)
+        return _mcp_tool_use_item(spec, tool_input, private, judge)
     if spec is None or spec.kind == "server":  # a server tool is the upstream's to run, never a tool_use of ours
         payload["evaluated_permission"] = "deny"
         mode = ToolMode.UNKNOWN
@@ -30,30 +38,34 @@ def _tool_use_item(block: dict, specs: dict[str, ToolSpec], self_hosted: bool) -
         payload["evaluation"] = {"type": "always_ask"}
         mode = ToolMode.CLIENT
     else:
-        payload["evaluated_permission"] = "allow"
-        payload["evaluation"] = (
-            {"type": "always_allow"}
-            if spec.permission == ev.ToolPermission.ALWAYS_ALLOW
-            else {"type": "auto", "evaluated_permission": {"type": "allow"}}
-        )
         # A coordinator's thread tools are the server's to run, on self_hosted too.
         mode = ToolMode.CLIENT if self_hosted and spec.kind != "thread" else ToolMode.RUN
+        payload["evaluated_permission"], payload["evaluation"] = "allow", {"type": "always_allow"}
+        if spec.permission == ev.ToolPermission.AUTO and judge is None:  # no judge here: allowed
+            payload["evaluation"] = {"type": "auto", "evaluated_permission": {"type": "allow"}}
+        elif spec.permission == ev.ToolPermission.AUTO:
+            judged = judge(name, tool_input)
+            payload["evaluated_permission"], payload["evaluation"] = judged.decision, judged.evaluation()
+            mode = MODES.get(judged.decision, mode)
     return ev.item(EventType.AGENT_TOOL_USE, payload, private=private), mode
 
 
-def _evaluation(permission: ev.ToolPermission) -> tuple[str, dict]:
-    if permission == ev.ToolPermission.ALWAYS_ASK:
+def _evaluation(spec: ToolSpec, tool_input, judge: Judge | None) -> tuple[str, dict]:
+    if spec.permission == ev.ToolPermission.ALWAYS_ASK:
         return "ask", {"type": "always_ask"}
-    if permission == ev.ToolPermission.ALWAYS_ALLOW:
-        return "allow", {"type": "always_allow"}
-    return "allow", {"type": "auto", "evaluated_permission": {"type": "allow"}}
+    if spec.permission == ev.ToolPermission.AUTO and judge is None:  # no judge here: allowed
+        return "allow", {"type": "auto", "evaluated_permission": {"type": "allow"}}
+    if spec.permission == ev.ToolPermission.AUTO:
+        judged = judge(spec.name, tool_input)
+        return judged.decision, judged.evaluation()
+    return "allow", {"type": "always_allow"}
 
 
-def _mcp_tool_use_item(spec: ToolSpec, tool_input, private: dict) -> tuple[dict, ToolMode]:
+def _mcp_tool_use_item(spec: ToolSpec, tool_input, private: dict, judge: Judge | None) -> tuple[dict, ToolMode]:
     """agent.mcp_tool_use: the tool's own name and its server's; always_ask waits for the
     client's user.tool_confirmation, otherwise this worker calls it (on self_hosted too: MCP
     tools run server-side, the SDK's EnvironmentWorker never sees them)."""
-    permission, evaluation = _evaluation(spec.permission)
+    permission, evaluation = _evaluation(spec, tool_input, judge)
     payload = {
         "name": spec.mcp.name,
         "mcp_server_name": spec.mcp.server,
@@ -63,7 +75,7 @@ def _mcp_tool_use_item(spec: ToolSpec, tool_input, private: dict) -> tuple[dict,
         "session_thread_id": None,
     }
     private = {**private, "model_name": spec.name}
-    mode = ToolMode.CLIENT if permission == "ask" else ToolMode.RUN
+    mode = MODES.get(permission, ToolMode.RUN)
     return ev.item(EventType.AGENT_MCP_TOOL_USE, payload, private=private), mode
 
 
@@ -100,10 +112,10 @@ def _server_tool_result_item(block: dict, server_uses: dict[str, str]) -> dict:
     return ev.item(EventType.AGENT_TOOL_RESULT, result, private={"model_block": block})
 
 
-def response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool):
+def response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: bool, judge: Judge | None = None):
     """The events one model response becomes, each with its ToolMode (None for non-tool
     events). Contiguous text blocks form one agent.message, whose id is the one its streamed
-    preview announced."""
+    preview announced. `judge` judges each tool use under the auto policy (runtime.judge)."""
     items: list[dict] = []
     modes: list[ToolMode | None] = []
     text: list[dict] = []
@@ -139,8 +151,20 @@ def response_items(reply: ModelReply, specs: dict[str, ToolSpec], self_hosted: b
             modes.append(None)
         elif kind == "tool_use":
             flush_text()
-            item, mode = _tool_use_item(block, specs, self_hosted)
+            item, mode = _tool_use_item(block, specs, self_hosted, judge)
             items.append(item)
             modes.append(mode)
     flush_text()
     return items, modes
+
+
+def refused_result(tool_use: dict, *, denied: bool) -> dict:
+    """The error result that answers at once a tool use of no known tool, or one the auto
+    policy's judge denied (an agent.mcp_tool_result for an MCP tool's)."""
+    name = tool_use["payload"]["name"]
+    text = f"Denied: {name!r} was judged high-risk (auto permission policy)." if denied else f"Unknown tool {name!r}."
+    if tool_use["type"] == EventType.AGENT_MCP_TOOL_USE:
+        content = [{"type": "text", "text": text}]
+        result = ev.mcp_tool_result(mcp_tool_use_id=tool_use["id"], content=content, is_error=True)
+        return ev.item(EventType.AGENT_MCP_TOOL_RESULT, result)
+    return ev.item(EventType.AGENT_TOOL_RESULT, ev.tool_result(tool_use_id=tool_use["id"], text=text, is_error=True))

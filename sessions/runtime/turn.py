@@ -33,6 +33,7 @@ from sessions.models import Session
 from sessions.runtime.control import Handback, Stop, TurnControl, db_release, draining
 from sessions.runtime.fairness import turn_slot
 from sessions.runtime.grader import outcome_evaluate
+from sessions.runtime.judge import Judgement, permission_judge, usage_sum
 from sessions.runtime.lease import keeper, lease_acquire, lease_release
 from sessions.runtime.mcp import SessionMcp
 from sessions.runtime.model import (
@@ -46,7 +47,7 @@ from sessions.runtime.model import (
     span_end_item,
     system_prompt,
 )
-from sessions.runtime.responses import response_items
+from sessions.runtime.responses import refused_result, response_items
 from sessions.runtime.threads import thread_roster
 from sessions.runtime.tools import (
     ToolSpec,
@@ -330,18 +331,27 @@ class Runner(RunnerWaits):
         the client and none runs here, the session.status_idle handing them over joins that
         statement (go_idle's append, for a turn with no idle hook). Returns ([(tool-use event,
         ToolMode)], whether the turn ended so)."""
-        items, modes = response_items(reply, specs, self_hosted)
+        judged: list[dict] = []  # the auto policy's judge calls' usage (runtime.judge)
+
+        def judge(name: str, tool_input) -> Judgement:
+            model_id = self.turn_session.agent_snapshot["model"]["id"]
+            judgement = permission_judge(
+                call=self.control.interruptible, model_id=model_id, tool_name=name, tool_input=tool_input
+            )
+            judged.append(judgement.usage or {})
+            return judgement
+
+        items, modes = response_items(reply, specs, self_hosted, judge)
         span_end, model_usage = span_end_item(
             start_id=reply.span_start_id, usage=reply.response.get("usage") or {}, price=spend.price
         )
+        model_usage = usage_sum(model_usage, *judged)
         usage_event = spend.add(model_usage)
         results = []
         for item, mode in zip(items, modes, strict=True):
-            if mode is ToolMode.UNKNOWN:
-                item["id"] = new_id("sevt")
-                text = f"Unknown tool {item['payload']['name']!r}."
-                result = ev.tool_result(tool_use_id=item["id"], text=text, is_error=True)
-                results.append(ev.item(EventType.AGENT_TOOL_RESULT, result))
+            if mode in (ToolMode.UNKNOWN, ToolMode.DENIED):
+                item["id"] = item.get("id") or new_id("sevt")
+                results.append(refused_result(item, denied=mode is ToolMode.DENIED))
         handed = [item for item, mode in zip(items, modes, strict=True) if mode is ToolMode.CLIENT]
         for item in handed:
             item["id"] = item.get("id") or new_id("sevt")

@@ -573,3 +573,79 @@ def test_a_refusal_ends_the_turn_with_its_stop_details(sdk, model, celery_worker
     sdk.beta.sessions.events.send(session.id, events=[_user("again")])
     events = _wait_idle(sdk, session.id)
     assert events[-1].stop_reason.type == "refusal" and events[-1].stop_details is None
+
+
+def test_auto_permission_judges_each_tool_use_allow_ask_and_deny(sdk, model, celery_worker, env_cloud):
+    """permission_policy auto: one judge call per tool use (a forced submit_judgement) before
+    anything runs. Three scripted judgements: allowed runs, asked waits for the client's
+    confirmation, denied is answered with an error result; the evaluations are the SDK's and
+    the judge's usage counts in the session's."""
+    agent = sdk.beta.agents.create(
+        name="judged",
+        model=MODEL,
+        tools=[
+            {"type": "agent_toolset_20260401", "configs": [{"name": "bash", "permission_policy": {"type": "auto"}}]}
+        ],
+    )
+    verdicts = {"echo allowed": "allow", "git push --force": "ask", "cat ~/.ssh/id_rsa": "deny"}
+
+    def decide(body: dict) -> dict:
+        if (body.get("tool_choice") or {}).get("name") == "submit_judgement":
+            asked = body["messages"][0]["content"]
+            (decision,) = [d for command, d in verdicts.items() if command in asked]
+            return tool_use("submit_judgement", {"decision": decision, "reason": "scripted"})
+        if not any(
+            isinstance(b, dict) and b.get("type") == "tool_result"
+            for m in body["messages"]
+            for b in m["content"]
+            if isinstance(m["content"], list)
+        ):
+            return message(
+                [
+                    {"type": "tool_use", "id": f"toolu_{i}", "name": "bash", "input": {"command": c}}
+                    for i, c in enumerate(verdicts)
+                ],
+                "tool_use",
+            )
+        return text("done")
+
+    model.default = decide
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=env_cloud.id)
+    sdk.beta.sessions.events.send(session.id, events=[_user("go")])
+    events = _wait_idle(sdk, session.id, timeout=40)
+    uses = {e.input["command"]: e for e in events if e.type == "agent.tool_use"}
+    assert {c: (u.evaluated_permission, u.evaluation.type) for c, u in uses.items()} == {
+        "echo allowed": ("allow", "auto"), "git push --force": ("ask", "auto"), "cat ~/.ssh/id_rsa": ("deny", "auto"),
+    }  # fmt: skip
+    assert uses["git push --force"].evaluation.evaluated_permission.reason_code == "needs_approval"
+    assert uses["cat ~/.ssh/id_rsa"].evaluation.evaluated_permission.reason_code == "high_risk"
+    results = {e.tool_use_id: e for e in events if e.type == "agent.tool_result"}
+    assert "allowed" in results[uses["echo allowed"].id].content[0].text
+    denied = results[uses["cat ~/.ssh/id_rsa"].id]
+    assert denied.is_error and "judged high-risk" in denied.content[0].text
+    assert uses["git push --force"].id not in results  # not run: it waits for the client
+    assert events[-1].stop_reason.type == "requires_action"
+    assert events[-1].stop_reason.event_ids == [uses["git push --force"].id]
+    judge_calls = [r for r in model.requests if (r["body"].get("tool_choice") or {}).get("name") == "submit_judgement"]
+    assert len(judge_calls) == 3 and all(r["body"]["model"] == MODEL for r in judge_calls)
+    usage = sdk.beta.sessions.retrieve(session.id).usage
+    assert usage.input_tokens == 10 * (1 + 3)  # the turn's call and the three judgements
+
+    sdk.beta.sessions.events.send(
+        session.id,
+        events=[
+            {
+                "type": "user.tool_confirmation",
+                "tool_use_id": uses["git push --force"].id,
+                "result": "deny",
+                "deny_message": "not now",
+            }
+        ],
+    )
+    wait_for(
+        lambda: (
+            _events(sdk, session.id)[-1].type == "session.status_idle"
+            and _events(sdk, session.id)[-1].stop_reason.type == "end_turn"
+        ),
+        30,
+    )
