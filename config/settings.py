@@ -290,7 +290,7 @@ MANGO_WORKSPACE_MAX_SANDBOXES = env.int("MANGO_WORKSPACE_MAX_SANDBOXES", default
 # Isolation of docker sandboxes (sandboxes/policy.py). Commands run as this fixed
 # unprivileged uid:gid with no capabilities. /workspace and /mnt/session/outputs are ext4
 # filesystems of these sizes on the Docker host's disk (sparse: only what is written takes
-# space; ENOSPC beyond; not the sandbox's memory; sandboxes/disks.py). /tmp, /var/tmp, the memory
+# space; ENOSPC beyond; not the sandbox's memory; sandboxes/docker/disks.py). /tmp, /var/tmp, the memory
 # stores and the skills are tmpfs of these sizes (ENOSPC beyond; what the sandbox writes to /tmp
 # and /var/tmp counts toward MANGO_SANDBOX_MEMORY). The number of processes is bounded by
 # MANGO_SANDBOX_PIDS alone (a uid's RLIMIT_NPROC counts it on the whole host: not set).

@@ -1,5 +1,5 @@
 """What a docker sandbox is allowed: the container's security settings, its writable mounts and
-its network, as plain data for ``docker.py`` (issue #10). No I/O here.
+its network, as plain data for the ``docker/`` package (issue #10). No I/O here.
 
 * Least privilege: a fixed unprivileged uid (MANGO_SANDBOX_UID), no capabilities at all,
   ``no-new-privileges``, Docker's default seccomp profile, ulimits, memory-swap = memory. The
