@@ -276,6 +276,11 @@ MANGO_SANDBOX = env.str("MANGO_SANDBOX", default="docker")  # docker | local_pro
 MANGO_SANDBOX_IMAGE = env.str("MANGO_SANDBOX_IMAGE", default="mango-sandbox:bookworm")
 MANGO_SANDBOX_LOCAL_ROOT = env.path("MANGO_SANDBOX_LOCAL_ROOT", default=BASE_DIR / "var" / "sandboxes")
 DOCKER_HOST = env.str("DOCKER_HOST", default="") or None
+# The OCI runtime of every sandbox, egress proxy and package install container, as registered with
+# dockerd: runc (Docker's default) or runsc (gVisor; docs/sandboxes.md says how to register it).
+# The disk helper and the fallback killer stay runc (they need the host's loop devices and the
+# sandbox's pid namespace; neither runs tenant code).
+MANGO_SANDBOX_RUNTIME = env.str("MANGO_SANDBOX_RUNTIME", default="runc")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="https://api.anthropic.com")
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="") or None
 # A list response ends early (with a next page) once its rows reach this many bytes, whatever

@@ -33,10 +33,11 @@ logger = logging.getLogger(__name__)
 _KILL_ALL = "for i in 1 2 3 4 5; do kill -KILL -1 2>/dev/null; done; true"
 # Run as root: fails unless every existing ancestor of $1 is root-owned and not writable by
 # others without the sticky bit, so the sandbox user cannot rename a resource's directory away.
+# (GNU stat's statx fails with EINVAL under the gVisor of Debian's runsc unless it forces a sync.)
 _ROOT_DIRECTORY = """mkdir -p "$1" || exit 1
 d="$1"
 while [ "$d" != / ]; do
-  set -- $(stat -c '%u %a' "$d")
+  set -- $(stat -c '%u %a' "$d" 2>/dev/null || stat --cached=never -c '%u %a' "$d")
   [ "$1" = 0 ] || { echo "$d is owned by the sandbox user"; exit 3; }
   case "$2" in 1???) ;; *[2367]|*[2367]?) echo "$d is writable by the sandbox user"; exit 3 ;; esac
   d=$(dirname "$d")
