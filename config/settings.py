@@ -276,6 +276,11 @@ MANGO_SANDBOX = env.str("MANGO_SANDBOX", default="docker")  # docker | local_pro
 MANGO_SANDBOX_IMAGE = env.str("MANGO_SANDBOX_IMAGE", default="mango-sandbox:bookworm")
 MANGO_SANDBOX_LOCAL_ROOT = env.path("MANGO_SANDBOX_LOCAL_ROOT", default=BASE_DIR / "var" / "sandboxes")
 DOCKER_HOST = env.str("DOCKER_HOST", default="") or None
+# The OCI runtime of every sandbox, egress proxy and package install container, as registered with
+# dockerd: runc (Docker's default) or runsc (gVisor; docs/sandboxes.md says how to register it).
+# The disk helper and the fallback killer stay runc (they need the host's loop devices and the
+# sandbox's pid namespace; neither runs tenant code).
+MANGO_SANDBOX_RUNTIME = env.str("MANGO_SANDBOX_RUNTIME", default="runc")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", default="https://api.anthropic.com")
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", default="") or None
 # A list response ends early (with a next page) once its rows reach this many bytes, whatever
@@ -290,7 +295,7 @@ MANGO_WORKSPACE_MAX_SANDBOXES = env.int("MANGO_WORKSPACE_MAX_SANDBOXES", default
 # Isolation of docker sandboxes (sandboxes/policy.py). Commands run as this fixed
 # unprivileged uid:gid with no capabilities. /workspace and /mnt/session/outputs are ext4
 # filesystems of these sizes on the Docker host's disk (sparse: only what is written takes
-# space; ENOSPC beyond; not the sandbox's memory; sandboxes/disks.py). /tmp, /var/tmp, the memory
+# space; ENOSPC beyond; not the sandbox's memory; sandboxes/docker/disks.py). /tmp, /var/tmp, the memory
 # stores and the skills are tmpfs of these sizes (ENOSPC beyond; what the sandbox writes to /tmp
 # and /var/tmp counts toward MANGO_SANDBOX_MEMORY). The number of processes is bounded by
 # MANGO_SANDBOX_PIDS alone (a uid's RLIMIT_NPROC counts it on the whole host: not set).

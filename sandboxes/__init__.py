@@ -1,6 +1,6 @@
 """Session sandboxes, behind one interface (``base.SandboxBackend``), chosen once by MANGO_SANDBOX:
 
-* ``docker`` (default, ``docker.py``): one isolated container per session.
+* ``docker`` (default, the ``docker/`` package): one isolated container per session.
 * ``local_process`` (``local.py``): a folder and plain child processes. **Development only: not
   isolated.**
 

@@ -1,5 +1,5 @@
 """The program every tool call's command runs under in a docker sandbox (standard library only,
-run by the sandbox's ``python3 -S``; ``docker.py`` falls back to a plain ``/bin/sh -c`` in an
+run by the sandbox's ``python3 -S``; ``docker/operations.py`` falls back to a plain ``/bin/sh -c`` in an
 image without python3). It makes itself a child subreaper, runs the command with /bin/sh, and
 when the shell exits kills every process the command left behind — background jobs, daemons
 that called setsid, a fork bomb's orphans: all of them are reparented to it, not to the

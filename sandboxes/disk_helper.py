@@ -1,5 +1,5 @@
 """The disk helper's program (standard library only, run by python3 as root in a short-lived
-helper container; sandboxes/disks.py starts it). It gives a sandbox its on-disk filesystems:
+helper container; sandboxes/docker/disks.py starts it). It gives a sandbox its on-disk filesystems:
 for each disk it makes a sparse file of the disk's size in the helper's scratch volume, an ext4
 filesystem in it (root directory root-owned 1777, no lost+found, no journal), attaches it to a
 free loop device with autoclear and direct I/O, unlinks the file, and makes a device node for the

@@ -1,6 +1,6 @@
 """The egress proxy of a `limited` sandbox: the only thing the sandbox's network can reach.
 
-It runs in a container of its own (sandboxes/docker.py starts it with this file as its
+It runs in a container of its own (sandboxes/docker/egress.py starts it with this file as its
 program, standard library only), attached to the sandbox's internal network (no route out) and to
 an egress network. Clients in the sandbox reach it through HTTP_PROXY / HTTPS_PROXY:
 

@@ -1,4 +1,4 @@
-"""Environment packages, as plain data for ``docker.py``: which managers this deployment's image
+"""Environment packages, as plain data for the ``docker/`` package: which managers this deployment's image
 serves, how a package name may look, the derived image a package set is installed into, the
 commands that install it, and which package an install's output blames. No I/O here.
 

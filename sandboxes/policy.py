@@ -1,5 +1,5 @@
 """What a docker sandbox is allowed: the container's security settings, its writable mounts and
-its network, as plain data for ``docker.py`` (issue #10). No I/O here.
+its network, as plain data for the ``docker/`` package (issue #10). No I/O here.
 
 * Least privilege: a fixed unprivileged uid (MANGO_SANDBOX_UID), no capabilities at all,
   ``no-new-privileges``, Docker's default seccomp profile, ulimits, memory-swap = memory. The
@@ -277,10 +277,27 @@ def egress_network_options() -> dict:
     }
 
 
+# Under gVisor the pids cgroup counts the sandbox kernel's own host threads too: below about 40
+# its start fails ("containerManager.StartRoot failed: EOF"). docs/sandboxes.md.
+GVISOR_MIN_PIDS = 96
+
+
+def runtime_spec() -> dict:
+    """The OCI runtime of the containers that run tenant code or face it (MANGO_SANDBOX_RUNTIME):
+    nothing for runc, dockerd's default."""
+    runtime = settings.MANGO_SANDBOX_RUNTIME
+    return {} if runtime == "runc" else {"runtime": runtime}
+
+
+def pids_limit(limit: int) -> int:
+    return limit if settings.MANGO_SANDBOX_RUNTIME == "runc" else max(limit, GVISOR_MIN_PIDS)
+
+
 def proxy_spec() -> dict:
     """The proxy container: unprivileged, no capabilities, read-only, small."""
     uid = settings.MANGO_SANDBOX_UID
     return {
+        **runtime_spec(),
         "user": f"{uid}:{uid}",
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
@@ -289,7 +306,7 @@ def proxy_spec() -> dict:
         "nano_cpus": int(0.5 * 1e9),
         "mem_limit": "96m",
         "memswap_limit": "96m",
-        "pids_limit": 32,
+        "pids_limit": pids_limit(32),
         "ulimits": [{"Name": "nofile", "Soft": 4096, "Hard": 4096}],
     }
 
@@ -299,6 +316,7 @@ def install_spec() -> dict:
     it) with the few capabilities they use, nothing more; the sandbox's memory and pid bounds."""
     memory = settings.MANGO_SANDBOX_MEMORY
     return {
+        **runtime_spec(),
         "user": "0:0",
         "cap_drop": ["ALL"],
         "cap_add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL"],
@@ -306,7 +324,7 @@ def install_spec() -> dict:
         "nano_cpus": int(settings.MANGO_SANDBOX_CPUS * 1e9),
         "mem_limit": memory,
         "memswap_limit": memory,
-        "pids_limit": settings.MANGO_SANDBOX_PIDS,
+        "pids_limit": pids_limit(settings.MANGO_SANDBOX_PIDS),
     }
 
 
@@ -336,6 +354,7 @@ def container_spec(session_id: str, *, environment: dict | None = None) -> dict:
     uid = settings.MANGO_SANDBOX_UID
     memory = settings.MANGO_SANDBOX_MEMORY
     return {
+        **runtime_spec(),
         "user": f"{uid}:{uid}",
         # No capability is needed: every built-in tool runs as the unprivileged uid, for which
         # capabilities would not be effective anyway; the server's own file operations
@@ -349,7 +368,7 @@ def container_spec(session_id: str, *, environment: dict | None = None) -> dict:
         "nano_cpus": int(settings.MANGO_SANDBOX_CPUS * 1e9),
         "mem_limit": memory,
         "memswap_limit": memory,  # no swap beyond the memory limit
-        "pids_limit": settings.MANGO_SANDBOX_PIDS,
+        "pids_limit": pids_limit(settings.MANGO_SANDBOX_PIDS),
         "ulimits": [
             {"Name": "nofile", "Soft": settings.MANGO_SANDBOX_NOFILE, "Hard": settings.MANGO_SANDBOX_NOFILE},
         ]

@@ -17,6 +17,7 @@ from sessions.models import EnvironmentKey, Session, WorkItem
 from sessions.queue import services as work_services
 from sessions.services.sessions import session_archive, session_delete
 from sessions.services.user_events import session_events_send
+from sessions.toolhost import SELF_HOSTED
 from sessions.transcript import transcript
 
 # The transcript shows a session's latest events (the newest turn in view); older ones a page back.
@@ -237,7 +238,7 @@ class EnvironmentKeyAdmin(admin.ModelAdmin):
 
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         if db_field.name == "environment":
-            kwargs["queryset"] = Environment.objects.filter(config__type="self_hosted", archived_at__isnull=True)
+            kwargs["queryset"] = Environment.objects.filter(config__type=SELF_HOSTED, archived_at__isnull=True)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def get_actions(self, request):

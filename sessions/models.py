@@ -13,6 +13,7 @@ from agents.models import Agent, Environment
 from core.ids import new_id
 from core.models import Archivable, Workspace
 from sessions.events import EventType
+from sessions.toolhost import ToolHost, tool_host
 
 
 def _session_id() -> str:
@@ -105,6 +106,11 @@ class Session(Archivable, models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+    @property
+    def tool_host(self) -> ToolHost:
+        """Where the session's built-in tools run (sessions/toolhost.py)."""
+        return tool_host(self.environment_config)
 
 
 class SandboxCheckpoint(models.Model):

@@ -31,6 +31,7 @@ from core.metadata import metadata_patch_apply
 from sessions import notify
 from sessions.models import EnvironmentKey, Session, WorkItem
 from sessions.queue import credentials
+from sessions.toolhost import tool_host
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def _workers_key(environment_id: str) -> str:
 def environment_key_issue(*, environment: Environment, name: str = "") -> tuple[EnvironmentKey, str]:
     """Mint a key for a self_hosted `environment`. Returns the row and the raw key, which is never
     stored: the row holds only its SHA-256."""
-    if (environment.config or {}).get("type") != "self_hosted":
+    if not tool_host(environment.config).client_runs_tools:
         raise InvalidRequest(
             f"Environment {environment.id!r} is not self_hosted: only a self_hosted environment has workers.",
             code="environment_not_self_hosted",
@@ -119,7 +120,7 @@ def session_work_ensure(*, session: Session) -> bool:
     transaction that creates the session or appends its input; the long polls are woken after
     commit only when an item was queued (a tool result sent while the worker holds the item wakes
     nobody). Returns whether it queued one."""
-    if (session.environment_config or {}).get("type") != "self_hosted":
+    if not session.tool_host.client_runs_tools:
         return False
     item = WorkItem(
         workspace_id=session.workspace_id,

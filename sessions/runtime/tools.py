@@ -280,7 +280,7 @@ def tools_run_confirmed(
     if not confirmations:
         return
     answered = session_answered_tool_use_ids(session_id=session.id)
-    self_hosted = session.environment_config.get("type") == "self_hosted"
+    self_hosted = session.tool_host.client_runs_tools
     for tool_use in session_tool_uses(session_id=session.id, ids=list(confirmations)):
         if tool_use.id in answered or THREAD_COPY in tool_use.private:
             continue

@@ -213,7 +213,7 @@ class Runner(RunnerWaits):
             vault_ids=session.vault_ids,
         )
         try:
-            if work.resume and session.environment_config.get("type") != "self_hosted":
+            if work.resume and not session.tool_host.client_runs_tools:
                 tools_answer_dangling(session_id=self.session_id)
             if work.confirmations:
                 tools_run_confirmed(control=self.control, session=session, mcp=mcp, sandbox=self.sandbox_session)
@@ -240,7 +240,7 @@ class Runner(RunnerWaits):
         self._mcp_open(mcp)
         roster = thread_roster(session)
         definitions, specs = session_tools(session.agent_snapshot, mcp, roster)
-        self_hosted = session.environment_config.get("type") == "self_hosted"
+        self_hosted = session.tool_host.client_runs_tools
         model_calls = 0
         conversation = Conversation(self.session_id)
         system = system_prompt(session)

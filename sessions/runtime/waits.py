@@ -232,8 +232,7 @@ def idle_hooks_apply(session: Session) -> bool:
     """Whether outputs publication or memory write-back may have work at idle: both need a Docker
     sandbox of ours, which a self_hosted session never has."""
     return (
-        settings.MANGO_SANDBOX == "docker"
-        and (session.environment_config or {}).get("type") != "self_hosted"
+        session.tool_host.docker_sandbox
         and session.primary_id is None  # a child thread's files are published at its primary's idle
     )
 

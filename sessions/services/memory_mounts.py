@@ -86,7 +86,7 @@ def memory_writeback_at_idle(*, session: Session) -> WritebackReport | None:
     what was not saved as one session.error naming each path. Runs on interrupts too (it reads
     no object store and is bounded by the mount's size); a session without a running Docker
     sandbox has nothing to write back."""
-    if session.sandbox_state != Session.SandboxState.RUNNING or settings.MANGO_SANDBOX != "docker":
+    if session.sandbox_state != Session.SandboxState.RUNNING or not session.tool_host.docker_sandbox:
         return None
     try:
         report = memory_writeback(session=session)

@@ -89,9 +89,7 @@ def _relative_link_target(linkname: str) -> str | None:
 def publication_applies(*, session: Session) -> bool:
     """Outputs are published only for Docker sandboxes of cloud environments with Files storage
     configured, and only once a sandbox exists: a text-only session never gets one just to look."""
-    if not store_is_configured() or settings.MANGO_SANDBOX != "docker":
-        return False
-    if (session.environment_config or {}).get("type") == "self_hosted":
+    if not store_is_configured() or not session.tool_host.docker_sandbox:
         return False
     return session.sandbox_state != Session.SandboxState.NONE
 

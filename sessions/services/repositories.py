@@ -100,7 +100,7 @@ def repository_add(*, workspace: Workspace, session_id: str, param: dict) -> Ses
     """resources.add of a github_repository: the row only. A running sandbox gets the clone at
     its next tool call (the worker clones; this process never runs git)."""
     session = session_get(workspace=workspace, session_id=session_id)
-    if (session.environment_config or {}).get("type") == "self_hosted":
+    if not session.tool_host.has_sandbox:
         raise InvalidRequest(
             "resource: github_repository resources need a cloud environment (the worker clones them into its"
             " sandbox); a self_hosted environment runs tools on the client's machine.",

@@ -119,7 +119,7 @@ def session_turn_begin(*, session_id: str, token: str, wait: ClientWait | None =
             session.save(update_fields=["runner_token"])
             return None
         pending = session_pending_input(session_id=session_id)
-        self_hosted = (session.environment_config or {}).get("type") == "self_hosted"
+        self_hosted = session.tool_host.client_runs_tools
         if wait is not None:  # every answer counts, those flushed by an interrupt too (as in the log)
             wait.answered.update(filter(None, (_answer_id(e, self_hosted=self_hosted) for e in pending)))
             wait.confirmed |= any(e.type == EventType.USER_TOOL_CONFIRMATION for e in pending)

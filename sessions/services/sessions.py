@@ -98,7 +98,7 @@ def session_create(
                 deployment_id=deployment_id,
             )
             resource_rows_create(session=session, copies=copies)
-            if repos and (session.environment_config or {}).get("type") == "self_hosted":
+            if repos and not session.tool_host.has_sandbox:
                 # No silent drop: the worker clones into its own sandboxes, and this one has none.
                 raise InvalidRequest(
                     "resources: github_repository resources need a cloud environment (the worker clones them"

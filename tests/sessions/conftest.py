@@ -3,6 +3,7 @@ it and to the test database, and Docker cleanup per test."""
 
 import contextlib
 import os
+import shutil
 import time
 
 import docker
@@ -15,6 +16,30 @@ from tests.worker import TEST_LEASE_SECONDS, CeleryWorker
 
 # Session tasks of this pytest process go to a queue of its own: concurrent runs share Redis /14.
 settings.MANGO_SESSIONS_QUEUE = f"mango-test-{os.getpid()}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sandbox_runtime():
+    """MANGO_SANDBOX_RUNTIME=runsc (with DOCKER_HOST at a dockerd that has it registered, e.g.
+    scripts/runsc_dockerd.sh's) runs the sandbox tests under gVisor; without runsc, or with a
+    dockerd that lacks the runtime, they are skipped with the reason."""
+    runtime = settings.MANGO_SANDBOX_RUNTIME
+    if runtime == "runc":
+        return
+    if runtime == "runsc" and shutil.which("runsc") is None:
+        pytest.skip("MANGO_SANDBOX_RUNTIME=runsc, but runsc is not installed (apt-get install runsc)")
+    try:
+        client = docker.from_env()
+        runtimes = client.info().get("Runtimes") or {}
+        client.close()
+    except docker.errors.DockerException as exc:
+        pytest.skip(f"MANGO_SANDBOX_RUNTIME={runtime}: dockerd unreachable ({exc})")
+    if runtime not in runtimes:
+        where = os.environ.get("DOCKER_HOST") or "the default socket"
+        pytest.skip(
+            f"MANGO_SANDBOX_RUNTIME={runtime}, but the dockerd at {where} has no such runtime"
+            " (scripts/runsc_dockerd.sh starts one that has)"
+        )
 
 
 @pytest.fixture(scope="session")

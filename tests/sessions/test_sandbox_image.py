@@ -209,7 +209,7 @@ def test_proxy_is_bounded_and_goes_with_its_sandbox(sandboxes, egress, docker_cl
     proxy = docker_client.containers.get(docker_backend.proxy_name(box))
     host_config = proxy.attrs["HostConfig"]
     assert host_config["CapDrop"] == ["ALL"] and host_config["ReadonlyRootfs"] is True
-    assert host_config["Memory"] == 96 * 1024 * 1024 and host_config["PidsLimit"] == 32
+    assert host_config["Memory"] == 96 * 1024 * 1024 and host_config["PidsLimit"] == policy.pids_limit(32)
     # Three idle tunnels held open, then a fourth connection: refused with 503.
     script = (
         "import os, socket, time\n"

@@ -6,16 +6,20 @@ PostgreSQL, Redis and Celery workers throughout."""
 import os
 import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import docker
 import pytest
 import requests
+from django.db import connection
 
 from files import storage
 from files.quotas import workspace_usage
 from files.reconcile import reconcile
-from sessions.models import SandboxCheckpoint, SandboxChunk, Session
+from sessions.models import SandboxCheckpoint, SandboxChunk, Session, SessionEvent
+from sessions.runtime.sleep import sandbox_sleep
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import wait_for
 
@@ -336,3 +340,53 @@ def test_kill_9_at_each_step_of_sleep_and_wake_loses_no_byte_and_leaks_nothing(
     finally:
         celery_worker.kill()
         celery_worker.start_new()
+
+
+# --- an interrupt never waits for a checkpoint ----------------------------------------------------
+
+BIG = "head -c 240000000 /dev/urandom > /workspace/big.bin && echo made"
+
+
+def test_an_interrupt_sent_during_a_checkpoint_does_not_wait_for_it(
+    sdk, model, celery_worker, agent_env, api_key, s3_bucket
+):
+    """The session's sandbox is being checkpointed (240 MB of random bytes: seconds of work) when
+    the client interrupts: the checkpoint stops within its input check, nothing commits, the
+    sandbox stays, and the interrupt is processed by a runner well before the checkpoint would
+    have ended (it is timed afterwards, uninterrupted, on the same workspace)."""
+    agent, environment = agent_env
+    model.script([tool_use("bash", {"command": BIG}), text("made")])
+    session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    _send(sdk, session.id)
+    assert "made" in _results(sdk, session.id, 1)[0].content[0].text
+    outcome = {}
+
+    def sleep():
+        try:
+            outcome["result"] = sandbox_sleep(session_id=session.id, force=True)
+        finally:
+            outcome["ended"] = time.monotonic()
+            connection.close()
+
+    sleeper = threading.Thread(target=sleep)
+    sleeper.start()
+    wait_for(lambda: SandboxCheckpoint.objects.filter(session_id=session.id, state="pending").exists(), 60, 0.01)
+    sent = time.monotonic()
+    sdk.beta.sessions.events.send(session.id, events=[{"type": "user.interrupt"}])
+    interrupt = SessionEvent.objects.get(session_id=session.id, type="user.interrupt")
+    wait_for(lambda: SessionEvent.objects.get(pk=interrupt.pk).processed_at is not None, 10, 0.02)
+    processed = time.monotonic() - sent
+    sleeper.join(60)
+    assert outcome["result"] == "woken"
+    stopped = outcome["ended"] - sent
+    assert processed < 2.0 and stopped < 2.0, (processed, stopped)
+    session_row = Session.objects.get(pk=session.id)
+    assert session_row.sandbox_state == Session.SandboxState.RUNNING and session_row.sandbox_ref
+    assert not SandboxCheckpoint.objects.filter(session_id=session.id, state="committed").exists()
+    # The same checkpoint, uninterrupted, takes longer than the interrupt waited.
+    wait_for(lambda: Session.objects.get(pk=session.id).runner_token is None, 10, 0.05)
+    started = time.monotonic()
+    assert sandbox_sleep(session_id=session.id, force=True) == "slept"
+    whole = time.monotonic() - started
+    assert whole > processed, (whole, processed)
+    assert SandboxCheckpoint.objects.get(session_id=session.id, state="committed").logical_bytes > 240_000_000

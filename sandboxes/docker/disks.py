@@ -25,7 +25,7 @@ from sandboxes.base import SandboxError
 
 logger = logging.getLogger(__name__)
 
-HELPER_SOURCE = Path(__file__).resolve().parent / "disk_helper.py"
+HELPER_SOURCE = Path(__file__).resolve().parent.parent / "disk_helper.py"
 SCRATCH_VOLUME = "mango-sandbox-disks"  # where the sparse files are made (and unlinked at once)
 READY_SECONDS = 60
 LABEL_ROLE = "mango.role"
