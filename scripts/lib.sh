@@ -176,7 +176,7 @@ PY
 }
 
 # .env: `make run` records the settings it used so that `manage.py` in any other shell (e.g.
-# create_api_key) talks to the same services; config/settings.py reads it for variables the
+# create_api_key) talks to the same services; config/settings/ reads it for variables the
 # environment does not set. A .env without our marker line is the user's: read, never rewritten.
 ENV_FILE="${MANGO_ENV_FILE-$ROOT/.env}"  # MANGO_ENV_FILE="" disables it
 ENV_MARKER="# Written by make run"
@@ -198,7 +198,7 @@ write_env_file() {
     return 0
   fi
   {
-    echo "$ENV_MARKER: the settings it used, read by config/settings.py for variables the"
+    echo "$ENV_MARKER: the settings it used, read by config/settings/ for variables the"
     echo "# environment does not set (so manage.py works from any shell). Edit, or delete the first line to keep your edits."
     for key in "$@"; do [ -n "${!key:-}" ] && printf '%s=%s\n' "$key" "${!key}"; done
   } > "$ENV_FILE.tmp"

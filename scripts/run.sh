@@ -35,7 +35,7 @@ export PORT="${PORT:-8000}"
 if port_open 127.0.0.1 "$PORT"; then
   die "port $PORT on 127.0.0.1 is already in use by another program; set PORT to a free one (PORT=8001 make run)."
 fi
-# The server refuses to start without a secret key (config/settings.py): a first run makes a
+# The server refuses to start without a secret key (config/settings/): a first run makes a
 # random one, which .env keeps for the next runs and for manage.py in other shells.
 export DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-$("$PY" -c 'import secrets; print(secrets.token_urlsafe(48))')}"
 # Likewise the key that encrypts secrets at rest (vault credentials, repository tokens).

@@ -23,7 +23,7 @@ def test_make_alone_lists_every_target_and_runs_nothing():
 
 def _settings_read() -> set[str]:
     names = set()
-    for path in (ROOT / "config").glob("*.py"):
+    for path in (ROOT / "config").rglob("*.py"):
         names |= set(re.findall(r'env(?:\.[a-z]+)?\("([A-Z][A-Z0-9_]+)"', path.read_text()))
         names |= set(re.findall(r'os\.environ\.get\("([A-Z][A-Z0-9_]+)"', path.read_text()))
     for path in (ROOT / "scripts").glob("*.sh"):
