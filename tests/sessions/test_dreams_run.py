@@ -153,3 +153,36 @@ def test_cancel_interrupts_the_running_dream(sdk, model, celery_worker):
     # The canceled dream's store keeps what was written (the interrupted turn's write-back).
     assert _memories(output.memory_store_id) == {"/a.md": "x is 1", "/b.md": "x is 1 (again)", "/p.md": "partial"}
     assert Dream.objects.get(id=dream.id).error is None
+
+
+def test_a_dream_past_its_time_fails_with_timeout(sdk, model, celery_worker):
+    from django.test import override_settings
+
+    from dreams.tasks import sweep
+
+    store, session, _, _ = _setup(sdk, model)
+    model.script([tool_use("bash", {"command": "sleep 60"}), text("x")])
+    dream = sdk.beta.dreams.create(
+        inputs=[
+            {"type": "memory_store", "memory_store_id": store.id},
+            {"type": "sessions", "session_ids": [session.id]},
+        ],
+        model=MODEL,
+    )
+    running = wait_for(lambda: (d := sdk.beta.dreams.retrieve(dream.id)).status == "running" and d, timeout=60)
+    wait_for(lambda: any(e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(running.session_id)), 60)
+    assert sweep() == 0  # within its time: left alone
+    with override_settings(MANGO_DREAM_TIMEOUT_SECONDS=0):
+        assert sweep() == 1
+    failed = sdk.beta.dreams.retrieve(dream.id)
+    assert failed.status == "failed" and failed.error.type == "timeout" and failed.ended_at is not None
+    events = wait_for(
+        lambda: (
+            (ev := list(sdk.beta.sessions.events.list(running.session_id, limit=1000)))[-1].type
+            == "session.status_idle"
+            and ev
+        ),
+        timeout=60,
+    )
+    assert any(e.type == "user.interrupt" for e in events)
+    assert sdk.beta.dreams.retrieve(dream.id).error.type == "timeout"  # final
