@@ -78,6 +78,9 @@ def _interrupt(dream: Dream) -> None:
 
 
 def dream_cancel(*, workspace, dream_id: str) -> Dream:
+    """Canceled at once; the session is interrupted after that commit. Never both locks at once:
+    the session's status change locks the session's row and then the dream's (receivers), so
+    holding the dream's while waiting for the session's could deadlock with it."""
     with transaction.atomic():
         dream = dream_get(workspace=workspace, dream_id=dream_id, for_update=True)
         if dream.status == Dream.Status.CANCELED:
@@ -85,8 +88,8 @@ def dream_cancel(*, workspace, dream_id: str) -> Dream:
         if dream.status in (Dream.Status.COMPLETED, Dream.Status.FAILED):
             raise InvalidRequest(f"Dream {dream_id!r} is {dream.status} and cannot be canceled.")
         dream_end_locked(dream, Dream.Status.CANCELED)
-        _interrupt(dream)
-        return dream
+    _interrupt(dream)
+    return dream
 
 
 def dream_archive(*, workspace, dream_id: str) -> Dream:
@@ -117,4 +120,4 @@ def dream_time_out(*, dream_id: str) -> None:
         if dream is None or dream.status != Dream.Status.RUNNING:
             return
         dream_end_locked(dream, Dream.Status.FAILED, {"type": "timeout", "message": "The dream ran out of time."})
-        _interrupt(dream)
+    _interrupt(dream)  # after the commit, as dream_cancel does

@@ -186,3 +186,24 @@ def test_a_dream_past_its_time_fails_with_timeout(sdk, model, celery_worker):
     )
     assert any(e.type == "user.interrupt" for e in events)
     assert sdk.beta.dreams.retrieve(dream.id).error.type == "timeout"  # final
+
+
+def test_a_session_that_ends_in_error_fails_the_dream(sdk, model, celery_worker):
+    from tests.scripted_model import error
+
+    store, session, _, _ = _setup(sdk, model)
+    model.script([error(500), error(500)])  # MANGO_MODEL_MAX_RETRIES=1 in the test worker: exhausted
+    dream = sdk.beta.dreams.create(
+        inputs=[
+            {"type": "memory_store", "memory_store_id": store.id},
+            {"type": "sessions", "session_ids": [session.id]},
+        ],
+        model=MODEL,
+    )
+    done = _ended(sdk, dream.id)
+    assert done.status == "failed" and done.ended_at is not None
+    assert done.error.type == "internal_error" and "retries_exhausted" in done.error.message
+    events = list(sdk.beta.sessions.events.list(done.session_id, limit=1000))
+    assert events[-1].type == "session.status_idle" and events[-1].stop_reason.type == "retries_exhausted"
+    # What the dream wrote before it stopped stays: here nothing, its store is the copy.
+    assert _memories(done.outputs[0].memory_store_id) == {"/a.md": "x is 1", "/b.md": "x is 1 (again)"}
