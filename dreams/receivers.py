@@ -9,14 +9,13 @@ from dreams.interest import workspace_dreaming
 from dreams.models import Dream
 from dreams.selectors import dream_for_session
 from dreams.services import dream_end_locked
+from sessions.models import Session
 from sessions.signals import session_changed_listen
 
 WATCHED = ("session.status_idle", "session.status_terminated", "session.deleted")
 
 
 def _error_of(session_id: str, stop_reason: dict) -> dict:
-    from sessions.models import Session
-
     last = Session.objects.filter(id=session_id).values_list("last_error", flat=True).first()
     kind = stop_reason.get("type") or "unknown"
     message = f"The dream's session stopped ({kind})" + (f": {last}" if last else ".")
