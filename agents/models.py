@@ -26,6 +26,8 @@ class Agent(Archivable, models.Model):
     id = models.CharField(primary_key=True, max_length=64, default=_agent_id, editable=False)
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="agents")
     version = models.PositiveIntegerField(default=1)
+    # Machinery of the server's own (a dream's agent, dreams/): never listed, never announced.
+    internal = models.BooleanField(default=False)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     archived_at = models.DateTimeField(null=True, blank=True)
@@ -64,6 +66,8 @@ class Environment(Archivable, models.Model):
     config = models.JSONField()
     metadata = models.JSONField(default=dict)
     scope = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001 — null and "" differ
+    # Machinery of the server's own (a dream's environment, dreams/): never listed, never announced.
+    internal = models.BooleanField(default=False)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     archived_at = models.DateTimeField(null=True, blank=True)

@@ -29,7 +29,7 @@ def agent_version_get(*, agent: Agent, version: int | None = None) -> AgentVersi
 
 
 def agent_list(*, workspace, limit: int, page: str | None, include_archived: bool, created: dict):
-    queryset = Agent.objects.filter(workspace=workspace)
+    queryset = Agent.objects.filter(workspace=workspace, internal=False)
     if not include_archived:
         queryset = queryset.filter(archived_at__isnull=True)
     queryset = in_range(queryset, "created_at", created)
@@ -72,7 +72,7 @@ def environment_get(*, workspace, environment_id: str, for_update: bool = False)
 
 
 def environment_list(*, workspace, limit: int, page: str | None, include_archived: bool):
-    queryset = Environment.objects.filter(workspace=workspace)
+    queryset = Environment.objects.filter(workspace=workspace, internal=False)
     if not include_archived:
         queryset = queryset.filter(archived_at__isnull=True)
     rows, next_page, _ = keyset_page(

@@ -63,16 +63,18 @@ def agent_multiagent_resolve(*, workspace, agent_id: str, version: int, config: 
 
 
 @transaction.atomic
-def agent_create(*, workspace, fields: dict) -> tuple[Agent, AgentVersion]:
-    """An agent starts at version 1; its configuration is stored as an immutable version row."""
+def agent_create(*, workspace, fields: dict, internal: bool = False) -> tuple[Agent, AgentVersion]:
+    """An agent starts at version 1; its configuration is stored as an immutable version row.
+    `internal`: the server's own (a dream's), left out of lists and not announced."""
     agent_skills_resolve(workspace=workspace, skills=fields.get("skills") or [])
     now = timezone.now()
-    agent = Agent.objects.create(workspace=workspace, version=1, created_at=now, updated_at=now)
+    agent = Agent.objects.create(workspace=workspace, version=1, internal=internal, created_at=now, updated_at=now)
     fields["multiagent"] = agent_multiagent_resolve(
         workspace=workspace, agent_id=agent.id, version=1, config=multiagent_merge(None, fields.get("multiagent"))
     )
     version = AgentVersion.objects.create(agent=agent, version=1, config=fields, created_at=now)
-    resource_change_announce(workspace_id=agent.workspace_id, type="agent.created", object_id=agent.id)
+    if not internal:
+        resource_change_announce(workspace_id=agent.workspace_id, type="agent.created", object_id=agent.id)
     return agent, version
 
 
@@ -125,11 +127,19 @@ def _environment_announce(environment: Environment, type: str) -> None:
 
 @transaction.atomic
 def environment_create(
-    *, workspace, name: str, config: dict, description: str | None, metadata: dict, scope: str | None
+    *,
+    workspace,
+    name: str,
+    config: dict,
+    description: str | None,
+    metadata: dict,
+    scope: str | None,
+    internal: bool = False,
 ) -> Environment:
     now = timezone.now()
     environment = Environment.objects.create(
         workspace=workspace,
+        internal=internal,
         name=name,
         config=config,
         description=description,
@@ -138,9 +148,10 @@ def environment_create(
         created_at=now,
         updated_at=now,
     )
-    resource_change_announce(
-        workspace_id=environment.workspace_id, type="environment.created", object_id=environment.id
-    )
+    if not internal:
+        resource_change_announce(
+            workspace_id=environment.workspace_id, type="environment.created", object_id=environment.id
+        )
     return environment
 
 

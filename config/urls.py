@@ -19,6 +19,7 @@ urlpatterns = [
     path("v1/", include("sessions.urls")),
     path("v1/", include("webhooks.urls")),
     path("v1/", include("deployments.urls")),
+    path("v1/", include("dreams.urls")),
 ]
 
 handler400 = core_views.handler400

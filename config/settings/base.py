@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "sessions.apps.SessionsConfig",
     "webhooks",
     "deployments",
+    "dreams",
     "processors",
 ]
 

@@ -1,4 +1,4 @@
-"""Settings, part 4: the REST framework, Celery and beat, webhooks, deployments and logging."""
+"""Settings, part 4: the REST framework, Celery and beat, webhooks, deployments, dreams and logging."""
 
 import logging
 from datetime import timedelta
@@ -47,7 +47,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Session tasks (sessions.*) go to this queue; the router reads the setting at send time, so a
 # test run can use a queue of its own on a shared Redis.
 MANGO_SESSIONS_QUEUE = env.str("MANGO_SESSIONS_QUEUE", default="celery")
-CELERY_TASK_ROUTES = ("sessions.dispatch.route_task", "webhooks.routing.route_task", "deployments.routing.route_task")
+CELERY_TASK_ROUTES = (
+    "sessions.dispatch.route_task",
+    "webhooks.routing.route_task",
+    "deployments.routing.route_task",
+    "dreams.routing.route_task",
+)
 CELERY_BEAT_SCHEDULE = {
     "files-reconcile": {"task": "files.reconcile", "schedule": timedelta(minutes=5)},
     "files-reconcile-given-up": {"task": "files.reconcile_given_up", "schedule": timedelta(seconds=10)},
@@ -88,6 +93,20 @@ MANGO_DEPLOYMENTS_POLL_SECONDS = env.float("MANGO_DEPLOYMENTS_POLL_SECONDS", def
 CELERY_BEAT_SCHEDULE["deployments-fire-due"] = {
     "task": "deployments.fire_due",
     "schedule": timedelta(seconds=MANGO_DEPLOYMENTS_POLL_SECONDS),
+}
+
+# --- Dreams (dreams/): jobs that reorganize a memory store from past sessions (docs/dreams.md) -
+MANGO_DREAMS_BETA = "dreaming-2026-04-21"
+# Characters of the input sessions' transcripts given to a dream (the most recent are kept).
+MANGO_DREAM_TRANSCRIPT_MAX_CHARS = env.int("MANGO_DREAM_TRANSCRIPT_MAX_CHARS", default=200_000)
+# A dream running longer than this fails (type timeout) and its session is interrupted.
+MANGO_DREAM_TIMEOUT_SECONDS = env.int("MANGO_DREAM_TIMEOUT_SECONDS", default=3600)
+# A dream still pending after this long has its start sent again (its task was lost).
+MANGO_DREAM_START_RETRY_SECONDS = env.int("MANGO_DREAM_START_RETRY_SECONDS", default=60)
+MANGO_DREAMS_POLL_SECONDS = env.float("MANGO_DREAMS_POLL_SECONDS", default=10.0)
+CELERY_BEAT_SCHEDULE["dreams-sweep"] = {
+    "task": "dreams.sweep",
+    "schedule": timedelta(seconds=MANGO_DREAMS_POLL_SECONDS),
 }
 
 # Worker/beat liveness (core/heartbeats.py): renewed every MANGO_HEARTBEAT_SECONDS, gone after

@@ -119,6 +119,11 @@ OPERATIONS = {
     ("post", "/v1/deployments/{deployment_id}/run"): "deployments_run",
     ("get", "/v1/deployment_runs"): "deployment_runs_list",
     ("get", "/v1/deployment_runs/{deployment_run_id}"): "deployment_runs_retrieve",
+    ("get", "/v1/dreams"): "dreams_list",
+    ("post", "/v1/dreams"): "dreams_create",
+    ("get", "/v1/dreams/{dream_id}"): "dreams_retrieve",
+    ("post", "/v1/dreams/{dream_id}/archive"): "dreams_archive",
+    ("post", "/v1/dreams/{dream_id}/cancel"): "dreams_cancel",
     ("get", "/v1/mango/webhook_endpoints"): "webhook_endpoints_list",
     ("post", "/v1/mango/webhook_endpoints"): "webhook_endpoints_create",
     ("get", "/v1/mango/webhook_endpoints/{endpoint_id}"): "webhook_endpoints_retrieve",
@@ -146,6 +151,8 @@ BODYLESS = {
     "deployments_pause",
     "deployments_unpause",
     "deployments_run",
+    "dreams_archive",
+    "dreams_cancel",
 }
 
 
@@ -281,6 +288,19 @@ def test_every_operation_replayed_answers_as_documented(api, api_key, s3_bucket)
     assert api.get("/v1/deployment_runs").status_code == 200
     assert api.get(f"/v1/deployment_runs/{run.json()['id']}").status_code == 200
     assert _post(api, f"/v1/deployments/{did}/archive").status_code == 200
+    dream_store = _post(api, "/v1/memory_stores", {"name": "dreamt"}).json()["id"]
+    dream = _post(api, "/v1/dreams", {
+        "inputs": [
+            {"type": "memory_store", "memory_store_id": dream_store}, {"type": "sessions", "session_ids": [sid]},
+        ],
+        "model": "claude-sonnet-4-5",
+    })  # fmt: skip
+    assert dream.status_code == 200, dream.content
+    drm = dream.json()["id"]
+    assert api.get("/v1/dreams").status_code == 200
+    assert api.get(f"/v1/dreams/{drm}").status_code == 200
+    assert _post(api, f"/v1/dreams/{drm}/cancel").status_code == 200
+    assert _post(api, f"/v1/dreams/{drm}/archive").status_code == 200
     assert _post(api, f"/v1/agents/{agent['id']}/archive").status_code == 200
     assert api.delete(f"/v1/sessions/{sid}").status_code == 200
     # Uploads are not downloadable (a 400, checked like any response); a session output is.

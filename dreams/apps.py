@@ -1,0 +1,12 @@
+from django.apps import AppConfig
+
+
+class DreamsConfig(AppConfig):
+    name = "dreams"
+    label = "dreams"
+    verbose_name = "Dreams"
+
+    def ready(self) -> None:
+        from dreams.receivers import connect
+
+        connect()

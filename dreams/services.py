@@ -1,0 +1,123 @@
+"""Create, cancel and archive (the API's writes), and the status moves the session's changes
+and the sweep make (final statuses never change again: completed, failed, canceled)."""
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import ApiError, Conflict, InvalidRequest, NotFound
+from dreams.interest import workspace_dreaming_mark
+from dreams.models import Dream
+from dreams.selectors import dream_get
+from memory.selectors import memory_store_get
+from sessions.models import Session
+from sessions.services.user_events import session_events_send
+
+logger = logging.getLogger(__name__)
+
+
+def dream_create(*, workspace, params: dict, api_key_id: str | None) -> Dream:
+    """A pending dream, its start task sent after commit. The input store and sessions are
+    checked here (400s naming them); `update_existing` takes the store's row lock, so two such
+    dreams on one store cannot both start (the second is a 409). The caller sends the start
+    task after the commit (a process lost in between: the sweep sends it)."""
+    store_id, session_ids = params["memory_store_id"], params["session_ids"]
+    with transaction.atomic():
+        try:
+            store = memory_store_get(workspace=workspace, memory_store_id=store_id, for_update=True)
+        except NotFound:
+            raise InvalidRequest(f"inputs: memory store {store_id!r} not found.") from None
+        if store.archived_at is not None:
+            raise InvalidRequest(f"inputs: memory store {store_id!r} is archived.")
+        found = set(
+            Session.objects.filter(workspace=workspace, id__in=session_ids, deleted_at__isnull=True).values_list(
+                "id", flat=True
+            )
+        )
+        missing = [sid for sid in session_ids if sid not in found]
+        if missing:
+            raise InvalidRequest(f"inputs: session {missing[0]!r} not found.")
+        if params["output_behavior"] == "update_existing":
+            busy = Dream.objects.filter(
+                workspace=workspace, memory_store_id=store_id, output_behavior="update_existing",
+                status__in=[Dream.Status.PENDING, Dream.Status.RUNNING],
+            ).first()  # fmt: skip
+            if busy is not None:
+                raise Conflict(
+                    f"output_behavior: dream {busy.id} is still updating memory store {store_id!r}; cancel it or"
+                    " wait for it to stop."
+                )
+        dream = Dream.objects.create(
+            workspace=workspace,
+            memory_store_id=store_id,
+            session_ids=session_ids,
+            model_id=params["model_id"],
+            instructions=params["instructions"],
+            output_behavior=params["output_behavior"],
+            output_store_id=store_id if params["output_behavior"] == "update_existing" else None,
+            api_key_id=api_key_id,
+            created_at=timezone.now(),
+        )
+        workspace_dreaming_mark(workspace.id)
+        return dream
+
+
+def _interrupt(dream: Dream) -> None:
+    if not dream.session_id:
+        return
+    try:
+        with transaction.atomic():
+            session_events_send(
+                workspace=dream.workspace,
+                session_id=dream.session_id,
+                parsed=[{"type": "user.interrupt", "payload": {"session_thread_id": None}}],
+            )
+    except ApiError:  # an archived or deleted session has nothing to interrupt
+        logger.info("a dream's session could not be interrupted", extra={"dream_id": dream.id})
+
+
+def dream_cancel(*, workspace, dream_id: str) -> Dream:
+    """Canceled at once; the session is interrupted after that commit. Never both locks at once:
+    the session's status change locks the session's row and then the dream's (receivers), so
+    holding the dream's while waiting for the session's could deadlock with it."""
+    with transaction.atomic():
+        dream = dream_get(workspace=workspace, dream_id=dream_id, for_update=True)
+        if dream.status == Dream.Status.CANCELED:
+            return dream
+        if dream.status in (Dream.Status.COMPLETED, Dream.Status.FAILED):
+            raise InvalidRequest(f"Dream {dream_id!r} is {dream.status} and cannot be canceled.")
+        dream_end_locked(dream, Dream.Status.CANCELED)
+    _interrupt(dream)
+    return dream
+
+
+def dream_archive(*, workspace, dream_id: str) -> Dream:
+    with transaction.atomic():
+        dream = dream_get(workspace=workspace, dream_id=dream_id, for_update=True)
+        if dream.archived_at is not None:
+            return dream
+        if dream.status not in Dream.FINAL:
+            raise InvalidRequest(f"Dream {dream_id!r} is {dream.status}: cancel it before archiving it.")
+        dream.archived_at = timezone.now()
+        dream.save(update_fields=["archived_at"])
+        return dream
+
+
+def dream_end_locked(dream: Dream, status: str, error: dict | None = None) -> None:
+    """The dream's final status (its row locked by the caller; a final one is left as it is)."""
+    if dream.status in Dream.FINAL:
+        return
+    dream.status, dream.error, dream.ended_at = status, error, timezone.now()
+    dream.save(update_fields=["status", "error", "ended_at"])
+
+
+def dream_time_out(*, dream_id: str) -> None:
+    """The sweep's: a dream running past MANGO_DREAM_TIMEOUT_SECONDS fails (type timeout), and
+    its session is interrupted (what it wrote stays in its store)."""
+    with transaction.atomic():
+        dream = Dream.objects.select_for_update().select_related("workspace").filter(id=dream_id).first()
+        if dream is None or dream.status != Dream.Status.RUNNING:
+            return
+        dream_end_locked(dream, Dream.Status.FAILED, {"type": "timeout", "message": "The dream ran out of time."})
+    _interrupt(dream)  # after the commit, as dream_cancel does
