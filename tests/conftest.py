@@ -14,6 +14,9 @@ from files import liveness, storage
 from tests import openapi
 from tests.worker import TEST_LEASE_SECONDS, pending_session_tasks
 
+# The run-wide scripted model and Celery worker, one of each for every directory that uses them.
+pytest_plugins = ["tests.sessions.fixtures"]
+
 # Every response any test receives (test client or live server) is checked against the OpenAPI
 # document; a departure fails the test that caused it (below).
 settings.MIDDLEWARE = ["tests.openapi.ResponseSchemaMiddleware", *settings.MIDDLEWARE]

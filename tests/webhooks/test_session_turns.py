@@ -5,14 +5,13 @@ import json
 
 import pytest
 
-from tests.sessions.conftest import celery_worker, model, scripted_model  # noqa: F401 — fixtures
 from tests.webhooks.conftest import wait_for
 from webhooks.services import endpoint_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
-def test_a_turn_sends_running_then_idled(sdk, api_key, model, celery_worker, receiver, delivery_fleet, settings):  # noqa: F811
+def test_a_turn_sends_running_then_idled(sdk, api_key, model, celery_worker, receiver, delivery_fleet, settings):
     settings.MANGO_OUTBOUND_PRIVATE_HOSTS = ["127.0.0.1"]
     delivery_fleet()
     _, secret = endpoint_create(
