@@ -15,6 +15,7 @@ from django.conf import settings
 # whole run by tests/conftest.py (pytest_plugins): tests/webhooks share the same two, never a second
 # worker on the same queue. Re-exported here for the tests that import them.
 from tests.sessions.fixtures import WorkerHandle, worker_env  # noqa: F401
+from tests.worker import TEST_LEASE_SECONDS  # noqa: F401
 
 # Session tasks of this pytest process go to a queue of its own: concurrent runs share Redis /14.
 settings.MANGO_SESSIONS_QUEUE = f"mango-test-{os.getpid()}"
