@@ -1,14 +1,15 @@
 """client.beta.dreams through the official SDK, strictly validating every response: create's
 400s naming the field, the 409 of a second update_existing dream on one store, the pending
 shape, cancel and archive rules, list (newest first, filters, pages), workspace isolation.
-No worker runs these dreams' start (they stay pending unless canceled)."""
+No worker runs these dreams' start (they stay pending unless canceled): their tasks go to a queue
+no worker reads (no_turns), even when an earlier test of the run started the run-wide worker."""
 
 import anthropic
 import pytest
 
 from dreams.models import Dream
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_turns")]
 
 
 @pytest.fixture
