@@ -92,3 +92,12 @@ class PassThrough(serializers.Serializer):
     def to_internal_value(self, data):
         super().to_internal_value(data)
         return data
+
+
+def workspace_rows_cap(*, workspace, rows, limit: int, what: str, setting: str, error=InvalidRequest) -> None:
+    """Refuse one more of `rows` (the workspace's, as a queryset) once it holds `limit`. Call inside
+    the creating transaction: the workspace's row lock serialises creates, so concurrent ones
+    cannot race past the count."""
+    type(workspace).objects.select_for_update().filter(pk=workspace.pk).first()
+    if rows.count() >= limit:
+        raise error(f"The workspace holds its limit of {limit} {what} ({setting}).")

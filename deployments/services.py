@@ -4,12 +4,14 @@ its transaction. What a run does is deployments/runs.py."""
 
 import json
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from agents.selectors import agent_get, agent_version_get, environment_get
 from core import secrets as sealed
 from core.errors import InvalidRequest
+from core.limits import workspace_rows_cap
 from core.metadata import metadata_patch_apply
 from core.signals import resource_change_announce
 from deployments.models import Deployment
@@ -115,6 +117,9 @@ def _schedule_apply(deployment: Deployment, schedule: dict | None) -> None:
 
 @transaction.atomic
 def deployment_create(*, workspace, data: dict) -> Deployment:
+    live = Deployment.objects.filter(workspace=workspace, archived_at__isnull=True)
+    limit, setting = settings.MANGO_WORKSPACE_MAX_DEPLOYMENTS, "MANGO_WORKSPACE_MAX_DEPLOYMENTS"
+    workspace_rows_cap(workspace=workspace, rows=live, limit=limit, what="live deployments", setting=setting)
     agent_id, version = _agent_pin(workspace=workspace, agent=data["agent"])
     _environment_check(workspace=workspace, environment_id=data["environment_id"])
     resources, secrets = _resources_split(_plain(data.get("resources") or []))

@@ -3,10 +3,12 @@ and the sweep make (final statuses never change again: completed, failed, cancel
 
 import logging
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from core.errors import ApiError, Conflict, InvalidRequest, NotFound
+from core.errors import ApiError, Conflict, InvalidRequest, NotFound, RateLimited
+from core.limits import workspace_rows_cap
 from dreams.interest import workspace_dreaming_mark
 from dreams.models import Dream
 from dreams.selectors import dream_get
@@ -24,6 +26,13 @@ def dream_create(*, workspace, params: dict, api_key_id: str | None) -> Dream:
     task after the commit (a process lost in between: the sweep sends it)."""
     store_id, session_ids = params["memory_store_id"], params["session_ids"]
     with transaction.atomic():
+        # Each dream is a session at work: a tenant's at once are bounded (a 429 until one ends).
+        active = Dream.objects.filter(workspace=workspace, status__in=[Dream.Status.PENDING, Dream.Status.RUNNING])
+        limit, setting = settings.MANGO_WORKSPACE_MAX_DREAMS, "MANGO_WORKSPACE_MAX_DREAMS"
+        workspace_rows_cap(
+            workspace=workspace, rows=active, limit=limit, what="pending or running dreams", setting=setting,
+            error=RateLimited,
+        )  # fmt: skip
         try:
             store = memory_store_get(workspace=workspace, memory_store_id=store_id, for_update=True)
         except NotFound:

@@ -90,6 +90,8 @@ CELERY_BEAT_SCHEDULE["webhooks-deliver-due"] = {
 # --- Deployments (deployments/): cron schedules, fired by beat's deployments.fire_due ----------
 MANGO_DEPLOYMENTS_QUEUE = env.str("MANGO_DEPLOYMENTS_QUEUE", default="celery")
 MANGO_DEPLOYMENTS_POLL_SECONDS = env.float("MANGO_DEPLOYMENTS_POLL_SECONDS", default=5.0)
+# Live (unarchived) deployments a workspace may hold: each fires sessions on its schedule.
+MANGO_WORKSPACE_MAX_DEPLOYMENTS = env.int("MANGO_WORKSPACE_MAX_DEPLOYMENTS", default=100)
 CELERY_BEAT_SCHEDULE["deployments-fire-due"] = {
     "task": "deployments.fire_due",
     "schedule": timedelta(seconds=MANGO_DEPLOYMENTS_POLL_SECONDS),
@@ -99,6 +101,8 @@ CELERY_BEAT_SCHEDULE["deployments-fire-due"] = {
 MANGO_DREAMS_BETA = "dreaming-2026-04-21"
 # Characters of the input sessions' transcripts given to a dream (the most recent are kept).
 MANGO_DREAM_TRANSCRIPT_MAX_CHARS = env.int("MANGO_DREAM_TRANSCRIPT_MAX_CHARS", default=200_000)
+# Dreams a workspace may have pending or running at once (each is a session at work): past it, 429.
+MANGO_WORKSPACE_MAX_DREAMS = env.int("MANGO_WORKSPACE_MAX_DREAMS", default=4)
 # A dream running longer than this fails (type timeout) and its session is interrupted.
 MANGO_DREAM_TIMEOUT_SECONDS = env.int("MANGO_DREAM_TIMEOUT_SECONDS", default=3600)
 # A dream still pending after this long has its start sent again (its task was lost).

@@ -104,3 +104,16 @@ def test_refusals_name_the_field(sdk, agent, environment):
         sdk.beta.deployments.retrieve("depl_missing")
     with pytest.raises(anthropic.NotFoundError):
         sdk.beta.deployment_runs.retrieve("drun_missing")
+
+
+def test_a_workspace_holds_at_most_its_limit_of_live_deployments(sdk, agent, environment, settings):
+    """A tenant cannot make the beat hold unbounded schedules: past MANGO_WORKSPACE_MAX_DEPLOYMENTS
+    live deployments, one more is a 400 naming the setting; archiving one makes room."""
+    settings.MANGO_WORKSPACE_MAX_DEPLOYMENTS = 2
+    body = {"agent": agent.id, "environment_id": environment.id, "initial_events": [MESSAGE]}
+    first, _ = (sdk.beta.deployments.create(name=f"d{i}", **body) for i in range(2))
+    with pytest.raises(anthropic.BadRequestError, match="MANGO_WORKSPACE_MAX_DEPLOYMENTS"):
+        sdk.beta.deployments.create(name="d2", **body)
+    assert Deployment.objects.count() == 2
+    sdk.beta.deployments.archive(first.id)
+    assert sdk.beta.deployments.create(name="d3", **body).name == "d3"

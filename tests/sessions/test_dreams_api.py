@@ -121,3 +121,16 @@ def test_pending_shape_cancel_archive_list_and_isolation(sdk, inputs, live_serve
     assert list(other.beta.dreams.list()) == []
     with pytest.raises(anthropic.BadRequestError, match="not found"):  # the foreign store and sessions
         other.beta.dreams.create(inputs=_inputs(store.id, ids[:1]), model="claude-sonnet-4-5")
+
+
+def test_a_workspace_has_at_most_its_limit_of_dreams_at_work(sdk, inputs, settings):
+    """Each dream runs a session: past MANGO_WORKSPACE_MAX_DREAMS pending or running at once, one
+    more is a 429 naming the setting, and nothing is stored; one that ends makes room."""
+    settings.MANGO_WORKSPACE_MAX_DREAMS = 2
+    store, ids = inputs
+    first, _ = (sdk.beta.dreams.create(inputs=_inputs(store.id, ids), model="claude-sonnet-4-5") for _ in range(2))
+    with pytest.raises(anthropic.RateLimitError, match="MANGO_WORKSPACE_MAX_DREAMS"):
+        sdk.beta.dreams.create(inputs=_inputs(store.id, ids), model="claude-sonnet-4-5")
+    assert Dream.objects.count() == 2
+    sdk.beta.dreams.cancel(first.id)
+    assert sdk.beta.dreams.create(inputs=_inputs(store.id, ids), model="claude-sonnet-4-5").status == "pending"
