@@ -24,6 +24,7 @@ from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidRequest
+from core.limits import workspace_rows_cap
 from core.metadata import metadata_patch_apply
 from core.models import Workspace
 from core.signals import resource_change_announce
@@ -124,13 +125,13 @@ def sha256_text(content: str) -> str:
 
 def memory_store_create(*, workspace, name: str, description: str, metadata: dict) -> MemoryStore:
     _refuse("name", check_store_name, name)
-    limit = settings.MANGO_WORKSPACE_MAX_MEMORY_STORES
     now = timezone.now()
     with transaction.atomic():
-        # The workspace row serialises creates, so the count cannot be raced past.
-        type(workspace).objects.select_for_update().filter(pk=workspace.pk).first()
-        if MemoryStore.objects.filter(workspace=workspace).count() >= limit:
-            raise InvalidRequest(f"The workspace holds its limit of {limit} memory stores.")
+        workspace_rows_cap(
+            workspace=workspace, rows=MemoryStore.objects.filter(workspace=workspace),
+            limit=settings.MANGO_WORKSPACE_MAX_MEMORY_STORES, what="memory stores",
+            setting="MANGO_WORKSPACE_MAX_MEMORY_STORES",
+        )  # fmt: skip
         store = MemoryStore.objects.create(
             workspace=workspace,
             name=name,

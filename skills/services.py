@@ -21,6 +21,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from core.errors import InvalidRequest, RequestTooLarge
+from core.limits import workspace_rows_cap
 from core.models import Workspace
 from files.models import OwnedObject
 from files.services import owned_object_write, owned_objects_delete
@@ -122,10 +123,12 @@ def _refuse_builtin(skill_id: str) -> None:
 def skill_create(*, workspace, files: list[UploadedFile], display_name: str | None) -> Skill:
     """A new skill with its first version; `display_name` defaults to the frontmatter name."""
     top, name, description = _check_upload(files)
-    if Skill.objects.filter(workspace=workspace).count() >= settings.MANGO_WORKSPACE_MAX_SKILLS:
-        raise InvalidRequest(f"The workspace holds its limit of {settings.MANGO_WORKSPACE_MAX_SKILLS} skills.")
     now = timezone.now()
     with transaction.atomic():
+        workspace_rows_cap(
+            workspace=workspace, rows=Skill.objects.filter(workspace=workspace),
+            limit=settings.MANGO_WORKSPACE_MAX_SKILLS, what="skills", setting="MANGO_WORKSPACE_MAX_SKILLS",
+        )  # fmt: skip
         skill = Skill.objects.create(
             workspace=workspace, display_name=display_name or name, name=name, created_at=now, updated_at=now
         )

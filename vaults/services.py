@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from core import oauth, secrets
 from core.errors import Conflict, InvalidRequest, ServiceUnavailable
+from core.limits import workspace_rows_cap
 from core.metadata import metadata_patch_apply
 from core.signals import resource_change_announce
 from core.updates import model_update
@@ -57,13 +58,12 @@ def _writable(vault: Vault) -> None:
 
 
 def vault_create(*, workspace, display_name: str, metadata: dict) -> Vault:
-    limit = settings.MANGO_WORKSPACE_MAX_VAULTS
     now = timezone.now()
     with transaction.atomic():
-        # The workspace row serialises creates, so the count cannot be raced past.
-        type(workspace).objects.select_for_update().filter(pk=workspace.pk).first()
-        if Vault.objects.filter(workspace=workspace).count() >= limit:
-            raise InvalidRequest(f"The workspace holds its limit of {limit} vaults (MANGO_WORKSPACE_MAX_VAULTS).")
+        workspace_rows_cap(
+            workspace=workspace, rows=Vault.objects.filter(workspace=workspace),
+            limit=settings.MANGO_WORKSPACE_MAX_VAULTS, what="vaults", setting="MANGO_WORKSPACE_MAX_VAULTS",
+        )  # fmt: skip
         vault = Vault.objects.create(
             workspace=workspace, display_name=display_name, metadata=metadata, created_at=now, updated_at=now
         )
