@@ -277,9 +277,15 @@ def egress_network_options() -> dict:
     }
 
 
-# Under gVisor the pids cgroup counts the sandbox kernel's own host threads too: below about 40
-# its start fails ("containerManager.StartRoot failed: EOF"). docs/sandboxes.md.
+# Under gVisor the pids cgroup counts the sandbox kernel's own host threads, not the tenant's
+# processes (those live in the sandbox kernel): below about 40 its start fails
+# ("containerManager.StartRoot failed: EOF"), and its ptrace platform's stub threads grow with the
+# tenant's processes times the kernel's own threads: about 110 processes at once exhausted 1,024
+# ("error initializing first thread: resource temporarily unavailable", which takes the sandbox
+# kernel down with its container). So under gVisor a container may hold GVISOR_PIDS_FACTOR host
+# threads per process the setting allows, and at least GVISOR_MIN_PIDS. docs/sandboxes.md#gvisor.
 GVISOR_MIN_PIDS = 96
+GVISOR_PIDS_FACTOR = 16
 
 
 def runtime_spec() -> dict:
@@ -290,7 +296,7 @@ def runtime_spec() -> dict:
 
 
 def pids_limit(limit: int) -> int:
-    return limit if settings.MANGO_SANDBOX_RUNTIME == "runc" else max(limit, GVISOR_MIN_PIDS)
+    return limit if settings.MANGO_SANDBOX_RUNTIME == "runc" else max(limit * GVISOR_PIDS_FACTOR, GVISOR_MIN_PIDS)
 
 
 def proxy_spec() -> dict:

@@ -234,13 +234,22 @@ ensure_dockerd() {
     return 0
   fi
   command -v dockerd >/dev/null || { say "dockerd is not installed (apt-get install docker.io): Docker sandboxes unavailable"; return 1; }
-  if [ "$runtime" = runsc ]; then
-    command -v runsc >/dev/null || die "MANGO_SANDBOX_RUNTIME=runsc, but runsc is not installed (apt-get install runsc)"
+  if [ "$runtime" = runsc ] && ! command -v runsc >/dev/null; then
+    die "MANGO_SANDBOX_RUNTIME=runsc, but runsc is not installed (apt-get install runsc)"
+  elif [ "$runtime" != runc ] && [ "$runtime" != runsc ]; then
+    die "MANGO_SANDBOX_RUNTIME=$runtime: make run registers runsc only; register $runtime with dockerd yourself"
+  fi
+  # runsc is registered whenever it is installed: a registered runtime changes nothing until a
+  # container asks for it, and so the setting can change (and `make test` can run the isolation
+  # suite under gVisor) without restarting dockerd.
+  if command -v runsc >/dev/null; then
     runsc_daemon_config "$VAR/dockerd-runsc.json" /etc/docker/daemon.json
     args=(--config-file "$VAR/dockerd-runsc.json")
-    say "starting dockerd with gVisor's runsc runtime registered (sandboxes run under it)"
-  elif [ "$runtime" != runc ]; then
-    die "MANGO_SANDBOX_RUNTIME=$runtime: make run registers runsc only; register $runtime with dockerd yourself"
+    if [ "$runtime" = runsc ]; then
+      say "starting dockerd with gVisor's runsc runtime registered (sandboxes run under it)"
+    else
+      say "starting dockerd (gVisor's runsc registered, unused while MANGO_SANDBOX_RUNTIME=runc)"
+    fi
   else
     say "starting dockerd"
   fi
@@ -253,13 +262,18 @@ ensure_dockerd() {
 # merged over the configuration file $2 when it exists. runsc runs with --network=host: the
 # gVisor of Debian's package (0.0~20221219) refuses its own network stack in the network
 # namespace dockerd makes for a container ("cannot run with network enabled in root network
-# namespace"), so the sandbox uses the host kernel's stack inside that namespace (docs/sandboxes.md).
+# namespace"), so the sandbox uses the host kernel's stack inside that namespace; and with
+# --file-access=shared, so that a file the worker places in a running sandbox's root filesystem
+# (the egress proxy's CA) is read as placed, not from gVisor's cache (docs/sandboxes.md#gvisor).
 runsc_daemon_config() {
   "$PY" - "$1" "$2" <<'PY'
 import json, os, shutil, sys
 out, base = sys.argv[1], sys.argv[2]
 config = json.load(open(base)) if os.path.exists(base) else {}
-config.setdefault("runtimes", {})["runsc"] = {"path": shutil.which("runsc"), "runtimeArgs": ["--network=host"]}
+config.setdefault("runtimes", {})["runsc"] = {
+    "path": shutil.which("runsc"),
+    "runtimeArgs": ["--network=host", "--file-access=shared"],
+}
 with open(out, "w") as f:
     json.dump(config, f, indent=2)
 PY

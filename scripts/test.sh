@@ -24,8 +24,22 @@ if ensure_dockerd; then
   ensure_sandbox_image mango-sandbox:bookworm
 fi
 
+# The sandbox and isolation tests again under gVisor, when the whole suite runs and the dockerd has
+# runsc registered (ensure_dockerd registers it whenever it is installed; docs/sandboxes.md#gvisor).
+GVISOR_TESTS=(tests/sessions/test_isolation.py tests/sessions/test_sandbox.py tests/sessions/test_sandbox_image.py)
+gvisor_pass() {
+  [ $# -eq 0 ] && [ "${MANGO_SANDBOX_RUNTIME:-runc}" = runc ] \
+    && docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'
+}
+
 set +e
 "$VENV/bin/pytest" "$@"
 status=$?
+if gvisor_pass "$@"; then
+  say "the sandbox and isolation tests again, under gVisor (MANGO_SANDBOX_RUNTIME=runsc)"
+  MANGO_SANDBOX_RUNTIME=runsc "$VENV/bin/pytest" -p no:cacheprovider "${GVISOR_TESTS[@]}"
+  gvisor_status=$?
+  [ $status -eq 0 ] && status=$gvisor_status
+fi
 set -e
 exit $status

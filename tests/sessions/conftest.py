@@ -21,6 +21,14 @@ from tests.worker import TEST_LEASE_SECONDS  # noqa: F401
 settings.MANGO_SESSIONS_QUEUE = f"mango-test-{os.getpid()}"
 
 
+def not_under_gvisor(reason: str):
+    """Skips a check that cannot hold under MANGO_SANDBOX_RUNTIME=runsc, naming why (each is listed
+    in docs/sandboxes.md#gvisor)."""
+    return pytest.mark.skipif(
+        settings.MANGO_SANDBOX_RUNTIME == "runsc", reason=f"not under gVisor: {reason} (docs/sandboxes.md#gvisor)"
+    )
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _sandbox_runtime():
     """MANGO_SANDBOX_RUNTIME=runsc (with DOCKER_HOST at a dockerd that has it registered, e.g.

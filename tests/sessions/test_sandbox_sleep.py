@@ -46,9 +46,11 @@ mkdir -p /mnt/session/outputs/sub && head -c 5000 /dev/urandom > /mnt/session/ou
 echo made
 """
 # What must come back identical: every path's type, mode, owner, mtime (to the second: Docker's
-# archives carry whole seconds), link target, size and digest.
+# archives carry whole seconds), link target, size and digest (stat --cached=never: the statx
+# flags of a plain stat are refused under gVisor, docs/sandboxes.md#gvisor).
 LIST = (
-    "cd / && find workspace mnt/session/outputs -print0 | sort -z | xargs -0 stat -c '%n|%F|%a|%u|%g|%Y|%N|%s'; "
+    "cd / && find workspace mnt/session/outputs -print0 | sort -z"
+    " | xargs -0 stat --cached=never -c '%n|%F|%a|%u|%g|%Y|%N|%s'; "
     "find workspace mnt/session/outputs -type f -print0 | sort -z | xargs -0 sha256sum"
 )
 
