@@ -41,6 +41,8 @@ class Dream(models.Model):
     session_id = models.CharField(max_length=64, null=True, blank=True, unique=True)
     agent_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 — its internal agent
     api_key_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 — who created it
+    # Its session's budget in US cents (MANGO_DREAM_MAX_LIST_COST_CENTS at create); null: none.
+    max_list_cost_cents = models.BigIntegerField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)  # {type, message} when failed
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)

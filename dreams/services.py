@@ -14,6 +14,7 @@ from dreams.models import Dream
 from dreams.selectors import dream_get
 from memory.selectors import memory_store_get
 from sessions.models import Session
+from sessions.pricing import price_for
 from sessions.services.user_events import session_events_send
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,14 @@ def dream_create(*, workspace, params: dict, api_key_id: str | None) -> Dream:
                     f"output_behavior: dream {busy.id} is still updating memory store {store_id!r}; cancel it or"
                     " wait for it to stop."
                 )
+        cap = settings.MANGO_DREAM_MAX_LIST_COST_CENTS or None
+        if cap is not None and price_for(params["model_id"]) is None:
+            raise InvalidRequest(
+                f"model: {params['model_id']!r} has no public list price here, so the dream's budget"
+                " (MANGO_DREAM_MAX_LIST_COST_CENTS) cannot be enforced (an operator may set its price in"
+                " MANGO_MODEL_LIST_PRICES).",
+                code="model_not_budgetable",
+            )
         dream = Dream.objects.create(
             workspace=workspace,
             memory_store_id=store_id,
@@ -66,6 +75,7 @@ def dream_create(*, workspace, params: dict, api_key_id: str | None) -> Dream:
             output_behavior=params["output_behavior"],
             output_store_id=store_id if params["output_behavior"] == "update_existing" else None,
             api_key_id=api_key_id,
+            max_list_cost_cents=cap,
             created_at=timezone.now(),
         )
         workspace_dreaming_mark(workspace.id)
