@@ -200,6 +200,14 @@ RULES: list[tuple[str, str, str, str]] = [
         REFUSED,
         'workflow runs are not served; send `{"type": "disabled"}`',
     ),
+    (
+        "body",
+        "scope",
+        SERVED,
+        "`organization` (the default; kept and returned); `account` is a 400 naming scope: an environment is"
+        " visible to its whole workspace, as an API organization's (the SDK: rejected there)",
+    ),
+    ("query", "lifecycle", SERVED, "every model Mango knows is `active`: a filter without it lists none"),
     # Free-form values Mango checks in code rather than in the schema, and acts on.
     (
         "body",
