@@ -303,6 +303,15 @@ class EnvironmentCreateInputSerializer(InputSerializer):
     metadata = Metadata()
     scope = serializers.ChoiceField(choices=SCOPES, required=False, allow_null=True)
 
+    def validate_scope(self, value):
+        # No silent drop: Mango's environments are visible to the whole workspace, as an API
+        # organization's, for which the SDK says `account` is rejected.
+        if value == "account":
+            raise serializers.ValidationError(
+                "'account' cannot be honoured: an environment is visible to its whole workspace (send organization)."
+            )
+        return value
+
 
 class EnvironmentUpdateInputSerializer(EnvironmentCreateInputSerializer):
     """Given fields change; `config` merges into the stored one; metadata is a patch."""

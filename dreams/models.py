@@ -41,7 +41,12 @@ class Dream(models.Model):
     session_id = models.CharField(max_length=64, null=True, blank=True, unique=True)
     agent_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 — its internal agent
     api_key_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 — who created it
+    # Its session's budget in US cents (MANGO_DREAM_MAX_LIST_COST_CENTS at create); null: none.
+    max_list_cost_cents = models.BigIntegerField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)  # {type, message} when failed
+    # Its session's interrupt is owed: set with a cancel's or a timeout's final status, cleared
+    # by whoever delivers it (the API after that commit, else the sweep), once.
+    interrupt_owed = models.BooleanField(default=False)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -51,6 +56,7 @@ class Dream(models.Model):
         indexes = [
             models.Index(fields=["workspace", "-id"], name="dream_ws_id_desc"),
             models.Index(fields=["status"], name="dream_active", condition=Q(status__in=["pending", "running"])),
+            models.Index(fields=["id"], name="dream_interrupt_owed", condition=Q(interrupt_owed=True)),
         ]
 
     def __str__(self) -> str:

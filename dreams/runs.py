@@ -112,6 +112,7 @@ def _session_start(dream: Dream) -> None:
             "metadata": {"dream_id": dream.id},
             "resources": [{"type": "memory_store", "memory_store_id": store.id, "access": "read_write"}],
             "initial_events": [{"type": "user.message", "content": [{"type": "text", "text": prompt}]}],
+            **_budget(dream),
         }
     )
     session = session_create(workspace=dream.workspace, **params)
@@ -119,6 +120,15 @@ def _session_start(dream: Dream) -> None:
     dream.session_id, dream.agent_id = session.id, agent.id
     dream.status, dream.started_at = Dream.Status.RUNNING, timezone.now()
     dream.save(update_fields=["session_id", "agent_id", "status", "started_at"])
+
+
+def _budget(dream: Dream) -> dict:
+    """The session's budget: the dream's cap as the session's `max_list_cost` (at the cap the
+    session makes no more model requests and goes idle with budget_reached: the dream fails)."""
+    if dream.max_list_cost_cents is None:
+        return {}
+    amount = {"amount": str(dream.max_list_cost_cents), "currency": "USD"}
+    return {"budget": {"type": "limit", "max_list_cost": amount}}
 
 
 def dream_start(*, dream_id: str) -> None:

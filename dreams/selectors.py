@@ -50,6 +50,13 @@ def dream_for_session(*, session_id: str, for_update: bool = False) -> Dream | N
     return rows.first()
 
 
+def dreams_interrupt_owed(*, limit: int) -> list[str]:
+    """Ids of the dreams whose session is still owed a cancel's or a timeout's interrupt (the
+    process that committed it was lost before sending it)."""
+    owed = Dream.objects.filter(interrupt_owed=True).order_by("id")
+    return list(owed.values_list("id", flat=True)[:limit])
+
+
 def dreams_stale(*, pending_before, running_before, limit: int) -> tuple[list[str], list[str]]:
     """Ids of the pending dreams created before `pending_before` (their start task lost or
     retried) and of the running ones started before `running_before` (over their time)."""

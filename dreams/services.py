@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from core.crashpoints import crash_point
 from core.errors import ApiError, Conflict, InvalidRequest, NotFound, RateLimited
 from core.limits import workspace_rows_cap
 from dreams.interest import workspace_dreaming_mark
@@ -14,6 +15,7 @@ from dreams.models import Dream
 from dreams.selectors import dream_get
 from memory.selectors import memory_store_get
 from sessions.models import Session
+from sessions.pricing import price_for
 from sessions.services.user_events import session_events_send
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,14 @@ def dream_create(*, workspace, params: dict, api_key_id: str | None) -> Dream:
                     f"output_behavior: dream {busy.id} is still updating memory store {store_id!r}; cancel it or"
                     " wait for it to stop."
                 )
+        cap = settings.MANGO_DREAM_MAX_LIST_COST_CENTS or None
+        if cap is not None and price_for(params["model_id"]) is None:
+            raise InvalidRequest(
+                f"model: {params['model_id']!r} has no public list price here, so the dream's budget"
+                " (MANGO_DREAM_MAX_LIST_COST_CENTS) cannot be enforced (an operator may set its price in"
+                " MANGO_MODEL_LIST_PRICES).",
+                code="model_not_budgetable",
+            )
         dream = Dream.objects.create(
             workspace=workspace,
             memory_store_id=store_id,
@@ -66,38 +76,62 @@ def dream_create(*, workspace, params: dict, api_key_id: str | None) -> Dream:
             output_behavior=params["output_behavior"],
             output_store_id=store_id if params["output_behavior"] == "update_existing" else None,
             api_key_id=api_key_id,
+            max_list_cost_cents=cap,
             created_at=timezone.now(),
         )
         workspace_dreaming_mark(workspace.id)
         return dream
 
 
-def _interrupt(dream: Dream) -> None:
-    if not dream.session_id:
-        return
-    try:
-        with transaction.atomic():
-            session_events_send(
-                workspace=dream.workspace,
-                session_id=dream.session_id,
-                parsed=[{"type": "user.interrupt", "payload": {"session_thread_id": None}}],
-            )
-    except ApiError:  # an archived or deleted session has nothing to interrupt
-        logger.info("a dream's session could not be interrupted", extra={"dream_id": dream.id})
+def dream_interrupt_deliver(*, dream_id: str) -> bool:
+    """Send the interrupt a cancel or a timeout owes the dream's session, once: the claim (the
+    conditional update clearing `interrupt_owed`) and the session's user.interrupt commit
+    together, so whoever comes first (the API after its commit, or the sweep after a crash
+    between the two) sends it and the other finds nothing owed. The session's row is locked
+    first, the order its status change takes (session, then dream: dreams/receivers.py)."""
+    dream = Dream.objects.select_related("workspace").filter(id=dream_id, interrupt_owed=True).first()
+    if dream is None or not dream.session_id:
+        return False
+    with transaction.atomic():
+        Session.objects.select_for_update().filter(id=dream.session_id).first()
+        if not Dream.objects.filter(id=dream_id, interrupt_owed=True).update(interrupt_owed=False):
+            return False
+        try:
+            with transaction.atomic():
+                session_events_send(
+                    workspace=dream.workspace,
+                    session_id=dream.session_id,
+                    parsed=[{"type": "user.interrupt", "payload": {"session_thread_id": None}}],
+                )
+        except ApiError:  # an archived or deleted session has nothing to interrupt
+            logger.info("a dream's session could not be interrupted", extra={"dream_id": dream_id})
+    return True
+
+
+def _end_interrupting(dream: Dream, status: str, error: dict | None = None) -> None:
+    """The final status of a dream whose session may be at work (its row locked by the caller),
+    with the interrupt owed to that session in the same commit."""
+    dream_end_locked(dream, status, error)
+    if dream.session_id:
+        dream.interrupt_owed = True
+        dream.save(update_fields=["interrupt_owed"])
 
 
 def dream_cancel(*, workspace, dream_id: str) -> Dream:
-    """Canceled at once; the session is interrupted after that commit. Never both locks at once:
-    the session's status change locks the session's row and then the dream's (receivers), so
-    holding the dream's while waiting for the session's could deadlock with it."""
+    """Canceled at once, the interrupt owed to its session committed with it; the session is
+    interrupted after that commit (dream_interrupt_deliver; the sweep delivers it if this process
+    is lost in between). Never the session's lock while holding the dream's: the session's status
+    change locks the session's row and then the dream's (receivers), so the other order could
+    deadlock with it."""
     with transaction.atomic():
         dream = dream_get(workspace=workspace, dream_id=dream_id, for_update=True)
         if dream.status == Dream.Status.CANCELED:
             return dream
         if dream.status in (Dream.Status.COMPLETED, Dream.Status.FAILED):
             raise InvalidRequest(f"Dream {dream_id!r} is {dream.status} and cannot be canceled.")
-        dream_end_locked(dream, Dream.Status.CANCELED)
-    _interrupt(dream)
+        _end_interrupting(dream, Dream.Status.CANCELED)
+    crash_point("dreams.cancel.committed")
+    dream_interrupt_deliver(dream_id=dream.id)
     return dream
 
 
@@ -128,5 +162,5 @@ def dream_time_out(*, dream_id: str) -> None:
         dream = Dream.objects.select_for_update().select_related("workspace").filter(id=dream_id).first()
         if dream is None or dream.status != Dream.Status.RUNNING:
             return
-        dream_end_locked(dream, Dream.Status.FAILED, {"type": "timeout", "message": "The dream ran out of time."})
-    _interrupt(dream)  # after the commit, as dream_cancel does
+        _end_interrupting(dream, Dream.Status.FAILED, {"type": "timeout", "message": "The dream ran out of time."})
+    dream_interrupt_deliver(dream_id=dream.id)  # after the commit, as dream_cancel does

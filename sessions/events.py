@@ -182,15 +182,20 @@ class BoundedNames(list):
 
 
 def session_error(
-    *, message: str, error_type: str = ErrorType.UNKNOWN, retrying: bool = False, mcp_server_name: str | None = None
+    *,
+    message: str,
+    error_type: str = ErrorType.UNKNOWN,
+    retrying: bool = False,
+    terminal: bool = False,
+    mcp_server_name: str | None = None,
 ) -> dict:
     """A session.error payload. `message` says what failed in words safe to show any client:
-    never upstream exception text or internal addresses. The MCP errors name their server."""
-    error = {
-        "type": str(error_type),
-        "message": message,
-        "retry_status": {"type": "retrying" if retrying else "exhausted"},
-    }
+    never upstream exception text or internal addresses. The MCP errors name their server.
+    retry_status (the SDK's): `retrying` (the server tries again), `exhausted` (the turn is dead,
+    the session goes idle), `terminal` (it goes idle and is terminated: a child thread's turn
+    that failed for good, as the SDK's child threads do)."""
+    status = "retrying" if retrying else "terminal" if terminal else "exhausted"
+    error = {"type": str(error_type), "message": message, "retry_status": {"type": status}}
     if mcp_server_name is not None:
         error["mcp_server_name"] = mcp_server_name
     return {"error": error}

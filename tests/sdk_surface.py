@@ -10,12 +10,15 @@ answers that verb. Event types are the `type` literals of the SDK's session even
     python -m tests.sdk_surface --write  # rewrite docs/sdk.md (keeping each row's note)
 """
 
+import functools
 import inspect
 import logging
 import re
 import sys
 import typing
 from pathlib import Path
+
+from tests import sdk_options
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "sdk.md"
@@ -72,25 +75,52 @@ def _placeholder(name: str, annotation) -> object:
     return "probe"
 
 
-def sdk_methods() -> dict[str, tuple[str, str] | None]:
-    """{"beta.agents.create": ("POST", "/v1/agents"), …} for every method of client.beta in
-    scope; None for a method that sends no request."""
+@functools.cache
+def probe() -> tuple[tuple[str, object, object], ...]:
+    """(name, bound method, the request it sent or None) for every method of client.beta in
+    scope. Each method is called with a placeholder for every parameter (the required ones only
+    when the SDK refuses a placeholder), against a transport that records the request and
+    answers 404."""
     import anthropic
     import httpx2
     from anthropic._resource import SyncAPIResource
 
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per probe otherwise
-    sent: list[tuple[str, str]] = []
+    sent: list = []
 
     def answer(request):
-        sent.append((request.method, request.url.path))
+        sent.append(request)
         return httpx2.Response(404, json={"type": "error", "error": {"type": "not_found_error", "message": "probe"}})
 
     client = anthropic.Anthropic(
         base_url="http://sdk-probe.invalid", api_key="probe", max_retries=0,
         http_client=httpx2.Client(transport=httpx2.MockTransport(answer)),
     )  # fmt: skip
-    found: dict[str, tuple[str, str] | None] = {}
+    found: list[tuple[str, object, object]] = []
+
+    def call(method, *, everything: bool):
+        args, kwargs = [], {}
+        for parameter_name, parameter in inspect.signature(method).parameters.items():
+            if parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
+                continue
+            if parameter.default is not inspect.Parameter.empty and (
+                not everything or parameter_name in ("extra_headers", "extra_query", "extra_body", "timeout", "betas")
+            ):
+                continue
+            value = _placeholder(parameter_name, parameter.annotation)
+            if parameter.kind is parameter.POSITIONAL_ONLY:
+                args.append(value)
+            else:
+                kwargs[parameter_name] = value
+        before = len(sent)
+        try:
+            result = method(*args, **kwargs)
+            if hasattr(result, "__enter__"):
+                with result:
+                    pass
+        except Exception:  # noqa: BLE001 - the probe's 404, or the SDK refusing a placeholder
+            pass
+        return sent[before] if len(sent) > before else None
 
     def walk(resource, prefix: str) -> None:
         for name in sorted(dir(resource)):
@@ -100,31 +130,18 @@ def sdk_methods() -> dict[str, tuple[str, str] | None]:
             if isinstance(attribute, SyncAPIResource):
                 walk(attribute, f"{prefix}.{name}")
             elif inspect.ismethod(attribute):
-                args, kwargs = [], {}
-                for parameter_name, parameter in inspect.signature(attribute).parameters.items():
-                    if parameter.default is not inspect.Parameter.empty or parameter.kind in (
-                        parameter.VAR_KEYWORD,
-                        parameter.VAR_POSITIONAL,
-                    ):
-                        continue
-                    value = _placeholder(parameter_name, parameter.annotation)
-                    if parameter.kind is parameter.POSITIONAL_ONLY:
-                        args.append(value)
-                    else:
-                        kwargs[parameter_name] = value
-                before = len(sent)
-                try:
-                    result = attribute(*args, **kwargs)
-                    if hasattr(result, "__enter__"):
-                        with result:
-                            pass
-                except Exception:  # noqa: BLE001 - the probe's 404, or the SDK refusing a placeholder
-                    pass
-                found[f"{prefix}.{name}"] = sent[before] if len(sent) > before else None
+                request = call(attribute, everything=True) or call(attribute, everything=False)
+                found.append((f"{prefix}.{name}", attribute, request))
 
     for namespace in IN_SCOPE:
         walk(getattr(client.beta, namespace), f"beta.{namespace}")
-    return found
+    return tuple(found)
+
+
+def sdk_methods() -> dict[str, tuple[str, str] | None]:
+    """{"beta.agents.create": ("POST", "/v1/agents"), …} for every method of client.beta in
+    scope; None for a method that sends no request."""
+    return {name: (request.method, request.url.path) if request is not None else None for name, _, request in probe()}
 
 
 def route_serves(verb: str, path: str) -> bool:
@@ -168,7 +185,7 @@ def _notes() -> dict[str, str]:
     if not PAGE.exists():
         return {}
     notes = {}
-    for line in PAGE.read_text().splitlines():
+    for line in PAGE.read_text().split("\n## Options")[0].splitlines():
         match = re.match(r"^\| `([^`]+)` \|[^|]*\|[^|]*\| (.*) \|$", line)
         if match:
             notes[match.group(1)] = match.group(2)
@@ -223,7 +240,45 @@ def page() -> str:
     lines += ["", "## Session event types", "", "| event | kind | status | note |", "|---|---|---|---|"]
     for event_type, kind, status in events:
         lines.append(f"| `{event_type}` | {kind} | {status} | {notes.get(event_type, '')} |")
+    lines += options_section()
     return "\n".join(lines) + "\n"
+
+
+def option_rows() -> list[tuple[sdk_options.Option, tuple[str, str] | None]]:
+    from tests.openapi import document, operation_for
+
+    return sdk_options.table(probe(), document(), operation_for)
+
+
+def _methods_cell(methods: tuple[str, ...]) -> str:
+    if len(methods) > 4:
+        return f"{len(methods)} methods"
+    return ", ".join(method.removeprefix("beta.") for method in methods)
+
+
+def options_section() -> list[str]:
+    rows = option_rows()
+    refused = sum(1 for _, verdict in rows if verdict and verdict[0] == sdk_options.REFUSED)
+    lines = [
+        "",
+        "## Options",
+        "",
+        f"Every parameter of those methods ({len(rows)} options: body fields with the nested ones, query",
+        "parameters, headers), read off the SDK's parameter types (tests/sdk_options.py). `tools[]` is an",
+        "item of a list, `<auto>` the member of a union whose `type` is `auto`. *served*: Mango's input",
+        "schema (/openapi.json) declares it, or the note says where it is checked, and it is acted on;",
+        f"*refused*: a 400 naming the field, for the reason given ({refused} options). A new SDK option",
+        "that Mango neither declares nor names here fails tests/core/test_sdk_surface.py.",
+        "",
+        "| option | in | methods | status | note |",
+        "|---|---|---|---|---|",
+    ]
+    for option, verdict in rows:
+        verdict_status, note = verdict or ("no status", "")
+        lines.append(
+            f"| `{option.path}` | {option.where} | {_methods_cell(option.methods)} | {verdict_status} | {note} |"
+        )
+    return lines
 
 
 if __name__ == "__main__":

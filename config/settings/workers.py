@@ -103,6 +103,9 @@ MANGO_DREAMS_BETA = "dreaming-2026-04-21"
 MANGO_DREAM_TRANSCRIPT_MAX_CHARS = env.int("MANGO_DREAM_TRANSCRIPT_MAX_CHARS", default=200_000)
 # Dreams a workspace may have pending or running at once (each is a session at work): past it, 429.
 MANGO_WORKSPACE_MAX_DREAMS = env.int("MANGO_WORKSPACE_MAX_DREAMS", default=4)
+# The list cost a dream may spend, in US cents (its session's budget, taken at create): at the cap
+# it makes no more model requests and fails with budget_reached. 0: no budget.
+MANGO_DREAM_MAX_LIST_COST_CENTS = env.int("MANGO_DREAM_MAX_LIST_COST_CENTS", default=500)
 # A dream running longer than this fails (type timeout) and its session is interrupted.
 MANGO_DREAM_TIMEOUT_SECONDS = env.int("MANGO_DREAM_TIMEOUT_SECONDS", default=3600)
 # A dream still pending after this long has its start sent again (its task was lost).

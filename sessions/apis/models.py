@@ -10,13 +10,14 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import query_int, rfc3339
-from core.errors import NotFound
+from core.api import query_int, query_list, rfc3339
+from core.errors import InvalidRequest, NotFound
 from sessions.pricing import known_models, model_display_name
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 LIMIT_MAX = 1000
 LIMIT_DEFAULT = 20
+LIFECYCLES = ("active", "deprecated", "retired")
 
 
 class ModelOutputSerializer(serializers.Serializer):
@@ -24,7 +25,7 @@ class ModelOutputSerializer(serializers.Serializer):
     type = serializers.ChoiceField(choices=["model"])
     display_name = serializers.CharField()
     created_at = serializers.DateTimeField()
-    lifecycle = serializers.ChoiceField(choices=["active", "deprecated", "retired"])
+    lifecycle = serializers.ChoiceField(choices=LIFECYCLES)
     capabilities = serializers.DictField(allow_null=True)
     line = serializers.CharField(allow_null=True)
     max_input_tokens = serializers.IntegerField(allow_null=True)
@@ -65,12 +66,23 @@ class ModelListApi(APIView):
             OpenApiParameter("limit", int, description=f"1 to {LIMIT_MAX}, default {LIMIT_DEFAULT}."),
             OpenApiParameter("after_id", str),
             OpenApiParameter("before_id", str),
+            OpenApiParameter(
+                "lifecycle[]",
+                {"type": "array", "items": {"type": "string", "enum": list(LIFECYCLES)}},
+                description="Only models in one of these stages (every model this server knows is active).",
+            ),
         ],
         responses=ModelListOutputSerializer,
     )
     def get(self, request):
         limit = query_int(request, "limit", default=LIMIT_DEFAULT, minimum=1, maximum=LIMIT_MAX)
         models = known_models()
+        stages = query_list(request, "lifecycle")
+        for stage in stages:
+            if stage not in LIFECYCLES:
+                raise InvalidRequest(f"lifecycle: must be one of {', '.join(LIFECYCLES)}, got {stage[:40]!r}.")
+        if stages and "active" not in stages:
+            models = []  # every model this server knows is active
         after, before = request.query_params.get("after_id"), request.query_params.get("before_id")
         if before is not None:
             end = models.index(before) if before in models else 0

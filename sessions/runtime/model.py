@@ -295,7 +295,11 @@ def model_call(
             messages = inline_snapshots(build_messages(conversation.events()), conversation.media)
         except ModelError as exc:  # the media bound: nothing was sent
             model_error_record(
-                session_id=control.session_id, exc=exc, retrying=False, refused=conversation.refused_input(exc)
+                session_id=control.session_id,
+                exc=exc,
+                retrying=False,
+                terminal=session.primary_id is not None,
+                refused=conversation.refused_input(exc),
             )
             return None
         start = session_event_append(session_id=control.session_id, type=EventType.SPAN_MODEL_REQUEST_START)
@@ -316,7 +320,13 @@ def model_call(
             _span_end(control.session_id, start.id, None)
             retrying = exc.retryable and attempt + 1 < attempts
             refused = conversation.refused_input(exc)
-            model_error_record(session_id=control.session_id, exc=exc, retrying=retrying, refused=refused)
+            model_error_record(
+                session_id=control.session_id,
+                exc=exc,
+                retrying=retrying,
+                terminal=session.primary_id is not None,
+                refused=refused,
+            )
             if not retrying:
                 return None
             control.sleep(settings.MANGO_MODEL_RETRY_BACKOFF_SECONDS * (2**attempt))
@@ -347,9 +357,12 @@ def _span_end(session_id: str, start_id: str, usage: dict | None) -> None:
     events_append(session_id=session_id, items=[item], usage=delta)
 
 
-def model_error_record(*, session_id: str, exc: ModelError, retrying: bool, refused: list[str] | None = None) -> None:
+def model_error_record(
+    *, session_id: str, exc: ModelError, retrying: bool, terminal: bool = False, refused: list[str] | None = None
+) -> None:
     """session.error for a failed call (+ session.status_rescheduled when retrying). The detail
-    goes to the log and the session's last_error (operators), never to the event."""
+    goes to the log and the session's last_error (operators), never to the event. `terminal`:
+    not retrying, the session is a child thread that the failure terminates (runtime.waits)."""
     logger.warning("model call failed: %s", exc.detail, extra={"session_id": session_id})
     message = exc.message
     if refused:
@@ -359,7 +372,7 @@ def model_error_record(*, session_id: str, exc: ModelError, retrying: bool, refu
         )
     session_error_record(
         session_id=session_id,
-        payload=ev.session_error(message=message, error_type=exc.error_type, retrying=retrying),
+        payload=ev.session_error(message=message, error_type=exc.error_type, retrying=retrying, terminal=terminal),
         last_error=f"{exc.error_type}: {exc.detail}",
         rescheduling=retrying,
     )

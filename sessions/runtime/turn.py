@@ -300,7 +300,7 @@ class Runner(RunnerWaits):
             if model_calls >= MAX_MODEL_CALLS_PER_TURN:
                 message = f"The turn made {model_calls} model calls with tool use; stopping."
                 limit = ModelError(message, error_type=ErrorType.TOOL_USE_LIMIT_REACHED, retryable=False)
-                model_error_record(session_id=self.session_id, exc=limit, retrying=False)
+                model_error_record(session_id=self.session_id, exc=limit, retrying=False, terminal=self.is_child)
                 return self.go_idle(ev.stop_retries_exhausted())
             waiting = []
             for event, mode in tool_uses:
@@ -319,7 +319,7 @@ class Runner(RunnerWaits):
     def _compaction_failed(self) -> None:
         message = "The conversation outgrew the context window and could not be compacted further."
         limit = ModelError(message, error_type=ErrorType.COMPACTION_LIMIT_REACHED, retryable=False)
-        model_error_record(session_id=self.session_id, exc=limit, retrying=False)
+        model_error_record(session_id=self.session_id, exc=limit, retrying=False, terminal=self.is_child)
 
     # --- the model's answer → events ---------------------------------------------------------
 

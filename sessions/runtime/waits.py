@@ -30,7 +30,7 @@ from sessions.services.events import SessionGone, events_append, session_event_a
 from sessions.services.memory_mounts import memory_writeback_at_idle
 from sessions.services.outputs import outputs_publish_at_idle
 from sessions.services.runner import ClientWait, session_last_error_set
-from sessions.services.termination import session_terminate_if_archived
+from sessions.services.termination import session_terminate, session_terminate_if_archived
 from sessions.services.threads import ThreadRefused, thread_copies_ensure, thread_message_send
 
 logger = logging.getLogger("sessions.runtime.turn")
@@ -141,6 +141,11 @@ class RunnerWaits:
             self.control.check_handback()
             self.control.check_stop()
 
+    @property
+    def is_child(self) -> bool:
+        """Whether the running turn is a child thread's (a failure for good terminates it)."""
+        return self.turn_session is not None and self.turn_session.primary_id is not None
+
     def go_idle(
         self,
         stop_reason: dict,
@@ -180,6 +185,10 @@ class RunnerWaits:
             return
         if interrupted:  # archived while its turn ran (the archive interrupts): terminated now
             session_terminate_if_archived(session_id=self.session_id)
+        elif thread is not None and stop_reason.get("type") == "retries_exhausted":
+            # A child thread whose turn failed for good terminates (the SDK's; its session.error
+            # said `terminal`): the coordinator has its report, and sends it nothing more.
+            session_terminate(session_id=self.session_id)
         self._idled(stop_reason, interrupted=interrupted or for_threads)
 
     def threads_handed(self) -> list[str]:
@@ -219,7 +228,8 @@ class RunnerWaits:
             session = session_by_id(session_id=self.session_id)
             if session.deleted_at is not None or session.runner_token != self.token:
                 return
-            payload = ev.session_error(message=f"The turn failed: {type(exc).__name__}")
+            ends = self.is_child and session.status != Session.Status.IDLE  # go_idle below terminates it
+            payload = ev.session_error(message=f"The turn failed: {type(exc).__name__}", terminal=ends)
             session_event_append(session_id=self.session_id, type=EventType.SESSION_ERROR, payload=payload)
             session_last_error_set(session_id=self.session_id, text=f"{type(exc).__name__}: {exc}")
             if session.status != Session.Status.IDLE:

@@ -133,8 +133,10 @@ def session_turn_begin(*, session_id: str, token: str, wait: ClientWait | None =
             return TurnStart(session=session, interrupted=True)
         resume = session.status in ACTIVE
         # An archived session starts no turn (input sent before the archive is left): one that went
-        # idle since its archive is terminated now (sessions.services.termination).
-        archived = session.archived_at is not None and not resume
+        # idle since its archive is terminated now (sessions.services.termination). Nor does a
+        # terminated one (a child thread whose turn failed for good).
+        ended = session.archived_at is not None or session.status == Session.Status.TERMINATED
+        archived = ended and not resume
         if archived and session.status != Session.Status.TERMINATED:
             session_terminate_locked(locked=session)
         child = session.primary_id is not None

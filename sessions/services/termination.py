@@ -49,6 +49,15 @@ def session_terminate_if_archived(*, session_id: str) -> None:
             session_terminate_locked(locked=locked)
 
 
+def session_terminate(*, session_id: str) -> None:
+    """Terminate the session (a child thread whose turn failed for good), once: under its row
+    lock, a terminated or deleted one is left as it is."""
+    with transaction.atomic():
+        locked = Session.objects.select_for_update().filter(id=session_id, deleted_at__isnull=True).first()
+        if locked is not None and locked.status != Session.Status.TERMINATED:
+            session_terminate_locked(locked=locked)
+
+
 def session_terminate_locked(*, locked: Session) -> None:
     """Terminate the session whose row the caller holds locked."""
     locked.status = Session.Status.TERMINATED

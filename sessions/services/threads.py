@@ -88,6 +88,8 @@ def thread_message_send(*, sender: Session, target_id: str, content: list[dict])
             raise ThreadRefused(f"No thread {thread_id_of(target_id)!r} in this session.")
         if target.archived_at is not None:
             raise ThreadRefused(f"Thread {thread_id_of(target_id)!r} is archived and accepts no more messages.")
+        if target.status == Session.Status.TERMINATED:
+            raise ThreadRefused(f"Thread {thread_id_of(target_id)!r} is terminated and accepts no more messages.")
         events_append(session_id=target.id, items=[_received(sender=sender, content=content)], pending=True)
         session_runner_wake_on_commit(session=target)
     sent = tev.thread_message_sent(

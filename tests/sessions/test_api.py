@@ -122,6 +122,14 @@ def test_environment_lifecycle(sdk):
         sdk.beta.environments.retrieve(env.id)
     self_hosted = _env(sdk, config={"type": "self_hosted"})
     assert self_hosted.config.type == "self_hosted"
+    # `account` visibility is not served (the workspace sees every environment): a 400 naming scope.
+    assert _env(sdk, name="org", scope="organization").scope == "organization"
+    for refused in (
+        lambda: _env(sdk, scope="account"),
+        lambda: sdk.beta.environments.update(default.id, scope="account"),
+    ):
+        with pytest.raises(anthropic.BadRequestError, match="scope: 'account' cannot be honoured"):
+            refused()
 
 
 # --- sessions --------------------------------------------------------------------------------

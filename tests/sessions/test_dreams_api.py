@@ -134,3 +134,21 @@ def test_a_workspace_has_at_most_its_limit_of_dreams_at_work(sdk, inputs, settin
     assert Dream.objects.count() == 2
     sdk.beta.dreams.cancel(first.id)
     assert sdk.beta.dreams.create(inputs=_inputs(store.id, ids), model="claude-sonnet-4-5").status == "pending"
+
+
+def test_a_dream_is_budget_priced_at_create(sdk, inputs, settings):
+    # Its budget is MANGO_DREAM_MAX_LIST_COST_CENTS at create; a model with no list price cannot
+    # be held to it (a 400 naming model), unless the operator turned dream budgets off (0).
+    store, ids = inputs
+    body = {"inputs": _inputs(store.id, ids[:1]), "model": "claude-unpriced-1"}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        sdk.beta.dreams.create(**body)
+    assert caught.value.body["error"]["message"].startswith("model: 'claude-unpriced-1' has no public list price")
+    assert caught.value.body["error"]["details"]["error_code"] == "model_not_budgetable"
+    settings.MANGO_DREAM_MAX_LIST_COST_CENTS = 250
+    priced = sdk.beta.dreams.create(**{**body, "model": "claude-sonnet-4-5"})
+    assert Dream.objects.get(id=priced.id).max_list_cost_cents == 250
+    settings.MANGO_DREAM_MAX_LIST_COST_CENTS = 0
+    sdk.beta.dreams.cancel(priced.id)
+    unbounded = sdk.beta.dreams.create(**body)
+    assert Dream.objects.get(id=unbounded.id).max_list_cost_cents is None

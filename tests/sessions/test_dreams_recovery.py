@@ -91,3 +91,42 @@ def test_worker_killed_while_the_dream_runs_resumes_and_completes_once(sdk, mode
     _once(sdk, store, dream.id)
     types = [e.type for e in sdk.beta.sessions.events.list(running.session_id, limit=1000)]
     assert types.count("session.status_running") == 2 and types[-1] == "session.status_idle"
+
+
+def test_cancel_killed_between_its_commit_and_the_interrupt(sdk, model, celery_worker, api_key, tmp_path):
+    # A real API server SIGKILLed after the cancel committed and before it interrupted the
+    # session: the interrupt owed is committed with the cancel, and the sweep sends it, once.
+    import anthropic
+
+    from tests.files.server import GunicornServer
+
+    model.script([tool_use("bash", {"command": "sleep 60"}), text("never requested")])
+    _, dream = _dream(sdk)
+    running = wait_for(lambda: (d := sdk.beta.dreams.retrieve(dream.id)).status == "running" and d, timeout=60)
+    wait_for(lambda: any(e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(running.session_id)), 60)
+    server = GunicornServer(log_path=tmp_path / "api.log", env={"MANGO_TEST_CRASH_POINT": "dreams.cancel.committed"})
+    server.start()
+    try:
+        crashing = anthropic.Anthropic(base_url=server.url, api_key=str(api_key), max_retries=0, timeout=30)
+        with pytest.raises(anthropic.APIConnectionError):
+            crashing.beta.dreams.cancel(dream.id)
+    finally:
+        server.stop()
+
+    def interrupts() -> int:
+        events = sdk.beta.sessions.events.list(running.session_id, limit=1000)
+        return sum(1 for e in events if e.type == "user.interrupt")
+
+    row = Dream.objects.get(id=dream.id)
+    assert row.status == "canceled" and row.interrupt_owed  # committed; the interrupt was not sent
+    assert interrupts() == 0 and Session.objects.get(id=running.session_id).status == "running"
+    sweep()
+    sweep()  # nothing owed any more: no second interrupt
+    assert not Dream.objects.get(id=dream.id).interrupt_owed
+    wait_for(lambda: list(sdk.beta.sessions.events.list(running.session_id, limit=1000))[-1].type
+             == "session.status_idle", timeout=60)  # fmt: skip
+    assert interrupts() == 1
+    after = sdk.beta.dreams.retrieve(dream.id)
+    assert after.status == "canceled" and after.ended_at == row.ended_at and after.error is None
+    assert len(model.requests) == 1  # the interrupted turn asked the model nothing more
+    assert Session.objects.filter(metadata__dream_id=dream.id).count() == 1

@@ -207,3 +207,29 @@ def test_a_session_that_ends_in_error_fails_the_dream(sdk, model, celery_worker)
     assert events[-1].type == "session.status_idle" and events[-1].stop_reason.type == "retries_exhausted"
     # What the dream wrote before it stopped stays: here nothing, its store is the copy.
     assert _memories(done.outputs[0].memory_store_id) == {"/a.md": "x is 1", "/b.md": "x is 1 (again)"}
+
+
+def test_a_dream_stops_at_its_budget(sdk, model, celery_worker, settings):
+    from tests.scripted_model import message
+
+    settings.MANGO_DREAM_MAX_LIST_COST_CENTS = 2  # read at create (in this process), kept on the dream
+    store, session, _, _ = _setup(sdk, model)
+    # The first call costs 3.3 cents at claude-sonnet-4-5's list price: over the two-cent cap.
+    usage = {"input_tokens": 1000, "output_tokens": 1000, "cache_creation_input_tokens": 4000,
+             "cache_read_input_tokens": 0}  # fmt: skip
+    call = [{"type": "tool_use", "id": "toolu_d", "name": "bash", "input": {"command": "ls"}}]
+    model.script([message(call, "tool_use", usage=usage), text("never requested")])
+    dream = sdk.beta.dreams.create(
+        inputs=[
+            {"type": "memory_store", "memory_store_id": store.id},
+            {"type": "sessions", "session_ids": [session.id]},
+        ],
+        model=MODEL,
+    )
+    done = _ended(sdk, dream.id)
+    assert done.status == "failed" and done.error.type == "budget_reached", done.error
+    assert len(model.requests) == 1  # the cap stopped the dream before a second request
+    row = Session.objects.get(id=done.session_id)
+    assert row.budget == {"type": "limit", "max_list_cost": {"amount": "2", "currency": "USD"}}
+    assert sdk.beta.sessions.retrieve(done.session_id).usage.list_cost.amount == "4"
+    assert done.usage.input_tokens == 1000 and done.usage.output_tokens == 1000

@@ -32,3 +32,12 @@ def test_models_list_and_retrieve(sdk, settings):
     assert sdk.beta.models.retrieve("claude-haiku-5-5").display_name == "Claude Haiku 5.5"
     with pytest.raises(anthropic.NotFoundError, match="not known to this server"):
         sdk.models.retrieve("claude-unknown-1")
+
+
+def test_models_list_filters_by_lifecycle(sdk):
+    # No silent drop: the filter is acted on (every model this server knows is active).
+    everything = [model.id for model in sdk.beta.models.list()]
+    assert [model.id for model in sdk.beta.models.list(lifecycle=["active", "retired"])] == everything
+    assert list(sdk.beta.models.list(lifecycle=["deprecated", "retired"])) == []
+    with pytest.raises(anthropic.BadRequestError, match="lifecycle: must be one of"):
+        sdk.get("/v1/models", cast_to=object, options={"params": {"lifecycle[]": "ancient"}})
