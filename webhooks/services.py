@@ -133,8 +133,17 @@ def endpoint_secret_rotate(
 
 @transaction.atomic
 def endpoint_delete(*, workspace, endpoint_id: str) -> None:
-    """The endpoint and its delivery log go (a lease holder's late record then matches nothing)."""
-    endpoint_get(workspace=workspace, endpoint_id=endpoint_id, for_update=True).delete()
+    """The endpoint and its delivery log go (a lease holder's late record then matches nothing).
+    Its pending deliveries are locked first: a worker recording an attempt holds its delivery's
+    row lock while it inserts the attempt, which the cascade's earlier read of the attempts
+    would miss (an attempt referencing a deleted delivery, refused at commit)."""
+    endpoint = endpoint_get(workspace=workspace, endpoint_id=endpoint_id, for_update=True)
+    list(
+        WebhookDelivery.objects.select_for_update()
+        .filter(endpoint=endpoint, status=WebhookDelivery.Status.PENDING)
+        .values_list("id", flat=True)
+    )
+    endpoint.delete()
     workspace_subscribed_forget(workspace_id=workspace.pk)
 
 
