@@ -81,6 +81,10 @@ class WebhookDelivery(models.Model):
         indexes = [
             # The claim's scan: pending rows by due time.
             models.Index(fields=["next_attempt_at"], name="whdl_due", condition=Q(status="pending")),
+            # The claim's per-workspace take (workspaces served in turn).
+            models.Index(
+                fields=["workspace", "next_attempt_at"], name="whdl_workspace_due", condition=Q(status="pending")
+            ),
             models.Index(fields=["endpoint", "-created_at"], name="whdl_endpoint_created"),
         ]
 

@@ -11,7 +11,7 @@ import redis
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from core import outbound
@@ -217,13 +217,25 @@ def _kick() -> None:
         pass  # the broker is down: beat's next run delivers them
 
 
-def deliveries_claim(*, limit: int) -> list[tuple[str, str]]:
-    """Due deliveries leased to the caller: (id, lease token) pairs. A row is due when pending
-    and its next attempt time has come and no live lease holds it; rows are taken with SKIP
-    LOCKED, and per workspace no more than MANGO_WEBHOOK_INFLIGHT_MAX are leased at once, so one
-    tenant's failing endpoints take no other tenant's turn."""
+def _due(now: datetime) -> Q:
+    """Pending, its next attempt time come, and no live lease holding it."""
+    return (
+        Q(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now)
+        & (Q(lease_until__isnull=True) | Q(lease_until__lte=now))
+    )
+
+
+def deliveries_claim(*, limit: int, threads: int | None = None) -> list[tuple[str, str]]:
+    """Due deliveries leased to the caller: (id, lease token) pairs, shared fairly between
+    workspaces. Per workspace no more than MANGO_WEBHOOK_INFLIGHT_MAX are leased at once over
+    the fleet (and never all of a run's `threads`: one is always left for the others). The
+    workspaces under their cap that have due rows are served in the order of their oldest due
+    row, each a share of `limit` (rows taken with SKIP LOCKED, oldest first), so one tenant's
+    backlog of failing retries, however old and however long, takes no other tenant's turn."""
     now = timezone.now()
     cap = settings.MANGO_WEBHOOK_INFLIGHT_MAX
+    if threads is not None:
+        cap = max(1, min(cap, threads - 1))
     lease_until = now + timedelta(seconds=settings.MANGO_WEBHOOK_LEASE_SECONDS)
     with transaction.atomic():
         in_flight = dict(
@@ -231,21 +243,26 @@ def deliveries_claim(*, limit: int) -> list[tuple[str, str]]:
             .values_list("workspace_id")
             .annotate(n=Count("id"))
         )
-        candidates = (
-            WebhookDelivery.objects.select_for_update(skip_locked=True)
-            .filter(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now)
-            .filter(Q(lease_until__isnull=True) | Q(lease_until__lte=now))
-            .order_by("next_attempt_at")
-            .values_list("id", "workspace_id")[: limit * 4]
-        )
+        capped = [workspace_id for workspace_id, n in in_flight.items() if n >= cap]
+        queue = [
+            row["workspace_id"]
+            for row in WebhookDelivery.objects.filter(_due(now))
+            .exclude(workspace_id__in=capped)
+            .values("workspace_id")
+            .annotate(oldest=Min("next_attempt_at"))
+            .order_by("oldest")[:limit]
+        ]
         taken = []
-        for delivery_id, workspace_id in candidates:
-            if in_flight.get(workspace_id, 0) >= cap:
-                continue
-            in_flight[workspace_id] = in_flight.get(workspace_id, 0) + 1
-            taken.append((delivery_id, new_id("lease")))
-            if len(taken) >= limit:
-                break
+        for position, workspace_id in enumerate(queue):
+            fair = -(-(limit - len(taken)) // (len(queue) - position))  # ceil: the rest, shared
+            share = min(cap - in_flight.get(workspace_id, 0), fair)
+            rows = (
+                WebhookDelivery.objects.select_for_update(skip_locked=True)
+                .filter(_due(now), workspace_id=workspace_id)
+                .order_by("next_attempt_at")
+                .values_list("id", flat=True)[:share]
+            )
+            taken += [(delivery_id, new_id("lease")) for delivery_id in rows]
         for delivery_id, token in taken:
             WebhookDelivery.objects.filter(id=delivery_id).update(lease_token=token, lease_until=lease_until)
     return taken

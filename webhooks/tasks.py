@@ -1,7 +1,8 @@
 """webhooks.deliver_due: beat runs it every MANGO_WEBHOOK_POLL_SECONDS and each emit asks for
 it after commit. It leases due deliveries (webhooks.services.deliveries_claim) for its free
 threads as they free up (never waiting for a whole batch: one slow endpoint holds one thread,
-and a workspace at most MANGO_WEBHOOK_INFLIGHT_MAX), for at most RUN_SECONDS of claiming; a
+and a workspace at most MANGO_WEBHOOK_INFLIGHT_MAX and never every thread; workspaces are served
+in turn, webhooks.services.deliveries_claim), for at most RUN_SECONDS of claiming; a
 worker killed mid-delivery leaves leases that expire, and the next run anywhere takes those
 deliveries again (same webhook-id)."""
 
@@ -37,7 +38,7 @@ def deliver_due() -> int:
         while True:
             claims = []
             if len(running) < threads and time.monotonic() < stop_claiming:
-                claims = deliveries_claim(limit=threads - len(running))
+                claims = deliveries_claim(limit=threads - len(running), threads=threads)
                 running |= {pool.submit(_attempt, claim) for claim in claims}
                 attempted += len(claims)
             if not running:

@@ -67,8 +67,8 @@ CELERY_BEAT_SCHEDULE = {
 MANGO_WEBHOOKS_QUEUE = env.str("MANGO_WEBHOOKS_QUEUE", default="celery")
 MANGO_WEBHOOK_ENDPOINTS_MAX = env.int("MANGO_WEBHOOK_ENDPOINTS_MAX", default=20)
 # Deliveries of one workspace leased at once (across the fleet): one tenant's dead endpoints
-# hold at most this many delivery slots, never another tenant's.
-MANGO_WEBHOOK_INFLIGHT_MAX = env.int("MANGO_WEBHOOK_INFLIGHT_MAX", default=8)
+# hold at most this many delivery slots (and never every thread of a run), never another tenant's.
+MANGO_WEBHOOK_INFLIGHT_MAX = env.int("MANGO_WEBHOOK_INFLIGHT_MAX", default=4)
 MANGO_WEBHOOK_DELIVERY_THREADS = env.int("MANGO_WEBHOOK_DELIVERY_THREADS", default=8)
 MANGO_WEBHOOK_CONNECT_TIMEOUT_SECONDS = env.float("MANGO_WEBHOOK_CONNECT_TIMEOUT_SECONDS", default=5.0)
 MANGO_WEBHOOK_TIMEOUT_SECONDS = env.float("MANGO_WEBHOOK_TIMEOUT_SECONDS", default=15.0)

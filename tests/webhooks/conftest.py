@@ -39,6 +39,10 @@ class Receiver:
         # Requests whose path contains one of these are answered after slow_seconds.
         self.slow_markers: tuple[str, ...] = ()
         self.slow_seconds = 0.0
+        # Requests whose path contains a key are answered with its status instead of `status`.
+        self.status_markers: dict[str, int] = {}
+        # When each webhook-id first arrived (time.monotonic()).
+        self.arrived: dict[str, float] = {}
         self.port = 0
         self._server = None
         self.start()
@@ -49,18 +53,24 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length") or 0)).decode()
+                receiver.arrived.setdefault(self.headers.get("webhook-id", ""), time.monotonic())
                 receiver.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
                 if any(marker in self.path for marker in receiver.slow_markers):
                     time.sleep(receiver.slow_seconds)
-                self.send_response(receiver.status)
+                status = next((s for m, s in receiver.status_markers.items() if m in self.path), receiver.status)
+                self.send_response(status)
                 self.send_header("content-length", "2")
                 self.end_headers()
-                self.wfile.write(b"ok")
+                try:
+                    self.wfile.write(b"ok")
+                except OSError:
+                    pass  # the sender gave up waiting (its read timeout)
 
             def log_message(self, *args):
                 pass
 
         ThreadingHTTPServer.allow_reuse_address = True
+        ThreadingHTTPServer.daemon_threads = True
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
@@ -148,3 +158,13 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.1):
             return value
         time.sleep(interval)
     raise AssertionError(f"not true within {timeout}s")
+
+
+def strict_event(body: str):
+    """The body validated strictly (no coercion) against the SDK's BetaWebhookEvent, with no
+    field the SDK does not know in the envelope or its data; returns the event."""
+    from anthropic.types.beta import BetaWebhookEvent
+
+    event = BetaWebhookEvent.model_validate_json(body, strict=True)
+    assert not event.model_extra and not event.data.model_extra, body
+    return event
