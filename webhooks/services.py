@@ -219,9 +219,8 @@ def _kick() -> None:
 
 def _due(now: datetime) -> Q:
     """Pending, its next attempt time come, and no live lease holding it."""
-    return (
-        Q(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now)
-        & (Q(lease_until__isnull=True) | Q(lease_until__lte=now))
+    return Q(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now) & (
+        Q(lease_until__isnull=True) | Q(lease_until__lte=now)
     )
 
 
