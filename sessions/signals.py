@@ -4,7 +4,8 @@ synchronously in the sender's thread): a receiver's writes commit or roll back w
 session_changed(workspace_id, session_id, change, payload): `change` is a status event's type
 (sessions.events.EventType: session.status_running, session.status_idle, …, session.updated,
 session.deleted, span.outcome_evaluation_end) with its payload, or session.created /
-session.archived. Sent for primary sessions only (a child thread's status reaches its primary's
+session.archived, session.pending (input reached an idle session), session.status_run_started
+(a worker began a run). Sent for primary sessions only (a child thread's status reaches its primary's
 log as session.thread_*, which is announced there).
 Webhooks' outbox listens (webhooks/receivers.py); sessions imports nothing of it.
 

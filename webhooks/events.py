@@ -11,6 +11,8 @@ from core.ids import new_id
 
 class WebhookEventType(StrEnum):
     SESSION_CREATED = "session.created"
+    SESSION_PENDING = "session.pending"
+    SESSION_STATUS_RUN_STARTED = "session.status_run_started"
     SESSION_RUNNING = "session.running"
     SESSION_IDLED = "session.idled"
     SESSION_STATUS_IDLED = "session.status_idled"
@@ -53,6 +55,10 @@ TYPES = frozenset(t.value for t in WebhookEventType) | RESOURCE_TYPES
 # budget stopped it, else session.idled.
 _FROM_SESSION_EVENT = {
     "session.status_running": (WebhookEventType.SESSION_RUNNING,),
+    # Announced without an event of the log (sessions.services.announce.announce_change): input
+    # reached an idle session (a run is asked for), and a worker began a run (a turn) of it.
+    "session.pending": (WebhookEventType.SESSION_PENDING,),
+    "session.status_run_started": (WebhookEventType.SESSION_STATUS_RUN_STARTED,),
     "session.status_rescheduled": (WebhookEventType.SESSION_STATUS_RESCHEDULED,),
     "session.status_terminated": (WebhookEventType.SESSION_STATUS_TERMINATED,),
     "session.updated": (WebhookEventType.SESSION_UPDATED,),

@@ -22,7 +22,7 @@ from sessions.selectors.runner import (
     session_pending_input,
     session_required_action_ids,
 )
-from sessions.services.announce import session_owner_remember
+from sessions.services.announce import announce_change, session_owner_remember
 from sessions.services.events import events_append, events_append_locked
 from sessions.services.termination import session_terminate_locked
 from sessions.thread_events import thread_copy_id
@@ -204,6 +204,8 @@ def _turn_start(session: Session, pending: list[SessionEvent], *, resume: bool) 
         message = "The worker running this session stopped; resuming the turn."
         items.append(ev.item(EventType.SESSION_ERROR, ev.session_error(message=message, retrying=True)))
     items.append(tev.status_item(EventType.SESSION_STATUS_RUNNING, session))
+    if session.primary_id is None:  # a run begins on a worker (webhooks: session.status_run_started)
+        announce_change(workspace_id=session.workspace_id, session_id=session.id, change="session.status_run_started")
     rows = events_append(session_id=session.id, items=items, start_turn=True, processed_ids=[e.id for e in pending])
     session.status = Session.Status.RUNNING
     session.turn_started_at = session.turn_started_at or rows[-1].created_at

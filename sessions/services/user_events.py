@@ -27,6 +27,7 @@ from sessions.models import Session, SessionEvent
 from sessions.queue.services import session_work_ensure
 from sessions.selectors import APPEND_FIELDS, session_get
 from sessions.services.admission import events_admit
+from sessions.services.announce import announce_change
 from sessions.services.event_bytes import events_quota_check, json_sizes
 from sessions.services.events import events_append
 from sessions.thread_events import THREAD_COPY
@@ -141,6 +142,9 @@ def user_events_append_locked(*, session: Session, parsed: list[dict]) -> list[S
     if any([_interrupt_threads(session=session, interrupt=row) for row in interrupts]):
         transaction.on_commit(lambda: notify.set_interrupt(session_id))
     if any(item["type"] in RUNNER_INPUT_TYPES for item in items):
+        if session.status == Session.Status.IDLE:  # a client's: a primary session (session_get)
+            # Input waits for a run (webhooks: session.pending), in this transaction.
+            announce_change(workspace_id=session.workspace_id, session_id=session_id, change="session.pending")
         # Its runner reads the log under this lock before it lets the session go: it takes
         # this input (a task would find the lease held and end); the flag wakes it if it
         # waits for the client (sessions.runtime.turn, Runner.linger).
