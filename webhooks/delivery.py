@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import httpx2
 from django.conf import settings
+from django.db import connection
 from standardwebhooks import Webhook
 
 from core.crashpoints import crash_point
@@ -79,6 +80,7 @@ def delivery_attempt(*, delivery_id: str, lease_token: str) -> None:
             secrets=endpoint_signing_secrets(endpoint=delivery.endpoint),
             now=started,
         )
+        connection.close()  # no pooled connection held while the endpoint answers (up to the timeout)
         status_code, excerpt = _post(delivery.endpoint.url, delivery.body.encode(), headers)
         crash_point("webhooks.after_post")  # sent, not yet recorded: the crash tests stop here
         if status_code >= 300:

@@ -6,15 +6,19 @@ in turn, webhooks.services.deliveries_claim), for at most RUN_SECONDS of claimin
 worker killed mid-delivery leaves leases that expire, and the next run anywhere takes those
 deliveries again (same webhook-id)."""
 
+import logging
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from celery import shared_task
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import close_old_connections, connection, connections
 
 from webhooks.delivery import delivery_attempt
 from webhooks.services import deliveries_claim
+
+logger = logging.getLogger(__name__)
 
 RUN_SECONDS = 60.0
 CLAIM_EVERY_SECONDS = 0.2
@@ -24,12 +28,36 @@ def _attempt(claim: tuple[str, str]) -> None:
     close_old_connections()
     try:
         delivery_attempt(delivery_id=claim[0], lease_token=claim[1])
+    except Exception:  # its lease expires and another run takes it again; never silently
+        logger.exception("webhook delivery %s: the attempt failed unrecorded", claim[0])
     finally:
         connections.close_all()
 
 
+# One delivery loop per process: a commit asks for a run (webhooks.services._kick), so a burst of
+# events queues many; each finds the process's loop running, leaves `_wanted` set and returns,
+# and the loop claims again before it stops (a run that ended while the flag was set starts
+# over). Many loops at once each held a database connection while they waited and took turns
+# from the sessions sharing the process's pool (bench/webhooks_sessions.py: pool timeouts).
+_loop = threading.Lock()
+_wanted = threading.Event()
+
+
 @shared_task(name="webhooks.deliver_due", acks_late=True, soft_time_limit=600, time_limit=660, ignore_result=True)
 def deliver_due() -> int:
+    _wanted.set()
+    attempted = 0
+    while _wanted.is_set() and _loop.acquire(blocking=False):
+        try:
+            while _wanted.is_set():
+                _wanted.clear()
+                attempted += _deliver()
+        finally:
+            _loop.release()
+    return attempted
+
+
+def _deliver() -> int:
     threads = settings.MANGO_WEBHOOK_DELIVERY_THREADS
     stop_claiming = time.monotonic() + RUN_SECONDS
     attempted = 0
@@ -39,6 +67,7 @@ def deliver_due() -> int:
             claims = []
             if len(running) < threads and time.monotonic() < stop_claiming:
                 claims = deliveries_claim(limit=threads - len(running), threads=threads)
+                connection.close()  # back to the pool while this loop waits
                 running |= {pool.submit(_attempt, claim) for claim in claims}
                 attempted += len(claims)
             if not running:
