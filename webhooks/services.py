@@ -205,11 +205,11 @@ def webhook_event_emit(
         )
         for endpoint_id in wanted
     )
-    transaction.on_commit(_kick)
+    transaction.on_commit(kick)
     return len(wanted)
 
 
-def _kick() -> None:
+def kick() -> None:
     """Ask a worker to deliver now; beat's webhooks.deliver_due finds the rows anyway."""
     try:
         current_app.send_task("webhooks.deliver_due")
@@ -364,7 +364,7 @@ def deliveries_replay(
             status=WebhookDelivery.Status.PENDING, next_attempt_at=timezone.now(), lease_token="", lease_until=None
         )
         if count:
-            transaction.on_commit(_kick)
+            transaction.on_commit(kick)
     return count
 
 

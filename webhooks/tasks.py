@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, connections
 
 from webhooks.delivery import delivery_attempt
-from webhooks.services import deliveries_claim
+from webhooks.services import deliveries_claim, kick
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def _attempt(claim: tuple[str, str]) -> None:
         connections.close_all()
 
 
-# One delivery loop per process: a commit asks for a run (webhooks.services._kick), so a burst of
+# One delivery loop per process: a commit asks for a run (webhooks.services.kick), so a burst of
 # events queues many; each finds the process's loop running, leaves `_wanted` set and returns,
 # and the loop claims again before it stops (a run that ended while the flag was set starts
 # over). Many loops at once each held a database connection while they waited and took turns
@@ -51,13 +51,18 @@ def deliver_due() -> int:
         try:
             while _wanted.is_set():
                 _wanted.clear()
-                attempted += _deliver()
+                count, more = _deliver()
+                attempted += count
+                if more:  # RUN_SECONDS of claiming ended with work left: a fresh run goes on
+                    kick()
         finally:
             _loop.release()
     return attempted
 
 
-def _deliver() -> int:
+def _deliver() -> tuple[int, bool]:
+    """Attempts on this process's threads until nothing runs; (attempted, whether it stopped
+    claiming at RUN_SECONDS rather than for want of due rows)."""
     threads = settings.MANGO_WEBHOOK_DELIVERY_THREADS
     stop_claiming = time.monotonic() + RUN_SECONDS
     attempted = 0
@@ -71,7 +76,6 @@ def _deliver() -> int:
                 running |= {pool.submit(_attempt, claim) for claim in claims}
                 attempted += len(claims)
             if not running:
-                break
+                return attempted, time.monotonic() >= stop_claiming
             _done, pending = wait(running, timeout=CLAIM_EVERY_SECONDS, return_when=FIRST_COMPLETED)
             running = set(pending)
-    return attempted
