@@ -27,7 +27,7 @@ scripted-model:  ## the offline model on 127.0.0.1:$SCRIPTED_MODEL_PORT (8099): 
 	@bash scripts/scripted_model.sh
 
 BENCHES = files_throughput.py files_list.py outputs_publish.py memory_writeback.py sessions_sse.py tenancy.py sessions_turns.py \
-  "crash_campaign.py --points 100" sandbox_start.py sandbox_sleep.py webhooks_delivery.py
+  "crash_campaign.py --points 100" sandbox_start.py sandbox_sleep.py webhooks_delivery.py webhooks_sessions.py
 bench:  ## the benchmarks (docs/benchmarks.md; need the services `make test` starts), ratios side by side
 	@for bench in $(BENCHES); do .venv/bin/python bench/$$bench || exit 1; done
 
