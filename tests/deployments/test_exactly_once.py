@@ -46,7 +46,12 @@ def fire_process(crash_point: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", FIRE], cwd=ROOT, env=env, capture_output=True, timeout=60)
 
 
-def scheduled_deployment(workspace, *, due_ago: timedelta) -> Deployment:
+# Due once a year: the time a test makes due is the only one due while it runs, however slowly
+# (with `* * * * *` a run that crossed a minute's turn had the next minute due as well).
+YEARLY = "0 0 1 1 *"
+
+
+def scheduled_deployment(workspace, *, due_ago: timedelta, expression: str = "* * * * *") -> Deployment:
     session = make_session(workspace)  # an agent and a self_hosted environment
     deployment = services.deployment_create(
         workspace=workspace,
@@ -55,7 +60,7 @@ def scheduled_deployment(workspace, *, due_ago: timedelta) -> Deployment:
             "environment_id": session.environment_id,
             "name": "minutely",
             "initial_events": [{"type": "user.message", "content": [{"type": "text", "text": "tick"}]}],
-            "schedule": {"type": "cron", "expression": "* * * * *", "timezone": "UTC"},
+            "schedule": {"type": "cron", "expression": expression, "timezone": "UTC"},
         },
     )
     # The clock moved: the deployment's first time came `due_ago` ago (nothing ran since).
@@ -66,7 +71,7 @@ def scheduled_deployment(workspace, *, due_ago: timedelta) -> Deployment:
 
 @pytest.mark.parametrize("step", STEPS)
 def test_a_fire_killed_at_each_step_runs_the_time_once(api_key, step):
-    deployment = scheduled_deployment(api_key.workspace, due_ago=timedelta(seconds=5))
+    deployment = scheduled_deployment(api_key.workspace, due_ago=timedelta(seconds=5), expression=YEARLY)
     killed = fire_process(step)
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
     runs = DeploymentRun.objects.filter(deployment=deployment)
