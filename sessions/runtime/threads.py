@@ -9,16 +9,17 @@ primary's transcript and answers."""
 from dataclasses import dataclass, field
 
 from agents.configs import TOOLSET_TYPE
-from agents.multiagent import advisor_model, roster_entries
+from agents.multiagent import advisor_model, subagent_entries, workflows_enabled
 from sessions.events import thread_id_of, thread_session_id
 from sessions.models import Session
+from sessions.runtime.workflows import START, workflow_tool_definition, workflow_tool_run
 from sessions.selectors.runner import session_transcript
 from sessions.services.threads import ADVISOR_NAME, ThreadRefused, advisor_consult, thread_message_send, thread_spawn
 
 SPAWN = "spawn_agent"
 MESSAGE = "message_agent"
 CONSULT = "consult_advisor"
-THREAD_TOOLS = (SPAWN, MESSAGE, CONSULT)
+THREAD_TOOLS = (SPAWN, MESSAGE, CONSULT, START)
 # What of the primary's conversation the advisor reads with a question (its newest part).
 ADVISOR_TRANSCRIPT_CHARS = 20_000
 
@@ -32,9 +33,11 @@ class Roster:
     agents: list[dict] = field(default_factory=list)
     inline: dict | None = None
     advisor: str | None = None  # the advisor's model, when the primary may consult one
+    # When it may start workflow runs: {agents: their definitions, inline: the template or None}.
+    workflows: dict | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.agents) or self.inline is not None or self.advisor is not None
+        return bool(self.agents) or self.inline is not None or self.advisor is not None or self.workflows is not None
 
     @property
     def spawns(self) -> bool:
@@ -47,13 +50,10 @@ def thread_roster(session: Session) -> Roster:
     config = session.agent_snapshot.get("multiagent") if session.primary_id is None else None
     if not config:
         return Roster()
-    agents = [entry for _field, entry in roster_entries(config)]
+    agents = [entry for _field, entry in subagent_entries(config)]
     advisor = advisor_model(config)
-    subagents = config.get("subagents") or {}
-    if subagents.get("type") != "enabled" or (subagents.get("inline_agents") or {}).get("type") != "enabled":
-        return Roster(agents=agents, advisor=advisor)
     snapshot = session.agent_snapshot
-    inline = {
+    template = {
         "type": "inline",
         "description": None,
         "system": None,
@@ -63,13 +63,22 @@ def thread_roster(session: Session) -> Roster:
         "skills": [],
         "execution_identity": snapshot.get("execution_identity") or {"type": "service_account"},
     }
-    return Roster(agents=agents, inline=inline, advisor=advisor)
+    workflows = workflows_enabled(config)
+    if workflows is not None:
+        inline_runs = (workflows.get("inline_agents") or {}).get("type") == "enabled"
+        workflows = {"agents": workflows.get("predefined_agents") or [], "inline": template if inline_runs else None}
+    subagents = config.get("subagents") or {}
+    if subagents.get("type") != "enabled" or (subagents.get("inline_agents") or {}).get("type") != "enabled":
+        return Roster(agents=agents, advisor=advisor, workflows=workflows)
+    return Roster(agents=agents, inline=template, advisor=advisor, workflows=workflows)
 
 
 def thread_tool_definitions(roster: Roster) -> list[dict]:
     """The thread tools as the model sees them: spawn and message when it may spawn, consult
     when it has an advisor."""
     consult = [_consult_definition(roster.advisor)] if roster.advisor else []
+    if roster.workflows is not None:
+        consult.append(workflow_tool_definition(roster.workflows["agents"], roster.workflows["inline"] is not None))
     if not roster.spawns:
         return consult
     listing = "\n".join(f"- {agent['name']}: {agent.get('description') or 'no description'}" for agent in roster.agents)
@@ -131,10 +140,15 @@ def _consult_definition(model: str) -> dict:
     }
 
 
-def thread_tool_run(*, session: Session, name: str, tool_input: dict) -> tuple[str, bool]:
+def thread_tool_run(*, session: Session, name: str, tool_input: dict, tool_use_id: str = "") -> tuple[str, bool]:
     """Run one thread tool for the primary thread `session`: (result text, is_error)."""
     if name == CONSULT:
         return _consult(session, tool_input)
+    if name == START:
+        workflows = thread_roster(session).workflows
+        if workflows is None:
+            return "This agent cannot start workflow runs.", True
+        return workflow_tool_run(session=session, tool_use_id=tool_use_id, tool_input=tool_input, workflows=workflows)
     message = tool_input.get("message")
     if not isinstance(message, str) or not message.strip():
         return "message: a non-empty string is required.", True

@@ -31,7 +31,7 @@ class ThreadRefused(Exception):
     """The thread cannot be spawned or messaged (the message says why, for the model)."""
 
 
-def _received(*, sender: Session, content: list[dict]) -> dict:
+def thread_received_item(*, sender: Session, content: list[dict]) -> dict:
     from_thread, from_name = thread_id_of(sender.id), sender.thread_agent_name or None
     payload = tev.thread_message_received(content=content, from_thread_id=from_thread, from_agent_name=from_name)
     model_content = tev.thread_message_model_content(
@@ -66,7 +66,7 @@ def thread_spawn(*, primary: Session, definition: dict, content: list[dict]) -> 
             created_at=now,
             updated_at=now,
         )
-        events_append(session_id=child.id, items=[_received(sender=primary, content=content)], pending=True)
+        events_append(session_id=child.id, items=[thread_received_item(sender=primary, content=content)], pending=True)
         session_run_enqueue_on_commit(session_id=child.id)
     thread_id = thread_id_of(child.id)
     created = {"session_thread_id": thread_id, "agent_name": child.thread_agent_name, "workflow_run_id": None}
@@ -90,7 +90,7 @@ def thread_message_send(*, sender: Session, target_id: str, content: list[dict])
             raise ThreadRefused(f"Thread {thread_id_of(target_id)!r} is archived and accepts no more messages.")
         if target.status == Session.Status.TERMINATED:
             raise ThreadRefused(f"Thread {thread_id_of(target_id)!r} is terminated and accepts no more messages.")
-        events_append(session_id=target.id, items=[_received(sender=sender, content=content)], pending=True)
+        events_append(session_id=target.id, items=[thread_received_item(sender=sender, content=content)], pending=True)
         session_runner_wake_on_commit(session=target)
     sent = tev.thread_message_sent(
         content=content, to_thread_id=thread_id_of(target.id), to_agent_name=target.thread_agent_name or None
