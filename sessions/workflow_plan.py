@@ -7,6 +7,7 @@ tasks as threads side by side, a phase ended once each of its threads reported (
 turn's messages). A phase's threads read the reports of the phases before it."""
 
 from core.ids import new_id
+from sessions.inline_agents import InlineRefused, inline_definition
 
 PHASES_MAX = 20
 TASKS_MAX = 10
@@ -32,20 +33,20 @@ def _text(value, field: str, *, required: bool, limit: int = NAME_MAX) -> str | 
     return value
 
 
-def _task(value, field: str, *, agents: list[dict], inline: dict | None) -> dict:
+def _task(value, field: str, *, agents: list[dict], inline: dict | None, coordinator: dict) -> dict:
     if not isinstance(value, dict):
         raise PlanRefused(f"{field}: must be an object.")
     message = _text(value.get("message"), f"{field}.message", required=True, limit=TEXT_MAX)
     if value.get("inline_agent") is not None:
-        spec = value["inline_agent"]
         if inline is None:
             raise PlanRefused(f"{field}.inline_agent: this agent's workflows cannot define inline agents.")
-        if not isinstance(spec, dict):
-            raise PlanRefused(f"{field}.inline_agent: must be an object.")
-        system = _text(spec.get("system"), f"{field}.inline_agent.system", required=True, limit=TEXT_MAX)
-        name = _text(spec.get("name"), f"{field}.inline_agent.name", required=False) or "inline"
-        description = _text(spec.get("description"), f"{field}.inline_agent.description", required=False)
-        return {"agent": {**inline, "name": name, "system": system, "description": description}, "message": message}
+        try:
+            agent = inline_definition(
+                value["inline_agent"], template=inline, coordinator=coordinator, field=f"{field}.inline_agent"
+            )
+        except InlineRefused as refused:
+            raise PlanRefused(str(refused)) from None
+        return {"agent": agent, "message": message}
     wanted = value.get("agent")
     definition = next((a for a in agents if a["name"] == wanted), None) or next(
         (a for a in agents if a["id"] == wanted), None
@@ -56,7 +57,7 @@ def _task(value, field: str, *, agents: list[dict], inline: dict | None) -> dict
     return {"agent": definition, "message": message}
 
 
-def plan_parse(value, *, agents: list[dict], inline: dict | None) -> dict:
+def plan_parse(value, *, agents: list[dict], inline: dict | None, coordinator: dict) -> dict:
     """The plan a start_workflow_run call gives (its tool input), checked and resolved:
     {name, description, timeout_seconds, phases: [{id, name, description, tasks}]}. Raises
     PlanRefused."""
@@ -82,7 +83,7 @@ def plan_parse(value, *, agents: list[dict], inline: dict | None) -> dict:
                 "name": _text(phase.get("name"), f"{field}.name", required=True),
                 "description": _text(phase.get("description"), f"{field}.description", required=False),
                 "tasks": [
-                    _task(task, f"{field}.tasks[{number}]", agents=agents, inline=inline)
+                    _task(task, f"{field}.tasks[{number}]", agents=agents, inline=inline, coordinator=coordinator)
                     for number, task in enumerate(tasks)
                 ],
             }

@@ -3,6 +3,7 @@ thread when its agent's `multiagent.workflows` is enabled, and its execution
 (sessions.services.workflows). The plan is JSON (sessions.workflow_plan): phases in order, each
 phase's tasks run as threads side by side."""
 
+from sessions.inline_agents import inline_schema
 from sessions.models import Session
 from sessions.services.workflows import workflow_run_start
 
@@ -12,22 +13,22 @@ _TASK = {
     "type": "object",
     "properties": {
         "agent": {"type": "string", "description": "A workflow agent's name."},
-        "inline_agent": {
-            "type": "object",
-            "description": "An agent you define for this task instead (not saved): your model and built-in tools.",
-            "properties": {"name": {"type": "string"}, "system": {"type": "string"}, "description": {"type": "string"}},
-            "required": ["system"],
-        },
+        "inline_agent": {},  # inline_schema's, for the coordinator
         "message": {"type": "string", "description": "The task."},
     },
     "required": ["message"],
 }
 
 
-def workflow_tool_definition(agents: list[dict], inline: bool) -> dict:
+def workflow_tool_definition(agents: list[dict], inline: bool, coordinator: dict) -> dict:
     listing = "\n".join(f"- {agent['name']}: {agent.get('description') or 'no description'}" for agent in agents)
     agents_text = f"\nAgents:\n{listing}" if agents else ""
     inline_text = " A task may define an inline agent." if inline else ""
+    description = "An agent you define for this task instead (not saved): your model and built-in tools, and those of"
+    description += " your MCP servers and custom tools you name."
+    task = {**_TASK, "properties": {**_TASK["properties"], "inline_agent": inline_schema(coordinator, description)}}
+    if not inline:
+        task["properties"].pop("inline_agent")
     return {
         "name": START,
         "description": "Start a workflow run: its phases run in order, each phase's tasks as threads side by side in"
@@ -47,7 +48,7 @@ def workflow_tool_definition(agents: list[dict], inline: bool) -> dict:
                         "properties": {
                             "name": {"type": "string"},
                             "description": {"type": "string"},
-                            "tasks": {"type": "array", "items": _TASK},
+                            "tasks": {"type": "array", "items": task},
                         },
                         "required": ["name", "tasks"],
                     },
@@ -66,4 +67,5 @@ def workflow_tool_run(*, session: Session, tool_use_id: str, tool_input: dict, w
         plan=tool_input,
         agents=workflows["agents"],
         inline=workflows["inline"],
+        coordinator=workflows["coordinator"],
     )

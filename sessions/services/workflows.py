@@ -31,7 +31,7 @@ E = EventType
 
 
 def workflow_run_start(
-    *, primary: Session, tool_use_id: str, plan: dict, agents: list[dict], inline: dict | None
+    *, primary: Session, tool_use_id: str, plan: dict, agents: list[dict], inline: dict | None, coordinator: dict
 ) -> tuple[str, bool]:
     """The coordinator's start_workflow_run call `tool_use_id`: the run it creates (once: a call
     resumed after a crash finds its run), opened and advanced as far as it goes now. Returns the
@@ -40,7 +40,7 @@ def workflow_run_start(
     run = WorkflowRun.objects.filter(tool_use_id=tool_use_id).first()
     if run is None:
         try:
-            parsed = wp.plan_parse(plan, agents=agents, inline=inline)
+            parsed = wp.plan_parse(plan, agents=agents, inline=inline, coordinator=coordinator)
         except wp.PlanRefused as refused:
             return _refused(primary, wp.PROGRAM, f"The plan was refused: {refused}")
         with transaction.atomic():
@@ -135,7 +135,10 @@ def _step(run: WorkflowRun) -> str | None:
     """One due step of the locked run's, or None when none is (its threads work)."""
     primary = Session.objects.get(id=run.session_id)
     if primary.deleted_at is not None or primary.archived_at is not None:
-        return None  # its threads went with it
+        run.status, run.phase_open = WorkflowRun.Status.ENDED, False  # its threads went with it: no event
+        run.result = {"type": "error", "error": {"type": wp.UNKNOWN, "message": "The session ended."}}
+        _save(run)
+        return "ended"
     if timezone.now() >= run.deadline:
         return _end(run, primary, error=(wp.TIMEOUT, "The run reached its time limit."))
     if not run.phase_open:
