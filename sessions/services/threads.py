@@ -90,6 +90,11 @@ def thread_message_send(*, sender: Session, target_id: str, content: list[dict])
             raise ThreadRefused(f"Thread {thread_id_of(target_id)!r} is archived and accepts no more messages.")
         if target.status == Session.Status.TERMINATED:
             raise ThreadRefused(f"Thread {thread_id_of(target_id)!r} is terminated and accepts no more messages.")
+        if target.workflow_run_id is not None:  # its report is its run's (services.workflows)
+            raise ThreadRefused(
+                f"Thread {thread_id_of(target_id)!r} runs a task of workflow run {target.workflow_run_id}: it takes"
+                " no messages; its report goes to the run, whose result you receive."
+            )
         events_append(session_id=target.id, items=[thread_received_item(sender=sender, content=content)], pending=True)
         session_runner_wake_on_commit(session=target)
     sent = tev.thread_message_sent(

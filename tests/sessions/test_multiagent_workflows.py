@@ -13,6 +13,7 @@ import pytest
 
 from sessions.events import thread_id_of
 from sessions.models import Session, WorkflowRun
+from sessions.runtime.threads import thread_tool_run
 from sessions.tasks import session_recover_stuck
 from tests.scripted_model import text, tool_use, tool_uses
 from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
@@ -189,6 +190,12 @@ def test_a_two_phase_workflow_run_end_to_end(sdk, model, celery_worker):
     assert "Reports of the earlier phases" in first and "wrote alpha" in first and "wrote beta" in first
     offered = {tool["name"] for tool in model.requests[0]["body"].get("tools") or []}
     assert "start_workflow_run" in offered and "spawn_agent" not in offered  # subagents disabled
+    # A run's thread takes no message: its report is the run's.
+    primary = Session.objects.get(id=session.id)
+    said, is_error = thread_tool_run(
+        session=primary, name="message_agent", tool_input={"session_thread_id": reader.id, "message": "More."}
+    )
+    assert is_error and f"workflow run {run_id}" in said
 
 
 def test_workflow_run_errors(sdk, model, celery_worker):
