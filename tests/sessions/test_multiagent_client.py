@@ -419,3 +419,32 @@ def test_an_inline_agent_has_the_custom_tools_and_mcp_servers_it_names(sdk, mode
             session=primary, name="spawn_agent", tool_input={"inline_agent": spec, "message": "m"}
         )
         assert is_error and said.startswith(f"{field}: "), said
+
+
+def test_a_thread_status_copy_lost_to_kill_9_is_made_again(sdk, model, celery_worker):
+    """The worker dies (kill -9, at crash point thread_status_crosspost) after a subagent's
+    thread_status_running committed on its own log, before its copy reached the session's log:
+    the reaper's pass makes the copy again (its id the original's with a `t`), and every status
+    event of the thread has exactly one copy on the session's log."""
+    model.default = _coordinating(tool_use("bash", {"command": "echo scouted"}))
+    celery_worker.kill()
+    crashing = celery_worker.start_new(MANGO_TEST_CRASH_POINT="thread_status_crosspost")
+    session = _session(sdk, {"tools": TOOLSET})
+    _go(sdk, session.id)
+    wait_for(lambda: crashing.process.poll() is not None, timeout=60)
+    assert crashing.process.returncode == -9  # killed itself at the crash point
+    thread = _thread(sdk, session.id)
+    own = list(sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id))
+    (running,) = [e for e in own if e.type == "session.thread_status_running"]
+    assert running.id + "t" not in {e.id for e in sdk.beta.sessions.events.list(session.id)}
+
+    celery_worker.start_new()
+    time.sleep(TEST_LEASE_SECONDS + 0.5)
+    session_recover_stuck(stale_seconds=TEST_LEASE_SECONDS)
+    events = _idle(sdk, session.id, "end_turn")
+    assert [e for e in events if e.type == "agent.message"][-1].content[0].text == "Scout reported: scout got: scouted"
+    own = list(sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id))
+    statuses = [e for e in own if e.type.startswith("session.thread_status_")]
+    copies = [e for e in events if e.type.startswith("session.thread_status_")]
+    assert sorted(e.id + "t" for e in statuses) == sorted(e.id for e in copies)  # each once
+    assert all(e.session_thread_id == thread.id for e in copies)
