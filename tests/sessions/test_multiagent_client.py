@@ -443,8 +443,12 @@ def test_a_thread_status_copy_lost_to_kill_9_is_made_again(sdk, model, celery_wo
     session_recover_stuck(stale_seconds=TEST_LEASE_SECONDS)
     events = _idle(sdk, session.id, "end_turn")
     assert [e for e in events if e.type == "agent.message"][-1].content[0].text == "Scout reported: scout got: scouted"
-    own = list(sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id))
-    statuses = [e for e in own if e.type.startswith("session.thread_status_")]
-    copies = [e for e in events if e.type.startswith("session.thread_status_")]
-    assert sorted(e.id + "t" for e in statuses) == sorted(e.id for e in copies)  # each once
-    assert all(e.session_thread_id == thread.id for e in copies)
+
+    def copied():  # every status event of the thread has its copy, once (the last may still come)
+        own = list(sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id))
+        statuses = sorted(e.id + "t" for e in own if e.type.startswith("session.thread_status_"))
+        copies = [e for e in sdk.beta.sessions.events.list(session.id) if e.type.startswith("session.thread_status_")]
+        return copies if statuses == sorted(e.id for e in copies) else None
+
+    copies = wait_for(copied, 15)
+    assert len(copies) >= 3 and all(e.session_thread_id == thread.id for e in copies)

@@ -122,12 +122,21 @@ def _session(sdk, lead):
     return session
 
 
-def _idle(sdk, session_id: str, timeout: float = 90):
+def _idle(sdk, session_id: str, done, timeout: float = 90):
+    """The session's events once it is idle and `done(events)` (its threads' status copies may
+    come after the coordinator's idle)."""
+
     def idle():
+        if sdk.beta.sessions.retrieve(session_id).status != "idle":
+            return None
         events = list(sdk.beta.sessions.events.list(session_id))
-        return events if events and events[-1].type == "session.status_idle" else None
+        return events if any(e.type == "session.status_idle" for e in events) and done(events) else None
 
     return wait_for(idle, timeout=timeout, interval=0.3)
+
+
+def _last_idle(events):
+    return [e for e in events if e.type == "session.status_idle"][-1]
 
 
 def _workflow(events) -> list:
@@ -168,7 +177,7 @@ def _assert_completed_run(sdk, session_id: str, events) -> str:
     # The reader read both files the writers left in the shared /workspace.
     answer = [e for e in events if e.type == "agent.message"][-1].content[0].text
     assert "completed" in answer and "read: alpha beta" in answer, answer
-    assert events[-1].stop_reason.type == "end_turn"
+    assert _last_idle(events).stop_reason.type == "end_turn"
     assert WorkflowRun.objects.filter(session_id=session_id).count() == 1
     return run_id
 
@@ -178,7 +187,7 @@ def test_a_two_phase_workflow_run_end_to_end(sdk, model, celery_worker):
     lead = _lead(sdk)
     session = _session(sdk, lead)
     started = time.monotonic()
-    events = _idle(sdk, session.id)
+    events = _idle(sdk, session.id, lambda e: "Run done." in _said(e))
     logger.info("a two-phase workflow run took %.1f s", time.monotonic() - started)
     run_id = _assert_completed_run(sdk, session.id, events)
     assert [e.type for e in events].count("session.status_idle") == 1  # the coordinator's turn waited
@@ -229,7 +238,7 @@ def test_workflow_run_errors(sdk, model, celery_worker):
     model.default = lambda body: _worker(body, coordinate)
     lead = _lead(sdk)
     session = _session(sdk, lead)
-    events = wait_for(lambda: (e := _idle(sdk, session.id)) and "Timed out." in _said(e) and e, 90)
+    events = _idle(sdk, session.id, lambda e: "Timed out." in _said(e))
     flow = _workflow(events)
     results = [e for e in events if e.type == "agent.tool_result"]
     # 1. A plan naming no workflow agent: program_error, no run.
@@ -274,7 +283,7 @@ def test_workflow_run_errors(sdk, model, celery_worker):
 
     thread = wait_for(sleeping_thread, 60)
     sdk.beta.sessions.threads.archive(thread_id_of(thread.id), session_id=other.id)
-    events = wait_for(lambda: (e := _idle(sdk, other.id)) and _workflow(e)[-1].type.endswith("status_ended") and e, 60)
+    events = _idle(sdk, other.id, lambda e: any(x.type == "workflow_run.status_ended" for x in e), timeout=60)
     flow = _workflow(events)
     assert [e.type.split(".", 1)[1] for e in flow] == [
         "created",
@@ -320,7 +329,7 @@ def test_a_worker_killed_at_each_step_of_a_run_resumes_it_on_another(sdk, model,
     celery_worker.start_new()
     time.sleep(TEST_LEASE_SECONDS + 0.5)
     session_recover_stuck(stale_seconds=TEST_LEASE_SECONDS)
-    events = wait_for(lambda: (e := _idle(sdk, session.id)) and _workflow(e)[-1:] and "Run done." in _said(e) and e, 90)
+    events = _idle(sdk, session.id, lambda e: "Run done." in _said(e))
     _assert_completed_run(sdk, session.id, events)
     run = WorkflowRun.objects.get(session_id=session.id)
     assert len(run.reports) == 3 and run.threads_created == 3
