@@ -4,9 +4,8 @@ server refuses of it. No ORM: agents/services.py resolves the roster's agents, a
 sessions/services/sessions.py copies their definitions into the session.
 
 Served: a coordinator (or `multiagent_20261001` with subagents) spawning predefined and inline
-agents as session threads, and the advisor its primary thread consults. Refused with a 400 naming
-the field: workflows (no silent drop: the defaults of `multiagent_20261001` enable them, so they
-must be sent as `{"type": "disabled"}`)."""
+agents as session threads, workflow runs (`workflows`: their roster is a list of its own), and the
+advisor its primary thread consults."""
 
 from core.errors import InvalidRequest
 
@@ -149,31 +148,34 @@ def multiagent_merge(stored: dict | None, sent: dict | None) -> dict | None:
 
 
 def multiagent_refusal(config: dict) -> None:
-    """400 for what this server does not act on, naming the field (checked on the merged
-    configuration): workflows. A coordinator's roster has at most one advisor, and subagents with
-    inline agents disabled need predefined agents (the SDK's rules)."""
+    """400 naming the field for what the SDK's rules refuse of the merged configuration: a
+    coordinator's roster has at most one advisor, and subagents or workflows with inline agents
+    disabled need predefined agents."""
     if config["type"] == COORDINATOR:
         advisors = [index for index, entry in enumerate(config["agents"]) if entry["type"] == "advisor"]
         if len(advisors) > 1:
             _fail(f"multiagent.agents[{advisors[1]}]", "at most one advisor entry per roster.")
         return
-    if config["workflows"]["type"] == "enabled":
-        _fail(
-            "multiagent.workflows",
-            'workflow runs are not supported by this server (they are enabled by default); send {"type": "disabled"}.',
-        )
-    subagents = config["subagents"]
-    inline = subagents.get("inline_agents") or {}
-    if subagents["type"] == "enabled" and inline.get("type") == "disabled" and not subagents["predefined_agents"]:
-        _fail(
-            "multiagent.subagents.predefined_agents",
-            "must name at least one agent when inline agents are disabled.",
-        )
+    for name in ("subagents", "workflows"):
+        member = config[name]
+        inline = member.get("inline_agents") or {}
+        if member["type"] == "enabled" and inline.get("type") == "disabled" and not member["predefined_agents"]:
+            _fail(
+                f"multiagent.{name}.predefined_agents", "must name at least one agent when inline agents are disabled."
+            )
 
 
-def roster_entries(config: dict | None) -> list[tuple[str, dict]]:
+def _list_entries(config: dict, name: str) -> list[tuple[str, dict]]:
+    member = config.get(name) or {}
+    if member.get("type") != "enabled":
+        return []
+    field = f"multiagent.{name}.predefined_agents"
+    return [(f"{field}[{index}]", entry) for index, entry in enumerate(member.get("predefined_agents") or [])]
+
+
+def subagent_entries(config: dict | None) -> list[tuple[str, dict]]:
     """(field, entry) of every agent the configuration lets the agent spawn as a thread (not the
-    advisor: advisor_model)."""
+    advisor: advisor_model; not the workflows' roster: workflow_entries)."""
     if not config:
         return []
     if config["type"] == COORDINATOR:
@@ -182,19 +184,42 @@ def roster_entries(config: dict | None) -> list[tuple[str, dict]]:
             for index, entry in enumerate(config["agents"])
             if entry["type"] != "advisor"
         ]
-    subagents = config.get("subagents") or {}
-    if subagents.get("type") != "enabled":
+    return _list_entries(config, "subagents")
+
+
+def workflow_entries(config: dict | None) -> list[tuple[str, dict]]:
+    """(field, entry) of the predefined agents a workflow run's plan may use (a list of its own:
+    an agent in one list is not added to the other)."""
+    if not config or config["type"] == COORDINATOR:
         return []
-    field = "multiagent.subagents.predefined_agents"
-    return [(f"{field}[{index}]", entry) for index, entry in enumerate(subagents.get("predefined_agents") or [])]
+    return _list_entries(config, "workflows")
+
+
+def roster_entries(config: dict | None) -> list[tuple[str, dict]]:
+    """(field, entry) of every agent the configuration names: the subagents', then the
+    workflows' (the order roster_replace takes them in)."""
+    return subagent_entries(config) + workflow_entries(config)
 
 
 def roster_replace(config: dict, entries: list[dict]) -> dict:
-    """`config` with its roster (roster_entries' order) replaced by `entries`."""
+    """`config` with its rosters (roster_entries' order) replaced by `entries`."""
+    rest = iter(entries)
     if config["type"] == COORDINATOR:  # an advisor entry keeps its place
-        rest = iter(entries)
         return {**config, "agents": [entry if entry["type"] == "advisor" else next(rest) for entry in config["agents"]]}
-    return {**config, "subagents": {**config["subagents"], "predefined_agents": entries}}
+    replaced = dict(config)
+    for name, entries_of in (("subagents", subagent_entries), ("workflows", workflow_entries)):
+        count = len(entries_of(config))
+        if count or (config.get(name) or {}).get("type") == "enabled":
+            replaced[name] = {**config[name], "predefined_agents": [next(rest) for _ in range(count)]}
+    return replaced
+
+
+def workflows_enabled(config: dict | None) -> dict | None:
+    """The enabled `workflows` member of a multiagent_20261001 configuration, else None."""
+    if not config or config["type"] == COORDINATOR:
+        return None
+    workflows = config.get("workflows") or {}
+    return workflows if workflows.get("type") == "enabled" else None
 
 
 def advisor_model(config: dict | None) -> str | None:

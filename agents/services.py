@@ -32,12 +32,13 @@ def agent_multiagent_resolve(*, workspace, agent_id: str, version: int, config: 
     if config is None:
         return None
     multiagent_refusal(config)
-    resolved, seen, selves = [], set(), 0
+    resolved, seen, selves = [], set(), set()
     for field, entry in roster_entries(config):
+        roster = field.rsplit("[", 1)[0]  # the subagents' and the workflows' lists are checked apart
         if entry["type"] == "self":
-            selves += 1
-            if selves > 1:
+            if roster in selves:
                 raise InvalidRequest(f"{field}: at most one {{type: self}} entry.")
+            selves.add(roster)
             ref = {"type": "agent", "id": agent_id, "version": version}
         else:
             try:
@@ -55,9 +56,9 @@ def agent_multiagent_resolve(*, workspace, agent_id: str, version: int, config: 
                     " a roster's agents must not (depth limit 1)."
                 )
             ref = {"type": "agent", "id": row.id, "version": row_version.version}
-        if ref["id"] in seen:
+        if (roster, ref["id"]) in seen:
             raise InvalidRequest(f"{field}: agent {ref['id']!r} is in the roster twice.")
-        seen.add(ref["id"])
+        seen.add((roster, ref["id"]))
         resolved.append(ref)
     return roster_replace(config, resolved)
 

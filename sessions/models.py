@@ -97,6 +97,8 @@ class Session(Archivable, models.Model):
     # and reach a child as a thread of its primary. `thread_agent_name`: the agent it runs.
     primary = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="child_threads")
     thread_agent_name = models.CharField(max_length=255, blank=True, default="")
+    # A child thread a workflow run started (sessions.models_workflows.WorkflowRun), by id.
+    workflow_run_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         indexes = [
@@ -375,3 +377,6 @@ class WorkItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} ({self.state})"
+
+
+from sessions.models_workflows import WorkflowRun  # noqa: E402, F401  (one app's models)

@@ -26,6 +26,8 @@ from sessions.runtime.sleep import sandbox_sleep, sandboxes_sweep
 from sessions.services.checkpoints import checkpoint_stale_sweep
 from sessions.services.sandboxes import sandbox_resource_path_remove, session_sandbox_changed
 from sessions.services.sessions import deleted_session_logs_purge, session_orphan_files_delete
+from sessions.services.threads import thread_status_copies_repair
+from sessions.services.workflows import workflow_runs_advance_open
 from skills.services import skills_unfinished_sweep
 
 logger = logging.getLogger(__name__)
@@ -75,6 +77,14 @@ def session_recover_stuck(stale_seconds: float | None = None) -> list[str]:
         # A database restart: the next pass (a reaper interval away) finds the same sessions.
         logger.warning("session recovery skipped: database unavailable")
         return []
+    try:  # workflow runs a crash left between two steps move on (sessions.services.workflows)
+        workflow_runs_advance_open()
+    except Exception:
+        logger.exception("workflow runs not advanced; the next pass tries again")
+    try:  # thread status copies a crash lost are made again (sessions.services.threads)
+        thread_status_copies_repair()
+    except Exception:
+        logger.exception("thread status copies not repaired; the next pass tries again")
     for index, session_id in enumerate(ids):
         logger.warning("recovering session", extra={"session_id": session_id})
         try:

@@ -2,6 +2,7 @@
 to its primary's log), the copies of its tool uses handed to the client, and the messages
 between threads (sessions.events holds the rest of the vocabulary)."""
 
+from core.ids import new_id
 from sessions.events import EventType as E
 from sessions.events import item, required_action_ids, thread_id_of
 
@@ -24,12 +25,32 @@ def status_item(event_type: str, session, payload: dict | None = None) -> dict:
         return item(event_type, payload)
     named = {"session_thread_id": thread_id_of(session.id), "agent_name": session.thread_agent_name}
     payload = {**named, **(payload or {})}
-    status = item(THREAD_STATUS_TYPES[str(event_type)], payload, crosspost=session.primary_id)
-    handed = required_action_ids(payload)
-    if handed:  # the copy lists the copies of the tool uses it hands over (crosspost_tool_use)
-        reason = {**payload["stop_reason"], "event_ids": [thread_copy_id(event_id) for event_id in handed]}
-        status["crosspost_copy"] = {"payload": {**payload, "stop_reason": reason}}
+    # The copy's id is the original's with a `t` (thread_copy_id), and the original says so
+    # (private STATUS_COPY): a copy a crash lost is made again (services.threads).
+    event_id = new_id("sevt")
+    status = item(
+        THREAD_STATUS_TYPES[str(event_type)],
+        payload,
+        id=event_id,
+        crosspost=session.primary_id,
+        private={STATUS_COPY: thread_copy_id(event_id)},
+    )
+    status["crosspost_copy"] = {"id": thread_copy_id(event_id), "payload": status_copy_payload(payload)}
     return status
+
+
+# The private key of a thread status event whose copy on its primary's log has a known id.
+STATUS_COPY = "status_copy"
+
+
+def status_copy_payload(payload: dict) -> dict:
+    """A thread status event's payload as its copy on the primary's log has it: a requires_action
+    idle lists the copies of the tool uses it hands over (crosspost_tool_use)."""
+    handed = required_action_ids(payload)
+    if not handed:
+        return payload
+    reason = {**payload["stop_reason"], "event_ids": [thread_copy_id(event_id) for event_id in handed]}
+    return {**payload, "stop_reason": reason}
 
 
 # A child thread's tool use handed to the client is cross-posted to its primary's log (where the

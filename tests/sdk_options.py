@@ -197,8 +197,8 @@ RULES: list[tuple[str, str, str, str]] = [
     (
         "body",
         "multiagent<multiagent_20261001>.workflows<enabled>*",
-        REFUSED,
-        'workflow runs are not served; send `{"type": "disabled"}`',
+        SERVED,
+        "checked by agents/multiagent.py: the agent's start_workflow_run runs workflow runs (docs/multiagent.md)",
     ),
     (
         "body",

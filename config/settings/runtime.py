@@ -140,6 +140,12 @@ MANGO_RUNNER_LINGER_SECONDS = env.float("MANGO_RUNNER_LINGER_SECONDS", default=5
 # A multiagent session's threads, its primary counted: a coordinator's spawn past it is an error
 # result for its model (docs/multiagent.md).
 MANGO_SESSION_THREADS_MAX = env.int("MANGO_SESSION_THREADS_MAX", default=25)
+# Workflow runs (docs/multiagent.md): open runs a session may have at once (one more is a
+# workflow_run.error max_workflow_runs_error), threads one run may create (thread_limit_error),
+# and a run's time limit (a plan may ask for less: timeout_error).
+MANGO_SESSION_MAX_WORKFLOW_RUNS = env.int("MANGO_SESSION_MAX_WORKFLOW_RUNS", default=4)
+MANGO_WORKFLOW_RUN_THREADS_MAX = env.int("MANGO_WORKFLOW_RUN_THREADS_MAX", default=16)
+MANGO_WORKFLOW_RUN_TIMEOUT_SECONDS = env.float("MANGO_WORKFLOW_RUN_TIMEOUT_SECONDS", default=3600.0)
 # A multiagent coordinator whose turn is done but whose threads still work waits for their reports
 # in its worker thread this long at most (and only as a lingering thread: at most half the pool);
 # past it the turn ends idle, and a thread's report starts its next turn.

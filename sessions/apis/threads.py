@@ -76,7 +76,7 @@ def thread_to_wire(session) -> dict:
         "usage": usage_snapshot(session.usage or {}, active_seconds=session.active_seconds)
         if session.active_seconds > 0
         else None,
-        "workflow_run_id": None,
+        "workflow_run_id": session.workflow_run_id,
     }
 
 

@@ -8,17 +8,18 @@ primary's transcript and answers."""
 
 from dataclasses import dataclass, field
 
-from agents.configs import TOOLSET_TYPE
-from agents.multiagent import advisor_model, roster_entries
+from agents.multiagent import advisor_model, subagent_entries, workflows_enabled
 from sessions.events import thread_id_of, thread_session_id
+from sessions.inline_agents import InlineRefused, inline_definition, inline_schema, inline_template
 from sessions.models import Session
+from sessions.runtime.workflows import START, workflow_tool_definition, workflow_tool_run
 from sessions.selectors.runner import session_transcript
 from sessions.services.threads import ADVISOR_NAME, ThreadRefused, advisor_consult, thread_message_send, thread_spawn
 
 SPAWN = "spawn_agent"
 MESSAGE = "message_agent"
 CONSULT = "consult_advisor"
-THREAD_TOOLS = (SPAWN, MESSAGE, CONSULT)
+THREAD_TOOLS = (SPAWN, MESSAGE, CONSULT, START)
 # What of the primary's conversation the advisor reads with a question (its newest part).
 ADVISOR_TRANSCRIPT_CHARS = 20_000
 
@@ -31,10 +32,13 @@ class Roster:
 
     agents: list[dict] = field(default_factory=list)
     inline: dict | None = None
+    coordinator: dict = field(default_factory=dict)  # the coordinator's definition (inline agents draw on it)
     advisor: str | None = None  # the advisor's model, when the primary may consult one
+    # When it may start workflow runs: {agents: their definitions, inline: the template or None}.
+    workflows: dict | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.agents) or self.inline is not None or self.advisor is not None
+        return bool(self.agents) or self.inline is not None or self.advisor is not None or self.workflows is not None
 
     @property
     def spawns(self) -> bool:
@@ -47,29 +51,33 @@ def thread_roster(session: Session) -> Roster:
     config = session.agent_snapshot.get("multiagent") if session.primary_id is None else None
     if not config:
         return Roster()
-    agents = [entry for _field, entry in roster_entries(config)]
+    agents = [entry for _field, entry in subagent_entries(config)]
     advisor = advisor_model(config)
+    snapshot = session.agent_snapshot
+    template = inline_template(snapshot)
+    workflows = workflows_enabled(config)
+    if workflows is not None:
+        inline_runs = (workflows.get("inline_agents") or {}).get("type") == "enabled"
+        workflows = {
+            "agents": workflows.get("predefined_agents") or [],
+            "inline": template if inline_runs else None,
+            "coordinator": snapshot,
+        }
     subagents = config.get("subagents") or {}
     if subagents.get("type") != "enabled" or (subagents.get("inline_agents") or {}).get("type") != "enabled":
-        return Roster(agents=agents, advisor=advisor)
-    snapshot = session.agent_snapshot
-    inline = {
-        "type": "inline",
-        "description": None,
-        "system": None,
-        "model": snapshot["model"],
-        "tools": [tool for tool in snapshot.get("tools") or [] if tool.get("type") == TOOLSET_TYPE],
-        "mcp_servers": [],
-        "skills": [],
-        "execution_identity": snapshot.get("execution_identity") or {"type": "service_account"},
-    }
-    return Roster(agents=agents, inline=inline, advisor=advisor)
+        return Roster(agents=agents, advisor=advisor, workflows=workflows, coordinator=snapshot)
+    return Roster(agents=agents, inline=template, advisor=advisor, workflows=workflows, coordinator=snapshot)
 
 
 def thread_tool_definitions(roster: Roster) -> list[dict]:
     """The thread tools as the model sees them: spawn and message when it may spawn, consult
     when it has an advisor."""
     consult = [_consult_definition(roster.advisor)] if roster.advisor else []
+    if roster.workflows is not None:
+        workflows = roster.workflows
+        consult.append(
+            workflow_tool_definition(workflows["agents"], workflows["inline"] is not None, roster.coordinator)
+        )
     if not roster.spawns:
         return consult
     listing = "\n".join(f"- {agent['name']}: {agent.get('description') or 'no description'}" for agent in roster.agents)
@@ -78,17 +86,11 @@ def thread_tool_definitions(roster: Roster) -> list[dict]:
     if roster.agents:
         properties["agent"] = {"type": "string", "enum": sorted({agent["name"] for agent in roster.agents})}
     if roster.inline is not None:
-        properties["inline_agent"] = {
-            "type": "object",
-            "description": "An agent you define for this thread instead of a listed one (it is not saved): "
-            "your model and built-in tools, with this name and system prompt.",
-            "properties": {
-                "name": {"type": "string"},
-                "system": {"type": "string"},
-                "description": {"type": "string"},
-            },
-            "required": ["system"],
-        }
+        properties["inline_agent"] = inline_schema(
+            roster.coordinator,
+            "An agent you define for this thread instead of a listed one (it is not saved): your model and built-in"
+            " tools, with this name and system prompt, and those of your MCP servers and custom tools you name.",
+        )
     else:
         required.append("agent")
     agents = f"\nAgents:\n{listing}" if roster.agents else ""
@@ -131,10 +133,15 @@ def _consult_definition(model: str) -> dict:
     }
 
 
-def thread_tool_run(*, session: Session, name: str, tool_input: dict) -> tuple[str, bool]:
+def thread_tool_run(*, session: Session, name: str, tool_input: dict, tool_use_id: str = "") -> tuple[str, bool]:
     """Run one thread tool for the primary thread `session`: (result text, is_error)."""
     if name == CONSULT:
         return _consult(session, tool_input)
+    if name == START:
+        workflows = thread_roster(session).workflows
+        if workflows is None:
+            return "This agent cannot start workflow runs.", True
+        return workflow_tool_run(session=session, tool_use_id=tool_use_id, tool_input=tool_input, workflows=workflows)
     message = tool_input.get("message")
     if not isinstance(message, str) or not message.strip():
         return "message: a non-empty string is required.", True
@@ -165,11 +172,12 @@ def _spawned(roster: Roster, tool_input: dict) -> tuple[dict | None, str | None]
     if inline is not None:
         if roster.inline is None:
             return None, "inline_agent: this agent cannot define inline agents."
-        if not isinstance(inline, dict) or not isinstance(inline.get("system"), str) or not inline["system"]:
-            return None, "inline_agent: an object with a non-empty system prompt is required."
-        name = inline.get("name") if isinstance(inline.get("name"), str) and inline.get("name") else "inline"
-        description = inline.get("description") if isinstance(inline.get("description"), str) else None
-        return {**roster.inline, "name": name[:255], "system": inline["system"], "description": description}, None
+        try:
+            return inline_definition(
+                inline, template=roster.inline, coordinator=roster.coordinator, field="inline_agent"
+            ), None
+        except InlineRefused as refused:
+            return None, str(refused)
     wanted = tool_input.get("agent")
     definition = next((a for a in roster.agents if a["name"] == wanted), None) or next(
         (a for a in roster.agents if a["id"] == wanted), None

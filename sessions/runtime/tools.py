@@ -19,8 +19,10 @@ from sessions.runtime.control import Stop, TurnControl, db_release
 from sessions.runtime.mcp import McpFailure, McpTool, SessionMcp
 from sessions.runtime.sandbox_ready import sandbox_ready
 from sessions.runtime.threads import THREAD_TOOLS, Roster, thread_tool_definitions, thread_tool_run
+from sessions.runtime.workflows import START
 from sessions.selectors.runner import (
     session_answered_tool_use_ids,
+    session_by_id,
     session_last_idle_seq,
     session_tool_confirmations,
     session_tool_uses,
@@ -235,7 +237,8 @@ def tool_run(*, control: TurnControl, session: Session, event: SessionEvent, mcp
         return mcp_tool_run(control=control, session=session, event=event, mcp=mcp)
     name = event.payload["name"]
     if name in THREAD_TOOLS:  # offered to a coordinator only (session_tools)
-        text, is_error = thread_tool_run(session=session, name=name, tool_input=event.payload.get("input") or {})
+        tool_input = event.payload.get("input") or {}
+        text, is_error = thread_tool_run(session=session, name=name, tool_input=tool_input, tool_use_id=event.id)
         _answer(control.session_id, event.id, text, is_error=is_error, stop_if_deleted=True)
         return
     try:
@@ -305,5 +308,10 @@ def tools_answer_dangling(*, session_id: str) -> None:
         if tool_use.payload.get("evaluated_permission") != "allow":
             continue
         mcp = tool_use.type == EventType.AGENT_MCP_TOOL_USE
-        text = "The worker running this tool stopped before it finished."
-        _answer(session_id, tool_use.id, text, is_error=True, mcp=mcp)
+        text, is_error = "The worker running this tool stopped before it finished.", True
+        if tool_use.payload.get("name") == START:  # its run may be under way: found by the call, or started now
+            session = session_by_id(session_id=session_id)
+            text, is_error = thread_tool_run(
+                session=session, name=START, tool_input=tool_use.payload.get("input") or {}, tool_use_id=tool_use.id
+            )
+        _answer(session_id, tool_use.id, text, is_error=is_error, mcp=mcp)

@@ -9,6 +9,7 @@ import time
 
 from django.conf import settings
 
+from agents.multiagent import workflows_enabled
 from sessions import events as ev
 from sessions import notify, pricing
 from sessions import thread_events as tev
@@ -32,6 +33,7 @@ from sessions.services.outputs import outputs_publish_at_idle
 from sessions.services.runner import ClientWait, session_last_error_set
 from sessions.services.termination import session_terminate, session_terminate_if_archived
 from sessions.services.threads import ThreadRefused, thread_copies_ensure, thread_message_send
+from sessions.services.workflows import workflow_run_advance, workflow_runs_advance, workflow_thread_report
 
 logger = logging.getLogger("sessions.runtime.turn")
 
@@ -105,6 +107,7 @@ class RunnerWaits:
         interrupt) for a message. True when one arrived (the next model call reads it), False
         when no thread works and none wrote. Busy is read before pending: a thread seen done had
         committed its report before its idle."""
+        self._runs_advance()
         busy = session_threads_busy(session_id=self.session_id)
         if session_thread_messages_pending(session_id=self.session_id):
             return True
@@ -121,8 +124,14 @@ class RunnerWaits:
         finally:
             _lingering.release()
 
+    def _runs_advance(self) -> None:
+        """Move the coordinator's open workflow runs (a step a crash left, a timeout due)."""
+        if workflows_enabled((self.turn_session.agent_snapshot or {}).get("multiagent")):
+            workflow_runs_advance(primary_id=self.session_id)
+
     def _threads_wait(self, deadline: float) -> bool:
         while True:
+            self._runs_advance()
             busy = session_threads_busy(session_id=self.session_id)
             if session_thread_messages_pending(session_id=self.session_id):
                 return True
@@ -185,6 +194,8 @@ class RunnerWaits:
             return
         if interrupted:  # archived while its turn ran (the archive interrupts): terminated now
             session_terminate_if_archived(session_id=self.session_id)
+            if thread is not None and thread.workflow_run_id:  # stopped before it reported: its run ends
+                workflow_run_advance(run_id=thread.workflow_run_id)
         elif thread is not None and stop_reason.get("type") == "retries_exhausted":
             # A child thread whose turn failed for good terminates (the SDK's; its session.error
             # said `terminal`): the coordinator has its report, and sends it nothing more.
@@ -206,6 +217,8 @@ class RunnerWaits:
         text = session_turn_reply(session_id=self.session_id)
         if not text:
             text = f"(The thread ended its turn without a reply: {stop_reason.get('type')}.)"
+        if thread.workflow_run_id:  # a workflow run's thread reports to its run
+            return workflow_thread_report(thread=thread, text=text)
         try:
             thread_message_send(sender=thread, target_id=thread.primary_id, content=[{"type": "text", "text": text}])
         except ThreadRefused:

@@ -87,6 +87,8 @@ def events_append_locked(*, session: Session, items: list[dict], also_save: tupl
 def _crosspost_append(target: str, copies: list[dict]) -> None:
     if any(THREAD_COPY in copy.get("private", {}) for copy in copies):
         crash_point("thread_tool_use_crosspost")  # the thread's commit done, its copies not yet
+    else:
+        crash_point("thread_status_crosspost")  # a thread's status committed, its copy not yet
     events_append(session_id=target, items=copies)
 
 

@@ -12,7 +12,7 @@ idle has already delivered its report."""
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.ids import new_id
@@ -31,7 +31,7 @@ class ThreadRefused(Exception):
     """The thread cannot be spawned or messaged (the message says why, for the model)."""
 
 
-def _received(*, sender: Session, content: list[dict]) -> dict:
+def thread_received_item(*, sender: Session, content: list[dict]) -> dict:
     from_thread, from_name = thread_id_of(sender.id), sender.thread_agent_name or None
     payload = tev.thread_message_received(content=content, from_thread_id=from_thread, from_agent_name=from_name)
     model_content = tev.thread_message_model_content(
@@ -66,7 +66,7 @@ def thread_spawn(*, primary: Session, definition: dict, content: list[dict]) -> 
             created_at=now,
             updated_at=now,
         )
-        events_append(session_id=child.id, items=[_received(sender=primary, content=content)], pending=True)
+        events_append(session_id=child.id, items=[thread_received_item(sender=primary, content=content)], pending=True)
         session_run_enqueue_on_commit(session_id=child.id)
     thread_id = thread_id_of(child.id)
     created = {"session_thread_id": thread_id, "agent_name": child.thread_agent_name, "workflow_run_id": None}
@@ -90,7 +90,12 @@ def thread_message_send(*, sender: Session, target_id: str, content: list[dict])
             raise ThreadRefused(f"Thread {thread_id_of(target_id)!r} is archived and accepts no more messages.")
         if target.status == Session.Status.TERMINATED:
             raise ThreadRefused(f"Thread {thread_id_of(target_id)!r} is terminated and accepts no more messages.")
-        events_append(session_id=target.id, items=[_received(sender=sender, content=content)], pending=True)
+        if target.workflow_run_id is not None:  # its report is its run's (services.workflows)
+            raise ThreadRefused(
+                f"Thread {thread_id_of(target_id)!r} runs a task of workflow run {target.workflow_run_id}: it takes"
+                " no messages; its report goes to the run, whose result you receive."
+            )
+        events_append(session_id=target.id, items=[thread_received_item(sender=sender, content=content)], pending=True)
         session_runner_wake_on_commit(session=target)
     sent = tev.thread_message_sent(
         content=content, to_thread_id=thread_id_of(target.id), to_agent_name=target.thread_agent_name or None
@@ -162,3 +167,46 @@ def thread_copies_ensure(*, primary_id: str, event_ids: list[str]) -> None:
         items.append({"type": row.type, **tool_use["crosspost_copy"]})
     if items:
         events_append(session_id=primary_id, items=items)
+
+
+# How far back the reaper looks for thread status copies a crash lost (it runs every minute).
+STATUS_COPY_REPAIR_WINDOW = timedelta(minutes=10)
+
+
+def thread_status_copies_repair() -> int:
+    """The copies on their primaries' logs of child threads' status events (sessions.thread_events
+    .status_item: the copy's id is known) that a crash lost between the thread's commit and the
+    copy's append are appended now (the reaper's pass; a copy younger than COPY_REPAIR_SECONDS
+    may still be on its way). A repaired copy comes later in the session's log than its place.
+    Returns how many were made again."""
+    now = timezone.now()
+    children = dict(
+        Session.objects.filter(
+            primary__isnull=False, deleted_at__isnull=True, updated_at__gte=now - STATUS_COPY_REPAIR_WINDOW
+        ).values_list("id", "primary_id")
+    )
+    if not children:
+        return 0
+    rows = list(
+        SessionEvent.objects.filter(
+            session_id__in=list(children),
+            type__in=list(tev.THREAD_STATUS_TYPES.values()),
+            private__has_key=tev.STATUS_COPY,
+            created_at__lt=now - timedelta(seconds=COPY_REPAIR_SECONDS),
+            created_at__gte=now - STATUS_COPY_REPAIR_WINDOW,
+        ).order_by("session_id", "seq")
+    )
+    wanted = {row.private[tev.STATUS_COPY]: row for row in rows}
+    present = set(SessionEvent.objects.filter(id__in=list(wanted)).values_list("id", flat=True))
+    missing: dict[str, list[dict]] = {}
+    for copy_id, row in wanted.items():
+        if copy_id not in present:
+            copy = {"id": copy_id, "type": row.type, "payload": tev.status_copy_payload(row.payload)}
+            missing.setdefault(children[row.session_id], []).append(copy)
+    for primary_id, copies in missing.items():
+        try:
+            with transaction.atomic():
+                events_append(session_id=primary_id, items=copies)
+        except IntegrityError:  # made meanwhile by the copy's own append
+            continue
+    return sum(len(copies) for copies in missing.values())

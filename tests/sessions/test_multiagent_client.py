@@ -14,6 +14,8 @@ import anthropic
 import pytest
 from anthropic.lib import files_from_dir
 
+from sessions.models import Session
+from sessions.runtime.threads import thread_tool_run
 from sessions.tasks import session_recover_stuck
 from tests.scripted_model import text, tool_use
 from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
@@ -348,3 +350,105 @@ def test_a_copy_lost_to_kill_9_after_the_threads_commit_is_made_again(sdk, model
         "Scout reported: scout got: a tropical fruit"
     )
     assert len([e for e in events if e.type == "agent.custom_tool_use"]) == 1  # made again once
+
+
+def test_an_inline_agent_has_the_custom_tools_and_mcp_servers_it_names(sdk, model, celery_worker):
+    """An inline agent names some of the coordinator's custom tools and MCP servers: they are its
+    own (its custom tool's call reaches the client through the session; its turn connects to its
+    MCP server, here an unreachable one: a session.error naming it on its log); a name the
+    coordinator does not have is an error result naming the field."""
+
+    def decide(body: dict) -> dict:
+        if _system(body).startswith("You coordinate"):
+            reports = [t.split("\n", 1)[1] for t in _user_texts(body) if t.startswith("[Message from the agent")]
+            if not _tool_results(body):
+                inline = {
+                    "name": "scout",
+                    "system": "You are scout.",
+                    "custom_tools": ["lookup"],
+                    "mcp_servers": ["docs"],
+                }
+                return tool_use("spawn_agent", {"inline_agent": inline, "message": "Look mango up."})
+            return text("Scout reported: " + reports[-1]) if reports else text("Waiting for scout.")
+        results = _tool_results(body)
+        if not results:
+            return tool_use("lookup", {"word": "mango"})
+        return text("scout got: " + _result_text(results[-1]))
+
+    model.default = decide
+    lead = sdk.beta.agents.create(
+        name="lead",
+        model=MODEL,
+        system="You coordinate scout.",
+        tools=[*TOOLSET, LOOKUP, {"type": "mcp_toolset", "mcp_server_name": "docs"}],
+        mcp_servers=[{"type": "url", "name": "docs", "url": "https://mcp.invalid/mcp"}],
+        multiagent={"type": "multiagent_20261001", "workflows": {"type": "disabled"}},
+    )
+    env = sdk.beta.environments.create(name="e", config={"type": "cloud", "networking": {"type": "unrestricted"}})
+    session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
+    _go(sdk, session.id)
+    events = _idle(sdk, session.id, "requires_action")
+    thread = _thread(sdk, session.id)
+    assert thread.agent.type == "inline" and [s.name for s in thread.agent.mcp_servers] == ["docs"]
+    assert [t.type for t in thread.agent.tools] == ["agent_toolset_20260401", "mcp_toolset", "custom"]
+    (copy,) = [e for e in events if e.type == "agent.custom_tool_use"]
+    assert copy.name == "lookup" and copy.session_thread_id == thread.id
+    sdk.beta.sessions.events.send(
+        session.id,
+        events=[
+            {
+                "type": "user.custom_tool_result",
+                "custom_tool_use_id": copy.id,
+                "content": [{"type": "text", "text": "a fruit"}],
+            }
+        ],
+    )
+    events = _idle(sdk, session.id, "end_turn")
+    assert [e for e in events if e.type == "agent.message"][-1].content[0].text == "Scout reported: scout got: a fruit"
+    own = list(sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id))
+    assert any(e.type == "session.error" and "docs" in e.error.message for e in own)
+    scout_calls = [r["body"] for r in model.requests if _system(r["body"]).startswith("You are scout")]
+    assert "lookup" in {tool["name"] for tool in scout_calls[0].get("tools") or []}
+
+    primary = Session.objects.get(id=session.id)
+    for spec, field in (
+        ({"system": "x", "custom_tools": ["nope"]}, "inline_agent.custom_tools[0]"),
+        ({"system": "x", "mcp_servers": ["nope"]}, "inline_agent.mcp_servers[0]"),
+    ):
+        said, is_error = thread_tool_run(
+            session=primary, name="spawn_agent", tool_input={"inline_agent": spec, "message": "m"}
+        )
+        assert is_error and said.startswith(f"{field}: "), said
+
+
+def test_a_thread_status_copy_lost_to_kill_9_is_made_again(sdk, model, celery_worker):
+    """The worker dies (kill -9, at crash point thread_status_crosspost) after a subagent's
+    thread_status_running committed on its own log, before its copy reached the session's log:
+    the reaper's pass makes the copy again (its id the original's with a `t`), and every status
+    event of the thread has exactly one copy on the session's log."""
+    model.default = _coordinating(tool_use("bash", {"command": "echo scouted"}))
+    celery_worker.kill()
+    crashing = celery_worker.start_new(MANGO_TEST_CRASH_POINT="thread_status_crosspost")
+    session = _session(sdk, {"tools": TOOLSET})
+    _go(sdk, session.id)
+    wait_for(lambda: crashing.process.poll() is not None, timeout=60)
+    assert crashing.process.returncode == -9  # killed itself at the crash point
+    thread = _thread(sdk, session.id)
+    own = list(sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id))
+    (running,) = [e for e in own if e.type == "session.thread_status_running"]
+    assert running.id + "t" not in {e.id for e in sdk.beta.sessions.events.list(session.id)}
+
+    celery_worker.start_new()
+    time.sleep(TEST_LEASE_SECONDS + 0.5)
+    session_recover_stuck(stale_seconds=TEST_LEASE_SECONDS)
+    events = _idle(sdk, session.id, "end_turn")
+    assert [e for e in events if e.type == "agent.message"][-1].content[0].text == "Scout reported: scout got: scouted"
+
+    def copied():  # every status event of the thread has its copy, once (the last may still come)
+        own = list(sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id))
+        statuses = sorted(e.id + "t" for e in own if e.type.startswith("session.thread_status_"))
+        copies = [e for e in sdk.beta.sessions.events.list(session.id) if e.type.startswith("session.thread_status_")]
+        return copies if statuses == sorted(e.id for e in copies) else None
+
+    copies = wait_for(copied, 15)
+    assert len(copies) >= 3 and all(e.session_thread_id == thread.id for e in copies)

@@ -99,8 +99,14 @@ def test_multiagent_20261001_merges_level_by_level(sdk):
 @pytest.mark.parametrize(
     ("multiagent", "field"),
     [
-        # The defaults enable workflows: refused, not dropped.
-        ({"type": "multiagent_20261001"}, "multiagent.workflows"),
+        (
+            {"type": "multiagent_20261001", "workflows": {"type": "enabled", "inline_agents": DISABLED}},
+            "multiagent.workflows.predefined_agents",
+        ),
+        (
+            {"type": "multiagent_20261001", "workflows": {"type": "enabled", "predefined_agents": ["agent_unknown"]}},
+            "multiagent.workflows.predefined_agents[0]",
+        ),
         (
             {"type": "multiagent_20261001", "workflows": DISABLED, "advisor": {"type": "enabled"}},
             "multiagent.advisor.model",
@@ -184,3 +190,23 @@ def test_sessions_run_rosters_with_client_tools_and_on_self_hosted(sdk):
     lead3 = sdk.beta.agents.retrieve(lead2.id)
     assert lead3.multiagent.agents[0].version == 1  # pinned before the change
     assert sdk.beta.sessions.create(agent=lead2.id, environment_id=env.id).agent.multiagent.agents[0].version == 1
+
+
+def test_the_workflows_roster_resolves_apart_from_the_subagents(sdk):
+    # The defaults enable workflows (inline agents, no predefined ones).
+    default = _agent(sdk, "default", multiagent={"type": "multiagent_20261001"})
+    assert default.multiagent.workflows.type == "enabled"
+    assert default.multiagent.workflows.inline_agents.type == "enabled"
+    assert default.multiagent.workflows.predefined_agents == []
+    # An agent may be in both lists (one is not added to the other), and `self` once in each.
+    worker = _agent(sdk, "worker", system="work")
+    both = {"type": "enabled", "predefined_agents": [worker.id, {"type": "self"}]}
+    lead = _agent(sdk, "lead", multiagent={"type": "multiagent_20261001", "subagents": both, "workflows": both})
+    assert [(r.id, r.version) for r in lead.multiagent.workflows.predefined_agents] == [(worker.id, 1), (lead.id, 1)]
+    assert [r.id for r in lead.multiagent.subagents.predefined_agents] == [worker.id, lead.id]
+    env = sdk.beta.environments.create(name="e", config={"type": "cloud"})
+    workflows = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id).agent.multiagent.workflows
+    assert [(a.type, a.name, a.system) for a in workflows.predefined_agents] == [
+        ("agent", "worker", "work"),
+        ("agent", "lead", None),
+    ]
