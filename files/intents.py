@@ -3,22 +3,87 @@ any point leaves something reconciliation can finish, files/reconcile.py), and t
 close them. Used by the services, the transfer engine and reconciliation."""
 
 import logging
+import threading
+from contextlib import contextmanager
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from core.crashpoints import crash_point
-from core.database import connection_live
+from core.database import connection_live, database_connect
 from core.errors import ServiceUnavailable
 from files import liveness, storage
 from files.models import File, OwnedObject, StorageIntent
 
 logger = logging.getLogger(__name__)
 
+# Per thread, while an upload_intents_scope is open: the upload intents opened inside a
+# transaction (`ids`, else None) and the autocommit connection they were written on (`conn`,
+# opened at the first, closed when the outermost scope ends).
+_scoped = threading.local()
+
 
 class UploadReclaimed(ServiceUnavailable):
     message = "The upload took too long and was cleaned up; nothing was stored. Retry."
     code = "upload_reclaimed"
+
+
+def upload_intent_open(*, workspace_id: str, object_key: str) -> int:
+    """Record an open upload intent for `object_key`, committed before this returns, and return
+    its id. Outside a transaction it commits at once. Inside the caller's transaction and an
+    upload_intents_scope (a deployment's fire creates its session's file copies in the
+    transaction that records the run) it is written on an autocommit connection of its own, so
+    that a rollback or a kill of the caller leaves it open: reconciliation deletes the object once
+    the scope hands it over or the process is gone. The caller's transaction still closes it with
+    the File row (create_visible_file): the row and the close commit together or not at all.
+    Inside a transaction without a scope it is written in that transaction (and rolls back with
+    it: only a bucket scan would find the object)."""
+    owner = liveness.owner_id()
+    if not connection.in_atomic_block or getattr(_scoped, "ids", None) is None:
+        intent = StorageIntent.objects.create(
+            kind=StorageIntent.Kind.UPLOAD, workspace_id=workspace_id, object_key=object_key, owner=owner
+        )
+        return intent.pk
+    now = timezone.now()
+    if getattr(_scoped, "conn", None) is None or _scoped.conn.closed or _scoped.conn.broken:
+        _scoped.conn = database_connect()
+    (intent_id,) = _scoped.conn.execute(
+        f"INSERT INTO {StorageIntent._meta.db_table}"
+        " (kind, state, workspace_id, object_key, owner, attempts, last_error, created_at, updated_at)"
+        " VALUES (%s, %s, %s, %s, %s, 0, '', %s, %s) RETURNING id",
+        (StorageIntent.Kind.UPLOAD, StorageIntent.State.OPEN, workspace_id, object_key, owner, now, now),
+    ).fetchone()
+    _scoped.ids.append(intent_id)
+    return intent_id
+
+
+@contextmanager
+def upload_intents_scope():
+    """Put it around a transaction (outside it: `with upload_intents_scope(), transaction.atomic():`)
+    in which Files are copied or uploaded. Once the transaction has ended, the upload intents
+    opened in it that it did not close (their File rows rolled back with it: a refused session, a
+    lost race) are handed to liveness.GIVEN_UP, so files.reconcile_given_up deletes their objects
+    within seconds, not once this long-lived process exits. A committed one is closed already and
+    left alone."""
+    outer = getattr(_scoped, "ids", None)
+    _scoped.ids = ids = []
+    try:
+        yield
+    finally:
+        _scoped.ids = outer
+        if outer is None and getattr(_scoped, "conn", None) is not None:
+            conn, _scoped.conn = _scoped.conn, None
+            conn.close()
+        if outer is not None:
+            outer.extend(ids)  # the enclosing scope hands them over when its transaction has ended
+        elif ids:
+            try:
+                StorageIntent.objects.filter(pk__in=ids, state=StorageIntent.State.OPEN).update(
+                    owner=liveness.GIVEN_UP, updated_at=timezone.now()
+                )
+            except DatabaseError:
+                for intent_id in ids:
+                    liveness.give_up_later(intent_id)
 
 
 def intent_close(intent_id: int, *, state: str, file_id: str | None = None) -> None:

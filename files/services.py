@@ -16,13 +16,14 @@ from core.crashpoints import crash_point
 from core.database import connection_live
 from core.errors import NotFound
 from core.models import Workspace
-from files import liveness, storage
+from files import storage
 from files.intents import (
     UploadReclaimed,
     delete_finish,
     hide_for_delete,
     intent_error,
     upload_discard,
+    upload_intent_open,
 )
 from files.models import File, OwnedObject, StorageIntent, owned_key_prefix
 from files.quotas import quota_enforce
@@ -77,11 +78,9 @@ def object_stage_stream(
     storage.require_configured()
     max_bytes = settings.MANGO_FILE_MAX_BYTES if max_bytes is None else max_bytes
     key = storage.new_object_key(workspace_id=workspace.id, prefix=key_prefix)
-    intent = StorageIntent.objects.create(
-        kind=StorageIntent.Kind.UPLOAD, workspace=workspace, object_key=key, owner=liveness.owner_id()
-    )
+    intent_id = upload_intent_open(workspace_id=workspace.id, object_key=key)
     crash_point("upload_intent_opened")
-    return stage_stream(intent_id=intent.pk, key=key, chunks=chunks, mime_type=mime_type, max_bytes=max_bytes)
+    return stage_stream(intent_id=intent_id, key=key, chunks=chunks, mime_type=mime_type, max_bytes=max_bytes)
 
 
 def object_stage_discard(staged: StagedObject) -> None:
@@ -142,23 +141,21 @@ def file_copy(
     if source.state != File.State.READY:
         raise NotFound(f"No file with id {source.id!r}.")
     key = storage.new_object_key(workspace_id=source.workspace_id)
-    intent = StorageIntent.objects.create(
-        kind=StorageIntent.Kind.UPLOAD, workspace_id=source.workspace_id, object_key=key, owner=liveness.owner_id()
-    )
+    intent_id = upload_intent_open(workspace_id=source.workspace_id, object_key=key)
     crash_point("copy_intent_opened")
     try:
         storage.copy_object(source_key=source.object_key, key=key, content_type=source.mime_type)
         crash_point("copy_object_stored")
     except storage.StorageObjectMissing:
-        upload_discard(intent_id=intent.pk, key=key, upload_id=None)
+        upload_discard(intent_id=intent_id, key=key, upload_id=None)
         raise NotFound(f"No file with id {source.id!r}.")
     except BaseException as exc:
-        intent_error(intent.pk, exc)
-        upload_discard(intent_id=intent.pk, key=key, upload_id=None)
+        intent_error(intent_id, exc)
+        upload_discard(intent_id=intent_id, key=key, upload_id=None)
         raise
     try:
         return create_visible_file(
-            intent_id=intent.pk,
+            intent_id=intent_id,
             workspace=source.workspace,
             # Rows stored before names were cleaned may still carry unsafe characters.
             filename=filename_strip(source.filename),
@@ -172,7 +169,7 @@ def file_copy(
             expires_at=None,
         )
     except BaseException:
-        upload_discard(intent_id=intent.pk, key=key, upload_id=None)
+        upload_discard(intent_id=intent_id, key=key, upload_id=None)
         raise
 
 
