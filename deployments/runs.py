@@ -7,6 +7,10 @@ deployment's row lock (SKIP LOCKED: a racing process moves on), re-reads that th
 due, and in that one transaction creates the session, records the run under the unique
 (deployment, scheduled_at) constraint and moves next_run_at past now. A process killed before
 the commit leaves nothing (the next fire runs the time); after it, the time is no longer due.
+The session's copies of Files are made inside that transaction, their objects named by upload
+intents committed before it on a connection of their own (files.intents.upload_intents_scope):
+a killed fire's copies are deleted by the periodic files.reconcile once the process is gone, and
+those of a fire whose transaction rolled back, or whose session was refused, within seconds.
 Missed times (nothing ran for a while) run once, as the latest of them (schedule.latest_due)."""
 
 import logging
@@ -21,6 +25,7 @@ from deployments.models import Deployment, DeploymentRun
 from deployments.schedule import latest_due, next_after
 from deployments.selectors import deployment_get
 from deployments.services import deployment_pause_locked, deployment_session_params
+from files.intents import upload_intents_scope
 from sessions.services.sessions import session_create
 
 logger = logging.getLogger(__name__)
@@ -94,7 +99,7 @@ def _run_record(*, deployment: Deployment, trigger: str, scheduled_at=None) -> D
 
 def deployment_run_now(*, workspace, deployment_id: str) -> DeploymentRun:
     """A manual run, at once (a paused deployment too, as the SDK allows; not an archived one)."""
-    with transaction.atomic():
+    with upload_intents_scope(), transaction.atomic():
         deployment = deployment_get(workspace=workspace, deployment_id=deployment_id, for_update=True)
         if deployment.archived_at is not None:
             raise InvalidRequest(f"Deployment {deployment_id!r} is archived.")
@@ -113,7 +118,7 @@ def deployments_due(*, limit: int) -> list[str]:
 def deployment_fire(*, deployment_id: str) -> DeploymentRun | None:
     """Start the run of the deployment's due time, once: None when it is not due (any more),
     is paused or archived, or another process holds it right now."""
-    with transaction.atomic():
+    with upload_intents_scope(), transaction.atomic():
         now = timezone.now()
         deployment = (
             Deployment.objects.select_for_update(skip_locked=True, of=("self",))
