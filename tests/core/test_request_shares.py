@@ -44,6 +44,10 @@ class SlowCreate:
 
     def __init__(self, server, key, *, padding: int = 200):
         self.padding, self.sent = padding, 0
+        # trickle() runs in another thread, and may be due while finish() runs: they take turns,
+        # and once finished nothing more is sent (else a stray byte follows the whole body).
+        self._lock = threading.Lock()
+        self._finished = False
         self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
         self.sock.sendall(
             (
@@ -57,12 +61,15 @@ class SlowCreate:
         self.sent += count
 
     def trickle(self) -> None:
-        if self.sent < self.padding - 1:
-            self.sock.sendall(b" ")
-            self.sent += 1
+        with self._lock:
+            if not self._finished and self.sent < self.padding - 1:
+                self.sock.sendall(b" ")
+                self.sent += 1
 
     def finish(self) -> int:
-        self.sock.sendall(b" " * (self.padding - self.sent) + self.BODY)
+        with self._lock:  # exactly Content-Length bytes in all
+            self._finished = True
+            self.sock.sendall(b" " * (self.padding - self.sent) + self.BODY)
         head = b""
         while b"\r\n\r\n" not in head and (chunk := self.sock.recv(4096)):
             head += chunk
