@@ -79,6 +79,24 @@ def tool_uses(calls: list[tuple[str, dict]], *, delay: float = 0.0) -> dict:
     return message(content, "tool_use", delay=delay)
 
 
+def request_system(body: dict) -> str:
+    """A Messages request's system prompt as one string (it may come as text blocks)."""
+    system = body.get("system") or ""
+    return system if isinstance(system, str) else "".join(block.get("text", "") for block in system)
+
+
+def request_user_texts(body: dict) -> list[str]:
+    """The text of every user message's text blocks in a Messages request, in order."""
+    texts = []
+    for message in body.get("messages") or []:
+        if message["role"] != "user":
+            continue
+        content = message["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        texts += [block.get("text", "") for block in blocks if block.get("type") == "text"]
+    return texts
+
+
 def _last_user_blocks(body: dict) -> list[dict]:
     for item in reversed(body.get("messages") or []):
         if item.get("role") == "user":

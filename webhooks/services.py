@@ -333,9 +333,9 @@ def _disable_if_failing(*, endpoint_id: str, now: datetime) -> None:
         endpoint_id=endpoint_id, status=WebhookDelivery.Status.SUCCEEDED, delivered_at__gte=since
     ).exists():
         return
-    endpoint = WebhookEndpoint.objects.filter(id=endpoint_id).values_list("workspace_id", flat=True).first()
-    if endpoint is not None:
-        workspace_subscribed_forget(workspace_id=endpoint)
+    workspace_id = WebhookEndpoint.objects.filter(id=endpoint_id).values_list("workspace_id", flat=True).first()
+    if workspace_id is not None:
+        workspace_subscribed_forget(workspace_id=workspace_id)
     WebhookEndpoint.objects.filter(id=endpoint_id, disabled_at__isnull=True).update(
         disabled_at=now,
         disabled_reason=(

@@ -15,7 +15,7 @@ from sandboxes.docker import container_name
 from sessions.models import Session
 from sessions.runtime.threads import thread_tool_run
 from sessions.tasks import session_recover_stuck
-from tests.scripted_model import text, tool_use, tool_uses
+from tests.scripted_model import request_system, request_user_texts, text, tool_use, tool_uses
 from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(180)]
@@ -26,22 +26,6 @@ MODEL = "claude-sonnet-4-5"
 TOOLSET = [{"type": "agent_toolset_20260401"}]
 # Each subagent's command takes this long: run side by side, the two take about one of it.
 WORK_SECONDS = 3.0
-
-
-def _system(body: dict) -> str:
-    system = body.get("system") or ""
-    return system if isinstance(system, str) else "".join(block.get("text", "") for block in system)
-
-
-def _user_texts(body: dict) -> list[str]:
-    texts = []
-    for message in body.get("messages") or []:
-        if message["role"] != "user":
-            continue
-        content = message["content"]
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        texts += [block.get("text", "") for block in blocks if block.get("type") == "text"]
-    return texts
 
 
 def _tool_results(body: dict) -> list[dict]:
@@ -61,9 +45,9 @@ def _result_text(block: dict) -> str:
 
 def _decide(body: dict) -> dict:
     """The three agents' models: told apart by their system prompts."""
-    system = _system(body)
+    system = request_system(body)
     if system.startswith("You coordinate"):
-        reports = [t for t in _user_texts(body) if t.startswith("[Message from the agent")]
+        reports = [t for t in request_user_texts(body) if t.startswith("[Message from the agent")]
         if not _tool_results(body):
             return tool_uses(
                 [
@@ -259,9 +243,9 @@ def _spawning(names: tuple[str, ...], command: str, *, usage: dict | None = None
     each subagent runs `command` once (its response billed `usage`), then reports."""
 
     def decide(body: dict) -> dict:
-        system = _system(body)
+        system = request_system(body)
         if system.startswith("You coordinate"):
-            reports = [t for t in _user_texts(body) if t.startswith("[Message from the agent")]
+            reports = [t for t in request_user_texts(body) if t.startswith("[Message from the agent")]
             if not _tool_results(body):
                 return tool_uses([("spawn_agent", {"agent": name, "message": f"Work, {name}."}) for name in names])
             if len(reports) < len(names):
@@ -369,7 +353,7 @@ def test_an_interrupt_stops_every_thread(sdk, model, celery_worker):
     # The coordinator made no model request after the interrupt, and started no turn. (A
     # subagent may: the interrupt's kill ends every command in the one sandbox, and a thread
     # whose flag shows a moment later can take its next model call first — not a turn more.)
-    coordinating = [r for r in model.requests[asked:] if _system(r["body"]).startswith("You coordinate")]
+    coordinating = [r for r in model.requests[asked:] if request_system(r["body"]).startswith("You coordinate")]
     assert coordinating == []
     primary_types = [e.type for e in sdk.beta.sessions.events.list(session.id)]
     assert primary_types[primary_types.index("user.interrupt") :].count("session.status_running") == 0
@@ -453,12 +437,12 @@ def test_an_inline_agent_runs_as_a_thread(sdk, model, celery_worker):
     given system prompt) and reports back."""
 
     def decide(body: dict) -> dict:
-        system = _system(body)
+        system = request_system(body)
         if system.startswith("You coordinate"):
             if not _tool_results(body):
                 inline = {"name": "scribe", "system": "You are scribe, defined inline."}
                 return tool_use("spawn_agent", {"inline_agent": inline, "message": "Write scribe.txt."})
-            reports = [t for t in _user_texts(body) if t.startswith("[Message from the agent")]
+            reports = [t for t in request_user_texts(body) if t.startswith("[Message from the agent")]
             return text("Done: " + reports[0].split("\n", 1)[1]) if reports else text("Waiting.")
         if not _tool_results(body):
             return tool_use("bash", {"command": "echo scribe > /workspace/scribe.txt; cat /workspace/scribe.txt"})
@@ -529,11 +513,11 @@ def test_a_report_waits_for_the_client_when_the_coordinator_handed_it_a_tool(sdk
     use; the client's answer does, and the model reads both."""
 
     def decide(body: dict) -> dict:
-        system = _system(body)
+        system = request_system(body)
         if system.startswith("You coordinate"):
             if not _tool_results(body):
                 return tool_uses([("spawn_agent", {"agent": "alpha", "message": "Work."}), ("ask", {"q": "ok?"})])
-            reports = [t for t in _user_texts(body) if t.startswith("[Message from the agent")]
+            reports = [t for t in request_user_texts(body) if t.startswith("[Message from the agent")]
             answers = [_result_text(r) for r in _tool_results(body)]
             return text(f"reports={len(reports)} answers={answers}")
         return text("alpha: done")
@@ -582,10 +566,10 @@ def test_a_thread_keeps_its_context_for_a_follow_up(sdk, model, celery_worker):
     second turn reads its first (threads are persistent), and reports again."""
 
     def decide(body: dict) -> dict:
-        system = _system(body)
+        system = request_system(body)
         if system.startswith("You coordinate"):
             results = [_result_text(r) for r in _tool_results(body)]
-            reports = [t.split("\n", 1)[1] for t in _user_texts(body) if t.startswith("[Message from the agent")]
+            reports = [t.split("\n", 1)[1] for t in request_user_texts(body) if t.startswith("[Message from the agent")]
             if not results:
                 return tool_use("spawn_agent", {"agent": "alpha", "message": "one"})
             if len(results) == 1:
@@ -596,7 +580,7 @@ def test_a_thread_keeps_its_context_for_a_follow_up(sdk, model, celery_worker):
             if len(reports) < 2:
                 return text("Waiting.")
             return text(" / ".join(reports))
-        told = [t.split("\n", 1)[1] for t in _user_texts(body) if t.startswith("[Message from the coordinator]")]
+        told = [t.split("\n", 1)[1] for t in request_user_texts(body) if t.startswith("[Message from the coordinator]")]
         return text(f"alpha has been told {told}")
 
     model.default = decide

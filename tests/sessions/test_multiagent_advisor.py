@@ -13,7 +13,7 @@ import pytest
 from sessions.events import thread_id_of
 from sessions.models import Session
 from sessions.tasks import session_recover_stuck
-from tests.scripted_model import message, text, tool_use
+from tests.scripted_model import message, request_system, text, tool_use
 from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(180)]
@@ -21,11 +21,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.
 MODEL = "claude-sonnet-4-5"
 ADVISOR = "claude-opus-4-5"
 DISABLED = {"type": "disabled"}
-
-
-def _system(body: dict) -> str:
-    system = body.get("system") or ""
-    return system if isinstance(system, str) else "".join(block.get("text", "") for block in system)
 
 
 def _blocks(body: dict, kind: str) -> list[dict]:
@@ -44,7 +39,7 @@ def _result_text(block: dict) -> str:
 
 
 def _decide(body: dict) -> dict:
-    if _system(body).startswith("You are the advisor"):
+    if request_system(body).startswith("You are the advisor"):
         asked = _blocks(body, "text")[-1]["text"]
         answer = "Pick the mango." if "Which fruit?" in asked else "Then peel it."
         return message([{"type": "text", "text": answer}], usage={"input_tokens": 100, "output_tokens": 20})
@@ -108,7 +103,7 @@ def test_the_primary_consults_its_advisor(sdk, model, celery_worker, multiagent)
     received = [e for e in events if e.type == "agent.thread_message_received"]
     assert [e.from_session_thread_id for e in received] == [advisor.id, advisor.id]
     # The advisor ran on its model, read the question and the conversation, and offered no tools.
-    asked = [r["body"] for r in model.requests if _system(r["body"]).startswith("You are the advisor")]
+    asked = [r["body"] for r in model.requests if request_system(r["body"]).startswith("You are the advisor")]
     assert [body["model"] for body in asked] == [ADVISOR, ADVISOR]
     first = _blocks(asked[0], "text")[-1]["text"]
     assert "Question: Which fruit?" in first and "User: Go." in first
@@ -146,7 +141,7 @@ def test_a_worker_killed_during_a_consultation_resumes_it_on_another(sdk, model,
     the next worker (its own lease, like any thread) and the coordinator still gets its advice."""
 
     def decide(body: dict) -> dict:
-        if _system(body).startswith("You are the advisor"):
+        if request_system(body).startswith("You are the advisor"):
             return message([{"type": "text", "text": "Pick the mango."}], delay=3.0)
         advice = [b["text"].split("\n", 1)[1] for b in _blocks(body, "text") if b["text"].startswith("[Message from")]
         if not _blocks(body, "tool_result"):

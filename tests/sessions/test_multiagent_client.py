@@ -17,7 +17,7 @@ from anthropic.lib import files_from_dir
 from sessions.models import Session
 from sessions.runtime.threads import thread_tool_run
 from sessions.tasks import session_recover_stuck
-from tests.scripted_model import text, tool_use
+from tests.scripted_model import request_system, request_user_texts, text, tool_use
 from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
 from tests.sessions.test_skills import make_skill
 
@@ -39,21 +39,6 @@ ASKING_TOOLSET = [
         "configs": [{"name": "web_fetch", "enabled": False}, {"name": "web_search", "enabled": False}],
     }
 ]
-
-
-def _system(body: dict) -> str:
-    system = body.get("system") or ""
-    return system if isinstance(system, str) else "".join(block.get("text", "") for block in system)
-
-
-def _user_texts(body: dict) -> list[str]:
-    texts = []
-    for message in body.get("messages") or []:
-        if message["role"] == "user":
-            content = message["content"]
-            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-            texts += [block.get("text", "") for block in blocks if block.get("type") == "text"]
-    return texts
 
 
 def _tool_results(body: dict) -> list[dict]:
@@ -86,7 +71,7 @@ def _coordinating(first_call: dict, after_report=None):
     `after_report`'s call first). Scout's model is `scout(body)`."""
 
     def coordinator(body: dict) -> dict:
-        reports = [t.split("\n", 1)[1] for t in _user_texts(body) if t.startswith("[Message from the agent")]
+        reports = [t.split("\n", 1)[1] for t in request_user_texts(body) if t.startswith("[Message from the agent")]
         results = _tool_results(body)
         if not results:
             return tool_use("spawn_agent", {"agent": "scout", "message": "Do your part."})
@@ -98,7 +83,7 @@ def _coordinating(first_call: dict, after_report=None):
         return text("Scout reported: " + reports[-1] + extra)
 
     def decide(body: dict) -> dict:
-        if _system(body).startswith("You coordinate"):
+        if request_system(body).startswith("You coordinate"):
             return coordinator(body)
         results = _tool_results(body)
         if not results:
@@ -165,7 +150,7 @@ def test_a_subagents_custom_tool_is_answered_by_the_client_on_the_session(sdk, m
     posted = [e for e in events if e.type == "session.thread_status_idle"][-1]
     assert posted.session_thread_id == thread.id and posted.stop_reason.event_ids == [copy.id]
     # The coordinator's model never saw the thread's call as its own.
-    coordinator_calls = [r["body"] for r in model.requests if _system(r["body"]).startswith("You coordinate")]
+    coordinator_calls = [r["body"] for r in model.requests if request_system(r["body"]).startswith("You coordinate")]
     assert all("lookup" not in _tool_names(body) for body in coordinator_calls)
 
     sent = sdk.beta.sessions.events.send(
@@ -189,7 +174,7 @@ def test_a_subagents_custom_tool_is_answered_by_the_client_on_the_session(sdk, m
     (routed,) = [e for e in own if e.type == "user.custom_tool_result"]
     assert routed.custom_tool_use_id == call.id and routed.session_thread_id == thread.id
     # Every answer went to the thread: the coordinator's requests hold no tool result of lookup's.
-    coordinator_calls = [r["body"] for r in model.requests if _system(r["body"]).startswith("You coordinate")]
+    coordinator_calls = [r["body"] for r in model.requests if request_system(r["body"]).startswith("You coordinate")]
     assert all("tropical" not in _result_text(block) for body in coordinator_calls for block in _tool_results(body))
     # An answer naming no tool use of the session or of its threads is a 400.
     with pytest.raises(anthropic.BadRequestError):
@@ -262,8 +247,8 @@ def test_a_subagents_skills_are_in_the_shared_sandbox(sdk, model, celery_worker,
     decide = _coordinating(None)
 
     def recording(body: dict) -> dict:
-        seen_systems.append(_system(body))
-        if not _system(body).startswith("You coordinate") and not _tool_results(body):
+        seen_systems.append(request_system(body))
+        if not request_system(body).startswith("You coordinate") and not _tool_results(body):
             return first_call(body)
         return decide(body)
 
@@ -359,8 +344,8 @@ def test_an_inline_agent_has_the_custom_tools_and_mcp_servers_it_names(sdk, mode
     coordinator does not have is an error result naming the field."""
 
     def decide(body: dict) -> dict:
-        if _system(body).startswith("You coordinate"):
-            reports = [t.split("\n", 1)[1] for t in _user_texts(body) if t.startswith("[Message from the agent")]
+        if request_system(body).startswith("You coordinate"):
+            reports = [t.split("\n", 1)[1] for t in request_user_texts(body) if t.startswith("[Message from the agent")]
             if not _tool_results(body):
                 inline = {
                     "name": "scout",
@@ -407,7 +392,7 @@ def test_an_inline_agent_has_the_custom_tools_and_mcp_servers_it_names(sdk, mode
     assert [e for e in events if e.type == "agent.message"][-1].content[0].text == "Scout reported: scout got: a fruit"
     own = list(sdk.beta.sessions.threads.events.list(thread.id, session_id=session.id))
     assert any(e.type == "session.error" and "docs" in e.error.message for e in own)
-    scout_calls = [r["body"] for r in model.requests if _system(r["body"]).startswith("You are scout")]
+    scout_calls = [r["body"] for r in model.requests if request_system(r["body"]).startswith("You are scout")]
     assert "lookup" in {tool["name"] for tool in scout_calls[0].get("tools") or []}
 
     primary = Session.objects.get(id=session.id)

@@ -9,9 +9,9 @@ import pytest
 
 from sessions.models import Session
 from sessions.services.threads import ThreadRefused, thread_message_send
-from tests.scripted_model import error
+from tests.scripted_model import error, request_system
 from tests.sessions.conftest import wait_for
-from tests.sessions.test_multiagent import _children, _go, _session_idle, _spawning, _system, _team, _thread_events
+from tests.sessions.test_multiagent import _children, _go, _session_idle, _spawning, _team, _thread_events
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -20,7 +20,7 @@ def test_a_subagent_whose_model_fails_for_good_terminates(sdk, model, celery_wor
     lead, env = _team(sdk, ("alpha",))
     spawning = _spawning(("alpha",), "echo hi")
     # MANGO_MODEL_MAX_RETRIES=1 in the test worker: alpha's call fails, is retried, fails again.
-    model.default = lambda body: error(500) if _system(body).startswith("You are alpha") else spawning(body)
+    model.default = lambda body: error(500) if request_system(body).startswith("You are alpha") else spawning(body)
     session = sdk.beta.sessions.create(agent=lead.id, environment_id=env.id)
     _go(sdk, session.id)
 

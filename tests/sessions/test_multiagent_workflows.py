@@ -15,7 +15,7 @@ from sessions.events import thread_id_of
 from sessions.models import Session, WorkflowRun
 from sessions.runtime.threads import thread_tool_run
 from sessions.tasks import session_recover_stuck
-from tests.scripted_model import text, tool_use, tool_uses
+from tests.scripted_model import request_system, request_user_texts, text, tool_use, tool_uses
 from tests.sessions.conftest import TEST_LEASE_SECONDS, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.timeout(240)]
@@ -42,22 +42,6 @@ PLAN = {
 }
 
 
-def _system(body: dict) -> str:
-    system = body.get("system") or ""
-    return system if isinstance(system, str) else "".join(block.get("text", "") for block in system)
-
-
-def _user_texts(body: dict) -> list[str]:
-    texts = []
-    for message in body.get("messages") or []:
-        if message["role"] != "user":
-            continue
-        content = message["content"]
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        texts += [block.get("text", "") for block in blocks if block.get("type") == "text"]
-    return texts
-
-
 def _results(body: dict) -> list[str]:
     out = []
     for message in body.get("messages") or []:
@@ -71,10 +55,10 @@ def _results(body: dict) -> list[str]:
 
 def _worker(body: dict, coordinator) -> dict:
     """The run's agents' models (writer, the inline beta writer, reader), else `coordinator`."""
-    system = _system(body)
+    system = request_system(body)
     results = _results(body)
     if system.startswith("You write"):
-        name = "alpha" if "Write alpha." in _user_texts(body)[0] else "beta"
+        name = "alpha" if "Write alpha." in request_user_texts(body)[0] else "beta"
         if not results:
             return tool_use("bash", {"command": f"sleep 1; echo {name} > /workspace/{name}.txt; echo wrote {name}"})
         return text(f"{results[-1].strip()}")
@@ -91,7 +75,7 @@ def _worker(body: dict, coordinator) -> dict:
 
 def _ran_once(body: dict) -> dict:
     results = _results(body)
-    runs = [t for t in _user_texts(body) if t.startswith("[Message from") and "Workflow run" in t]
+    runs = [t for t in request_user_texts(body) if t.startswith("[Message from") and "Workflow run" in t]
     if not results:
         return tool_use("start_workflow_run", PLAN)
     if not runs:
@@ -232,7 +216,7 @@ def test_workflow_run_errors(sdk, model, celery_worker):
                     ("start_workflow_run", sleeping),
                 ]
             )
-        runs = [t for t in _user_texts(body) if "Workflow run" in t]
+        runs = [t for t in request_user_texts(body) if "Workflow run" in t]
         return text("Timed out." if runs else "Waiting.")
 
     model.default = lambda body: _worker(body, coordinate)
@@ -267,7 +251,7 @@ def test_workflow_run_errors(sdk, model, celery_worker):
     assert ended.result.type == "error" and ended.result.error.type == "timeout_error"
     (napper,) = [t for t in sdk.beta.sessions.threads.list(session.id) if t.workflow_run_id == nap]
     assert wait_for(lambda: sdk.beta.sessions.threads.retrieve(napper.id, session_id=session.id).archived_at)
-    told = [t for r in model.requests for t in _user_texts(r["body"]) if "Workflow run" in t]
+    told = [t for r in model.requests for t in request_user_texts(r["body"]) if "Workflow run" in t]
     assert told and f"Workflow run {nap}" in told[-1] and "timeout_error" in told[-1]
 
     # 5. A run whose thread the client archives mid-task: unknown_error (no message: the client knows).

@@ -21,7 +21,7 @@ from sessions.models import WorkItem
 from sessions.queue.credentials import work_token
 from sessions.queue.services import environment_key_create
 from tests.files.server import ROOT, AsgiServer
-from tests.scripted_model import text, tool_use, tool_uses
+from tests.scripted_model import request_system, text, tool_use, tool_uses
 from tests.sdk_venvs import OLDEST_WORKER_SDK, sdk_python
 from tests.sessions.conftest import wait_for
 from tests.sessions.test_skills import make_skill
@@ -239,11 +239,6 @@ def test_an_archived_sessions_worker_exits(server, api_key, model, celery_worker
 MODEL = "claude-sonnet-4-5"
 
 
-def _system(body: dict) -> str:
-    system = body.get("system") or ""
-    return system if isinstance(system, str) else "".join(block.get("text", "") for block in system)
-
-
 def _texts(body: dict, kind: str) -> list[str]:
     found = []
     for message in body.get("messages") or []:
@@ -259,7 +254,7 @@ def _texts(body: dict, kind: str) -> list[str]:
 
 
 def _decide(body: dict) -> dict:
-    if _system(body).startswith("You coordinate"):
+    if request_system(body).startswith("You coordinate"):
         reports = [t.split("\n", 1)[1] for t in _texts(body, "text") if t.startswith("[Message from the agent")]
         if not _texts(body, "tool_result"):
             return tool_uses(
@@ -268,7 +263,7 @@ def _decide(body: dict) -> dict:
         if len(reports) < 2:
             return text("Waiting.")
         return text("Done: " + " | ".join(sorted(reports)))
-    name = _system(body).removeprefix("You are ").split(".")[0]
+    name = request_system(body).removeprefix("You are ").split(".")[0]
     results = _texts(body, "tool_result")
     if not results:
         return tool_use("bash", {"command": f"echo {name} > {name}.txt && cat {name}.txt"})
