@@ -46,6 +46,9 @@ def server(tmp_path, s3_bucket):
         "MANGO_UPLOAD_IDLE_TIMEOUT_SECONDS": str(IDLE_SECONDS),
         "MANGO_SSE_HEARTBEAT_SECONDS": "1",
         "MANGO_HEADER_TIMEOUT_SECONDS": str(HEADER_SECONDS),
+        # The pool closes one idle connection above its minimum per this many seconds: at the
+        # default (5) the 7 of a burst take 35 s to go (test_connections_return_to_the_pool...).
+        "MANGO_DB_POOL_MAX_IDLE_SECONDS": "1",
         # libpq names the server's connections, so the test can count them.
         "PGAPPNAME": app_name,
     }
