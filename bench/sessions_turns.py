@@ -413,10 +413,13 @@ def stop_group(process: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 3
         pass
 
 
-def start_worker(env: dict, *, pool: str, concurrency: int, queue: str, name: str, log: Path) -> subprocess.Popen:
+def start_worker(
+    env: dict, *, pool: str, concurrency: int, queue: str, name: str, log: Path, nice: int | None = None
+) -> subprocess.Popen:
     handle = open(log, "wb")  # noqa: SIM115 — lives as long as the worker
     process = subprocess.Popen(
-        worker_command(pool=pool, concurrency=concurrency, queue=queue, name=name),
+        (["nice", "-n", str(nice)] if nice is not None else [])
+        + worker_command(pool=pool, concurrency=concurrency, queue=queue, name=name),
         cwd=ROOT,
         # As scripts/run.sh starts it: the worker's pool is MANGO_WORKER_DB_POOL_MAX_SIZE (4).
         env={

@@ -1,8 +1,9 @@
 """The webhooks of sessions run at once (issue 40's benchmark row): --sessions sessions each get a
 message at once and run the usual turn (bench/sessions_turns.py: 3 bash calls then a final
 message against the scripted upstream, --delay s per call) on `make run`'s worker layout
-(--processes x --concurrency threads), with their webhooks delivered by the same workers (as
-`make run` routes them) into --endpoints endpoints of the sessions' workspace on a loopback
+(--processes x --concurrency threads), with their webhooks delivered as `make run` delivers them
+(a worker process of its own on a queue of its own, under `nice -n` --nice; --shared: by the turn
+workers, the layout before) into --endpoints endpoints of the sessions' workspace on a loopback
 receiver (a process of its own). Side by side in one run, alternating, --rounds times each:
 
   * no endpoint: the sessions' wall (the sends to the last session.status_idle);
@@ -13,7 +14,9 @@ receiver (a process of its own). Side by side in one run, alternating, --rounds 
     receiver's read of the request (both clocks the machine's).
 
     .venv/bin/python bench/webhooks_sessions.py [--sessions 100] [--endpoints 10] [--delay 2]
-        [--rounds 2] [--processes 2] [--concurrency 100]
+        [--rounds 2] [--processes 2] [--concurrency 100] [--nice 10] [--shared]
+
+Each run also prints the CPU seconds (/proc) of the turn workers and of the delivery worker.
 
 Target: the sessions' wall with endpoints within 5 % of the wall without.
 """
@@ -113,6 +116,11 @@ def deliveries(workspace, receiver: ReceiverProcess, *, timeout: float) -> dict:
     }
 
 
+def workers_cpu(workers) -> float:
+    """User + system CPU seconds of the worker processes so far (/proc)."""
+    return _common.cpu_seconds(pid for worker in workers for pid in _common.process_tree(worker.pid))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=100)
@@ -121,6 +129,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--shared", action="store_true", help="deliver in the turn workers (the old layout)")
+    parser.add_argument("--nice", type=int, default=int(os.environ.get("MANGO_WEBHOOKS_WORKER_NICE", "10")))
     parser.add_argument("--serve-receiver", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_receiver:
@@ -130,7 +140,10 @@ def main() -> None:
     os.environ.setdefault("MANGO_FILE_S3_BUCKET", "mango-b-webhooks")
     os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/1")
     queue = f"bench-webhooks-sessions-{os.getpid()}"
-    os.environ["MANGO_SESSIONS_QUEUE"] = os.environ["MANGO_WEBHOOKS_QUEUE"] = queue
+    os.environ["MANGO_SESSIONS_QUEUE"] = queue
+    # make run's layout (scripts/run.sh): deliveries in a worker of their own under nice, on a
+    # queue of their own; --shared: in the turn workers, on the sessions' queue.
+    os.environ["MANGO_WEBHOOKS_QUEUE"] = queue if args.shared else f"{queue}-webhooks"
     receiver = ReceiverProcess()
     os.environ["MANGO_OUTBOUND_PRIVATE_HOSTS"] = f"127.0.0.1:{receiver.port}"
     _common.setup()
@@ -153,16 +166,24 @@ def main() -> None:
         "BENCH_DBNAME": environ.Env.db_url_config(os.environ["DATABASE_URL"])["NAME"],
     }
     raw_key, workspace = _common.api_key(f"bench-webhooks-sessions-{time.time_ns()}")
-    api = st.Api(env)
+    (st.ROOT / "var" / "log").mkdir(parents=True, exist_ok=True)
+    api = None
     workers = []
+    delivery = []
     rows = []
     try:
+        api = st.Api(env)
         for index in range(args.processes):
             log = st.ROOT / "var" / "log" / f"bench-webhooks-sessions-{index}.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
             workers.append(
                 st.start_worker(env, pool="threads", concurrency=args.concurrency, queue=queue,
                                 name=f"bench-webhooks-{index}", log=log)
+            )  # fmt: skip
+        if not args.shared:
+            delivery.append(
+                st.start_worker(env, pool="threads", concurrency=4, queue=os.environ["MANGO_WEBHOOKS_QUEUE"],
+                                name="bench-webhooks-delivery", nice=args.nice,
+                                log=st.ROOT / "var" / "log" / "bench-webhooks-sessions-delivery.log")
             )  # fmt: skip
         client = anthropic.Anthropic(base_url=api.url, api_key=raw_key, max_retries=2, timeout=600)
         agent = client.beta.agents.create(
@@ -179,19 +200,25 @@ def main() -> None:
                         endpoint_create(workspace=workspace, url=f"http://127.0.0.1:{receiver.port}/e{n}")[0]
                         for n in range(args.endpoints)
                     ]
+                cpu = workers_cpu(workers), workers_cpu(delivery)
                 wall, _ids = run_sessions(client, agent.id, environment.id, args.sessions, timeout=timeout)
                 row = {"endpoints": len(endpoints), "wall": wall, "load": os.getloadavg()[0]}
+                row["cpu_turns"] = workers_cpu(workers) - cpu[0]
+                row["cpu_delivery_turns"] = workers_cpu(delivery) - cpu[1]
                 if endpoints:
                     row |= deliveries(workspace, receiver, timeout=600)
+                    row["cpu_all"] = workers_cpu(workers) - cpu[0]
+                    row["cpu_delivery_all"] = workers_cpu(delivery) - cpu[1]
                     for endpoint in endpoints:
                         endpoint_delete(workspace=workspace, endpoint_id=endpoint.id)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         assert not WebhookEndpoint.objects.filter(workspace=workspace).exists()
     finally:
-        for worker in workers:
+        for worker in workers + delivery:
             st.stop_group(worker)
-        api.stop()
+        if api is not None:
+            api.stop()
         model.close()
         receiver.close()
     report(rows, args)
@@ -202,14 +229,19 @@ def report(rows: list[dict], args) -> None:
     hooked = [r for r in rows if r["endpoints"]]
     print(
         f"\n{args.sessions} sessions at once (3 bash calls + a final message each, upstream delay {args.delay:g} s),"
-        f" {args.processes} worker processes x {args.concurrency} threads, {args.rounds} rounds alternating"
+        f" {args.processes} worker processes x {args.concurrency} threads, {args.rounds} rounds alternating;"
+        + (" delivered by the turn workers" if args.shared else f" delivered by their own worker (nice {args.nice})")
     )
     for r in rows:
-        line = f"  {r['endpoints']:>2} endpoints: sessions' wall {r['wall']:.2f} s (load {r['load']:.2f})"
+        line = (
+            f"  {r['endpoints']:>2} endpoints: sessions' wall {r['wall']:.2f} s (load {r['load']:.2f}),"
+            f" CPU in it: turn workers {r['cpu_turns']:.1f} s, delivery worker {r['cpu_delivery_turns']:.1f} s"
+        )
         if r["endpoints"]:
             line += (
                 f"; {r['delivered']}/{r['rows']} deliveries, {r['per_second']:.0f} events/s delivered,"
-                f" latency from commit p50 {r['p50_ms']:.0f} ms p99 {r['p99_ms']:.0f} ms, {r['failed']} not delivered"
+                f" latency from commit p50 {r['p50_ms']:.0f} ms p99 {r['p99_ms']:.0f} ms, {r['failed']} not delivered,"
+                f" CPU until the last: turn workers {r['cpu_all']:.1f} s, delivery worker {r['cpu_delivery_all']:.1f} s"
             )
         print(line)
     ratio = statistics.mean(r["wall"] for r in hooked) / statistics.mean(bare)

@@ -111,6 +111,13 @@ write_env_file DJANGO_SECRET_KEY MANGO_VAULT_KEY DATABASE_URL REDIS_URL PORT MAN
 upstream_warning="$("$PY" manage.py check --deploy --tag model_upstream 2>&1 | grep -A1 'mango.W001' \
   | sed 's/^?: (mango.W001) //; s/^\tHINT: /  /' || true)"
 
+# Webhook deliveries get a worker process of their own (started below, under `nice`): 6 events of
+# each of 100 sessions delivered to 10 endpoints cost more CPU than the turns, and in the turns'
+# processes they took the turns' interpreter lock (bench/webhooks_sessions.py: the sessions' wall
+# +9 %). Every process started here (the API, the workers, beat) routes webhooks.* to this queue;
+# .env does not keep it, so a worker started by hand (consuming `celery`) still gets them.
+# MANGO_WEBHOOKS_QUEUE=celery (the sessions' queue) has the turn workers deliver.
+export MANGO_WEBHOOKS_QUEUE="${MANGO_WEBHOOKS_QUEUE:-webhooks}"
 # One public port: uvicorn workers serving config.asgi (docs/operating.md "Serving"); logging, timeouts and
 # worker recycling: config/gunicorn.conf.py.
 setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.asgi:application --bind "127.0.0.1:$PORT" \
@@ -123,6 +130,9 @@ started_component $! "the API (gunicorn)" "$VAR/log/api.log"
 # (docs/operating.md "Database connections" adds them up; "Workers"). Workers find each other
 # through Redis heartbeats (core/heartbeats.py), not Celery's gossip, mingle and event heartbeats,
 # which are off: Gossip's restart after a Redis outage fails (AttributeError, celery/kombu#582).
+#
+# Webhook deliveries run in a process of their own under `nice` (MANGO_WEBHOOKS_WORKER_NICE, 10),
+# consuming MANGO_WEBHOOKS_QUEUE (set above); not started when that is the sessions' queue.
 worker_processes="${MANGO_WORKER_PROCESSES:-2}"
 for index in $(seq 1 "$worker_processes"); do
   MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
@@ -131,6 +141,13 @@ for index in $(seq 1 "$worker_processes"); do
       --without-gossip --without-mingle --without-heartbeat >>"$VAR/log/worker-$index.log" 2>&1 9>&- &
   started_component $! "Celery worker $index" "$VAR/log/worker-$index.log"
 done
+if [ "$MANGO_WEBHOOKS_QUEUE" != "${MANGO_SESSIONS_QUEUE:-celery}" ]; then
+  MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
+    setsid nice -n "${MANGO_WEBHOOKS_WORKER_NICE:-10}" "$VENV/bin/celery" -A config worker --loglevel INFO \
+      -Q "$MANGO_WEBHOOKS_QUEUE" --concurrency 4 -n "webhooks-$$@%h" \
+      --without-gossip --without-mingle --without-heartbeat >>"$VAR/log/webhooks.log" 2>&1 9>&- &
+  started_component $! "Celery webhooks worker" "$VAR/log/webhooks.log"
+fi
 MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
   setsid "$VENV/bin/celery" -A config beat --loglevel INFO --schedule "$VAR/celerybeat-schedule" \
     >>"$VAR/log/beat.log" 2>&1 9>&- &
