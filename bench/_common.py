@@ -203,6 +203,43 @@ def store_pids() -> list[int]:
     return found
 
 
+def database_backend_pids(dbname: str) -> list[int]:
+    """The local PostgreSQL's backends connected to `dbname` (their titles name it), whose CPU
+    the benches report: on this machine the database shares the cores with the server too."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                title = handle.read().split(b"\0", 1)[0].split()
+        except OSError:
+            continue
+        # "postgres: [cluster: ]user database host(port) state"
+        if title[:1] == [b"postgres:"] and dbname.encode() in title[2:4]:
+            found.append(int(entry))
+    return found
+
+
+def database_cpu() -> dict[int, float]:
+    """CPU seconds so far of each backend of DATABASE_URL's database but this process's own (/proc;
+    subtract two readings per pid: a backend that closed in between is missed, one that opened
+    counts from its start)."""
+    import environ
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        own = cursor.fetchone()[0]
+    dbname = environ.Env.db_url_config(os.environ["DATABASE_URL"])["NAME"]
+    return {pid: cpu_seconds([pid]) for pid in database_backend_pids(dbname) if pid != own}
+
+
+def database_cpu_since(before: dict[int, float]) -> float:
+    after = database_cpu()
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
+
+
 def vacuum_store() -> str:
     """Ask the local SeaweedFS master to compact its volumes, and say how that went. SeaweedFS
     frees a deleted object's bytes only when it vacuums a volume (by default when 30 % of it is

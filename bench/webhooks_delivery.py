@@ -136,9 +136,10 @@ def main() -> None:
     worker = CeleryWorker(queues=queue, concurrency=2, env={"MANGO_LOG_LEVEL": "INFO"})
     try:
         worker.start()
-        cpu = _common.cpu_seconds(_common.process_tree(worker.process.pid))
+        cpu, db_cpu = _common.cpu_seconds(_common.process_tree(worker.process.pid)), _common.database_cpu()
         results = {"mango": mango(args, receiver)}
         results["mango"]["cpu"] = _common.cpu_seconds(_common.process_tree(worker.process.pid)) - cpu
+        results["mango"]["db_cpu"] = _common.database_cpu_since(db_cpu)
     finally:
         worker.kill()  # a worker that never got ready is killed too
     bodies = results["mango"].pop("bodies")
@@ -153,7 +154,12 @@ def main() -> None:
             f"{name:>16}: {result['delivered']}/{result['of']} delivered in {result['wall']:.2f} s, {rate:.0f}"
             f" deliveries/s, latency p50 {statistics.median(lat) * 1000:.0f} ms"
             f" p99 {percentile(lat, 0.99) * 1000:.0f} ms"
-            + (f", worker CPU {result['cpu'] * 1000 / result['delivered']:.2f} ms each" if "cpu" in result else "")
+            + (
+                f", CPU each: worker {result['cpu'] * 1000 / result['delivered']:.2f} ms,"
+                f" database {result['db_cpu'] * 1000 / result['delivered']:.2f} ms"
+                if "cpu" in result
+                else ""
+            )
         )
 
 

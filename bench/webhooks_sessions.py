@@ -16,7 +16,8 @@ receiver (a process of its own). Side by side in one run, alternating, --rounds 
     .venv/bin/python bench/webhooks_sessions.py [--sessions 100] [--endpoints 10] [--delay 2]
         [--rounds 2] [--processes 2] [--concurrency 100] [--nice 10] [--shared]
 
-Each run also prints the CPU seconds (/proc) of the turn workers and of the delivery worker.
+Each run also prints the CPU seconds (/proc) of the turn workers, of the delivery worker and of
+the database's backends (all but the bench's own: the API's and the workers').
 
 Target: the sessions' wall with endpoints within 5 % of the wall without.
 """
@@ -200,15 +201,17 @@ def main() -> None:
                         endpoint_create(workspace=workspace, url=f"http://127.0.0.1:{receiver.port}/e{n}")[0]
                         for n in range(args.endpoints)
                     ]
-                cpu = workers_cpu(workers), workers_cpu(delivery)
+                cpu = workers_cpu(workers), workers_cpu(delivery), _common.database_cpu()
                 wall, _ids = run_sessions(client, agent.id, environment.id, args.sessions, timeout=timeout)
                 row = {"endpoints": len(endpoints), "wall": wall, "load": os.getloadavg()[0]}
                 row["cpu_turns"] = workers_cpu(workers) - cpu[0]
                 row["cpu_delivery_turns"] = workers_cpu(delivery) - cpu[1]
+                row["cpu_db_turns"] = _common.database_cpu_since(cpu[2])
                 if endpoints:
                     row |= deliveries(workspace, receiver, timeout=600)
                     row["cpu_all"] = workers_cpu(workers) - cpu[0]
                     row["cpu_delivery_all"] = workers_cpu(delivery) - cpu[1]
+                    row["cpu_db_all"] = _common.database_cpu_since(cpu[2])
                     for endpoint in endpoints:
                         endpoint_delete(workspace=workspace, endpoint_id=endpoint.id)
                 rows.append(row)
@@ -235,13 +238,15 @@ def report(rows: list[dict], args) -> None:
     for r in rows:
         line = (
             f"  {r['endpoints']:>2} endpoints: sessions' wall {r['wall']:.2f} s (load {r['load']:.2f}),"
-            f" CPU in it: turn workers {r['cpu_turns']:.1f} s, delivery worker {r['cpu_delivery_turns']:.1f} s"
+            f" CPU in it: turn workers {r['cpu_turns']:.1f} s, delivery worker {r['cpu_delivery_turns']:.1f} s,"
+            f" database {r['cpu_db_turns']:.1f} s"
         )
         if r["endpoints"]:
             line += (
                 f"; {r['delivered']}/{r['rows']} deliveries, {r['per_second']:.0f} events/s delivered,"
                 f" latency from commit p50 {r['p50_ms']:.0f} ms p99 {r['p99_ms']:.0f} ms, {r['failed']} not delivered,"
-                f" CPU until the last: turn workers {r['cpu_all']:.1f} s, delivery worker {r['cpu_delivery_all']:.1f} s"
+                f" CPU until the last: turn workers {r['cpu_all']:.1f} s,"
+                f" delivery worker {r['cpu_delivery_all']:.1f} s, database {r['cpu_db_all']:.1f} s"
             )
         print(line)
     ratio = statistics.mean(r["wall"] for r in hooked) / statistics.mean(bare)

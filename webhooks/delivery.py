@@ -92,7 +92,7 @@ def delivery_attempt(*, delivery_id: str, lease_token: str) -> None:
     except httpx2.HTTPError as exc:
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     delivery_attempt_record(
-        delivery_id=delivery.id,
+        delivery=delivery,
         lease_token=lease_token,
         started_at=started,
         latency_ms=int((time.monotonic() - clock) * 1000),

@@ -85,6 +85,10 @@ class WebhookDelivery(models.Model):
             models.Index(
                 fields=["workspace", "next_attempt_at"], name="whdl_workspace_due", condition=Q(status="pending")
             ),
+            # The claim's count of each workspace's deliveries in flight (leased): only those rows.
+            models.Index(
+                fields=["workspace"], name="whdl_leased", condition=Q(status="pending", lease_until__isnull=False)
+            ),
             models.Index(fields=["endpoint", "-created_at"], name="whdl_endpoint_created"),
         ]
 

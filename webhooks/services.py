@@ -10,8 +10,8 @@ import kombu.exceptions
 import redis
 from celery import current_app
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Count, Min, Q
+from django.db import connection, transaction
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from core import outbound
@@ -22,6 +22,7 @@ from webhooks.events import TYPES, event_body, new_event_id
 from webhooks.interest import workspace_subscribed_forget, workspace_subscribed_mark
 from webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from webhooks.selectors import endpoint_get
+from webhooks.wakeup import wake_running_loop
 
 EXCERPT_CHARS = 1024
 ERROR_CHARS = 512
@@ -210,7 +211,14 @@ def webhook_event_emit(
 
 
 def kick() -> None:
-    """Ask a worker to deliver now; beat's webhooks.deliver_due finds the rows anyway."""
+    """Ask for delivery now: this process's delivery loop if it is running (no task), else a
+    worker's (deliver_due_send). Beat's webhooks.deliver_due finds the rows anyway."""
+    if not wake_running_loop():
+        deliver_due_send()
+
+
+def deliver_due_send() -> None:
+    """A webhooks.deliver_due task, to the worker that consumes MANGO_WEBHOOKS_QUEUE."""
     try:
         current_app.send_task("webhooks.deliver_due")
     except (kombu.exceptions.OperationalError, redis.RedisError, OSError):
@@ -224,13 +232,47 @@ def _due(now: datetime) -> Q:
     )
 
 
+_WORKSPACES_DUE = """
+WITH RECURSIVE pending(workspace_id) AS (
+    (SELECT workspace_id FROM {table} WHERE status = 'pending' ORDER BY workspace_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.workspace_id FROM {table} d
+            WHERE d.status = 'pending' AND d.workspace_id > pending.workspace_id
+            ORDER BY d.workspace_id LIMIT 1)
+    FROM pending WHERE pending.workspace_id IS NOT NULL
+)
+SELECT pending.workspace_id FROM pending CROSS JOIN LATERAL (
+    SELECT d.next_attempt_at FROM {table} d
+    WHERE d.status = 'pending' AND d.workspace_id = pending.workspace_id AND d.next_attempt_at <= %(now)s
+      AND (d.lease_until IS NULL OR d.lease_until <= %(now)s)
+    ORDER BY d.next_attempt_at LIMIT 1
+) oldest
+WHERE pending.workspace_id IS NOT NULL AND NOT (pending.workspace_id = ANY(%(capped)s))
+ORDER BY oldest.next_attempt_at LIMIT %(limit)s
+"""
+
+
+def _workspaces_due(*, now: datetime, capped: list[str], limit: int) -> list[str]:
+    """Up to `limit` workspaces with due rows, not in `capped`, by their oldest due row. A skip
+    over the whdl_workspace_due index (each workspace with pending rows, then its oldest due one),
+    so a claim costs the database per workspace, not per row of the backlog: a GROUP BY over the
+    due rows took ~2.5 ms of its CPU per claim with 6,000 pending, at a claim per delivery."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _WORKSPACES_DUE.format(table=connection.ops.quote_name(WebhookDelivery._meta.db_table)),
+            {"now": now, "capped": capped, "limit": limit},
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
 def deliveries_claim(*, limit: int, threads: int | None = None) -> list[tuple[str, str]]:
     """Due deliveries leased to the caller: (id, lease token) pairs, shared fairly between
     workspaces. Per workspace no more than MANGO_WEBHOOK_INFLIGHT_MAX are leased at once over
     the fleet (and never all of a run's `threads`: one is always left for the others). The
     workspaces under their cap that have due rows are served in the order of their oldest due
     row, each a share of `limit` (rows taken with SKIP LOCKED, oldest first), so one tenant's
-    backlog of failing retries, however old and however long, takes no other tenant's turn."""
+    backlog of failing retries, however old and however long, takes no other tenant's turn.
+    One lease token for the rows of one claim, written by one UPDATE."""
     now = timezone.now()
     cap = settings.MANGO_WEBHOOK_INFLIGHT_MAX
     if threads is not None:
@@ -243,28 +285,21 @@ def deliveries_claim(*, limit: int, threads: int | None = None) -> list[tuple[st
             .annotate(n=Count("id"))
         )
         capped = [workspace_id for workspace_id, n in in_flight.items() if n >= cap]
-        queue = [
-            row["workspace_id"]
-            for row in WebhookDelivery.objects.filter(_due(now))
-            .exclude(workspace_id__in=capped)
-            .values("workspace_id")
-            .annotate(oldest=Min("next_attempt_at"))
-            .order_by("oldest")[:limit]
-        ]
-        taken = []
+        queue = _workspaces_due(now=now, capped=capped, limit=limit)
+        taken: list[str] = []
         for position, workspace_id in enumerate(queue):
             fair = -(-(limit - len(taken)) // (len(queue) - position))  # ceil: the rest, shared
             share = min(cap - in_flight.get(workspace_id, 0), fair)
-            rows = (
+            taken += (
                 WebhookDelivery.objects.select_for_update(skip_locked=True)
                 .filter(_due(now), workspace_id=workspace_id)
                 .order_by("next_attempt_at")
                 .values_list("id", flat=True)[:share]
             )
-            taken += [(delivery_id, new_id("lease")) for delivery_id in rows]
-        for delivery_id, token in taken:
-            WebhookDelivery.objects.filter(id=delivery_id).update(lease_token=token, lease_until=lease_until)
-    return taken
+        token = new_id("lease")
+        if taken:
+            WebhookDelivery.objects.filter(id__in=taken).update(lease_token=token, lease_until=lease_until)
+    return [(delivery_id, token) for delivery_id in taken]
 
 
 def retry_delay(attempts: int) -> timedelta:
@@ -273,10 +308,9 @@ def retry_delay(attempts: int) -> timedelta:
     return timedelta(seconds=min(base * 2 ** min(attempts - 1, 40), settings.MANGO_WEBHOOK_RETRY_MAX_DELAY_SECONDS))
 
 
-@transaction.atomic
 def delivery_attempt_record(
     *,
-    delivery_id: str,
+    delivery: WebhookDelivery,
     lease_token: str,
     started_at: datetime,
     latency_ms: int,
@@ -284,45 +318,45 @@ def delivery_attempt_record(
     error: str = "",
     response_excerpt: str = "",
 ) -> bool:
-    """The outcome of one attempt, recorded only while the caller's lease holds the row (a late
-    holder whose lease was taken over records nothing). A 2xx ends the delivery; anything else
-    schedules the next attempt with exponential backoff until MANGO_WEBHOOK_RETRY_SECONDS have
-    passed since the event, then the delivery fails; an endpoint whose deliveries have failed
-    for that long is disabled, saying why. Returns whether it was recorded."""
-    delivery = (
-        WebhookDelivery.objects.select_for_update()
-        .filter(id=delivery_id, lease_token=lease_token, status=WebhookDelivery.Status.PENDING)
-        .first()
-    )
-    if delivery is None:
-        return False
+    """The outcome of one attempt of `delivery` (as the lease holder read it), recorded only while
+    the caller's lease holds the row (a late holder whose lease was taken over, or whose delivery
+    was replayed, records nothing): one conditional UPDATE, which holds the row's lock while the
+    attempt is inserted (endpoint_delete). A 2xx ends the delivery; anything else schedules the
+    next attempt with exponential backoff until MANGO_WEBHOOK_RETRY_SECONDS have passed since the
+    event, then the delivery fails; an endpoint whose deliveries have failed for that long is
+    disabled, saying why. Returns whether it was recorded."""
     now = timezone.now()
-    delivery.attempts += 1
-    WebhookAttempt.objects.create(
-        delivery=delivery,
-        number=delivery.attempts,
-        started_at=started_at,
-        latency_ms=latency_ms,
-        status_code=status_code,
-        error=error[:ERROR_CHARS],
-        response_excerpt=response_excerpt[:EXCERPT_CHARS],
-    )
-    delivery.last_status_code = status_code
-    delivery.last_error = error[:ERROR_CHARS]
-    delivery.lease_token, delivery.lease_until = "", None
+    number = delivery.attempts + 1
+    changes = {
+        "attempts": number,
+        "last_status_code": status_code,
+        "last_error": error[:ERROR_CHARS],
+        "lease_token": "",
+        "lease_until": None,
+    }
+    failed = False
     if status_code is not None and 200 <= status_code < 300:
-        delivery.status, delivery.delivered_at = WebhookDelivery.Status.SUCCEEDED, now
+        changes |= {"status": WebhookDelivery.Status.SUCCEEDED, "delivered_at": now}
     elif now - delivery.created_at >= timedelta(seconds=settings.MANGO_WEBHOOK_RETRY_SECONDS):
-        delivery.status = WebhookDelivery.Status.FAILED
-        _disable_if_failing(endpoint_id=delivery.endpoint_id, now=now)
+        changes["status"], failed = WebhookDelivery.Status.FAILED, True
     else:
-        delivery.next_attempt_at = now + retry_delay(delivery.attempts)
-    delivery.save(
-        update_fields=[
-            "attempts", "last_status_code", "last_error", "lease_token", "lease_until", "status",
-            "delivered_at", "next_attempt_at",
-        ]
-    )  # fmt: skip
+        changes["next_attempt_at"] = now + retry_delay(number)
+    with transaction.atomic():
+        if not WebhookDelivery.objects.filter(
+            id=delivery.id, lease_token=lease_token, status=WebhookDelivery.Status.PENDING, attempts=delivery.attempts
+        ).update(**changes):
+            return False
+        WebhookAttempt.objects.create(
+            delivery_id=delivery.id,
+            number=number,
+            started_at=started_at,
+            latency_ms=latency_ms,
+            status_code=status_code,
+            error=error[:ERROR_CHARS],
+            response_excerpt=response_excerpt[:EXCERPT_CHARS],
+        )
+        if failed:
+            _disable_if_failing(endpoint_id=delivery.endpoint_id, now=now)
     return True
 
 

@@ -7,7 +7,6 @@ worker killed mid-delivery leaves leases that expire, and the next run anywhere 
 deliveries again (same webhook-id)."""
 
 import logging
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
@@ -15,8 +14,9 @@ from celery import shared_task
 from django.conf import settings
 from django.db import close_old_connections, connection, connections
 
+from webhooks import wakeup
 from webhooks.delivery import delivery_attempt
-from webhooks.services import deliveries_claim, kick
+from webhooks.services import deliver_due_send, deliveries_claim
 
 logger = logging.getLogger(__name__)
 
@@ -34,29 +34,28 @@ def _attempt(claim: tuple[str, str]) -> None:
         connections.close_all()
 
 
-# One delivery loop per process: a commit asks for a run (webhooks.services.kick), so a burst of
-# events queues many; each finds the process's loop running, leaves `_wanted` set and returns,
-# and the loop claims again before it stops (a run that ended while the flag was set starts
-# over). Many loops at once each held a database connection while they waited and took turns
-# from the sessions sharing the process's pool (bench/webhooks_sessions.py: pool timeouts).
-_loop = threading.Lock()
-_wanted = threading.Event()
+# One delivery loop per process (webhooks.wakeup): a commit elsewhere asks for a run
+# (webhooks.services.kick), so a burst of events queues many; each finds the process's loop
+# running, leaves the flag set and returns, and the loop claims again before it stops (a run that
+# ended while the flag was set starts over); a commit in this process while the loop runs sends
+# no task at all. Many loops at once each held a database connection while they waited and took
+# turns from the sessions sharing the process's pool (bench/webhooks_sessions.py: pool timeouts).
 
 
 @shared_task(name="webhooks.deliver_due", acks_late=True, soft_time_limit=600, time_limit=660, ignore_result=True)
 def deliver_due() -> int:
-    _wanted.set()
+    wakeup.wanted.set()
     attempted = 0
-    while _wanted.is_set() and _loop.acquire(blocking=False):
+    while wakeup.wanted.is_set() and wakeup.loop.acquire(blocking=False):
         try:
-            while _wanted.is_set():
-                _wanted.clear()
+            while wakeup.wanted.is_set():
+                wakeup.wanted.clear()
                 count, more = _deliver()
                 attempted += count
                 if more:  # RUN_SECONDS of claiming ended with work left: a fresh run goes on
-                    kick()
+                    deliver_due_send()
         finally:
-            _loop.release()
+            wakeup.loop.release()
     return attempted
 
 
