@@ -14,7 +14,7 @@ receiver (a process of its own). Side by side in one run, alternating, --rounds 
     receiver's read of the request (both clocks the machine's).
 
     .venv/bin/python bench/webhooks_sessions.py [--sessions 100] [--endpoints 10] [--delay 2]
-        [--rounds 2] [--processes 2] [--concurrency 100] [--nice 10] [--shared]
+        [--rounds 2] [--processes 2] [--concurrency 100] [--nice 19] [--shared]
 
 Each run also prints the CPU seconds (/proc) of the turn workers, of the delivery worker and of
 the database's backends (all but the bench's own: the API's and the workers').
@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--shared", action="store_true", help="deliver in the turn workers (the old layout)")
-    parser.add_argument("--nice", type=int, default=int(os.environ.get("MANGO_WEBHOOKS_WORKER_NICE", "10")))
+    parser.add_argument("--nice", type=int, default=int(os.environ.get("MANGO_WEBHOOKS_WORKER_NICE", "19")))
     parser.add_argument("--serve-receiver", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_receiver:

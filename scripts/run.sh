@@ -131,7 +131,7 @@ started_component $! "the API (gunicorn)" "$VAR/log/api.log"
 # through Redis heartbeats (core/heartbeats.py), not Celery's gossip, mingle and event heartbeats,
 # which are off: Gossip's restart after a Redis outage fails (AttributeError, celery/kombu#582).
 #
-# Webhook deliveries run in a process of their own under `nice` (MANGO_WEBHOOKS_WORKER_NICE, 10),
+# Webhook deliveries run in a process of their own under `nice` (MANGO_WEBHOOKS_WORKER_NICE, 19),
 # consuming MANGO_WEBHOOKS_QUEUE (set above); not started when that is the sessions' queue.
 worker_processes="${MANGO_WORKER_PROCESSES:-2}"
 for index in $(seq 1 "$worker_processes"); do
@@ -143,7 +143,7 @@ for index in $(seq 1 "$worker_processes"); do
 done
 if [ "$MANGO_WEBHOOKS_QUEUE" != "${MANGO_SESSIONS_QUEUE:-celery}" ]; then
   MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
-    setsid nice -n "${MANGO_WEBHOOKS_WORKER_NICE:-10}" "$VENV/bin/celery" -A config worker --loglevel INFO \
+    setsid nice -n "${MANGO_WEBHOOKS_WORKER_NICE:-19}" "$VENV/bin/celery" -A config worker --loglevel INFO \
       -Q "$MANGO_WEBHOOKS_QUEUE" --concurrency 4 -n "webhooks-$$@%h" \
       --without-gossip --without-mingle --without-heartbeat >>"$VAR/log/webhooks.log" 2>&1 9>&- &
   started_component $! "Celery webhooks worker" "$VAR/log/webhooks.log"

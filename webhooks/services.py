@@ -245,7 +245,7 @@ SELECT pending.workspace_id FROM pending CROSS JOIN LATERAL (
     SELECT d.next_attempt_at FROM {table} d
     WHERE d.status = 'pending' AND d.workspace_id = pending.workspace_id AND d.next_attempt_at <= %(now)s
       AND (d.lease_until IS NULL OR d.lease_until <= %(now)s)
-    ORDER BY d.next_attempt_at LIMIT 1
+    ORDER BY d.workspace_id, d.next_attempt_at LIMIT 1
 ) oldest
 WHERE pending.workspace_id IS NOT NULL AND NOT (pending.workspace_id = ANY(%(capped)s))
 ORDER BY oldest.next_attempt_at LIMIT %(limit)s
@@ -255,7 +255,8 @@ ORDER BY oldest.next_attempt_at LIMIT %(limit)s
 def _workspaces_due(*, now: datetime, capped: list[str], limit: int) -> list[str]:
     """Up to `limit` workspaces with due rows, not in `capped`, by their oldest due row. A skip
     over the whdl_workspace_due index (each workspace with pending rows, then its oldest due one),
-    so a claim costs the database per workspace, not per row of the backlog: a GROUP BY over the
+    so a claim costs the database per workspace, not per row of the backlog (ordered as that index
+    is, so the planner does not walk whdl_due past other tenants' rows): a GROUP BY over the
     due rows took ~2.5 ms of its CPU per claim with 6,000 pending, at a claim per delivery."""
     with connection.cursor() as cursor:
         cursor.execute(
@@ -293,7 +294,7 @@ def deliveries_claim(*, limit: int, threads: int | None = None) -> list[tuple[st
             taken += (
                 WebhookDelivery.objects.select_for_update(skip_locked=True)
                 .filter(_due(now), workspace_id=workspace_id)
-                .order_by("next_attempt_at")
+                .order_by("workspace_id", "next_attempt_at")  # whdl_workspace_due's order
                 .values_list("id", flat=True)[:share]
             )
         token = new_id("lease")
