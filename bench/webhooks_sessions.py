@@ -2,9 +2,10 @@
 message at once and run the usual turn (bench/sessions_turns.py: 3 bash calls then a final
 message against the scripted upstream, --delay s per call) on `make run`'s worker layout
 (--processes x --concurrency threads), with their webhooks delivered as `make run` delivers them
-(a worker process of its own on a queue of its own, under `nice -n` --nice; --shared: by the turn
-workers, the layout before) into --endpoints endpoints of the sessions' workspace on a loopback
-receiver (a process of its own). Side by side in one run, alternating, --rounds times each:
+(by the turn workers; --own-worker: by a worker process of their own on a queue of their own,
+under `nice -n` --nice, as `make run` does with MANGO_WEBHOOKS_QUEUE set) into --endpoints
+endpoints of the sessions' workspace on a loopback receiver (a process of its own). Side by side
+in one run, alternating, --rounds times each:
 
   * no endpoint: the sessions' wall (the sends to the last session.status_idle);
   * --endpoints endpoints subscribed to every type: the sessions' wall, and the deliveries:
@@ -14,7 +15,7 @@ receiver (a process of its own). Side by side in one run, alternating, --rounds 
     receiver's read of the request (both clocks the machine's).
 
     .venv/bin/python bench/webhooks_sessions.py [--sessions 100] [--endpoints 10] [--delay 2]
-        [--rounds 2] [--processes 2] [--concurrency 100] [--nice 19] [--shared]
+        [--rounds 2] [--processes 2] [--concurrency 100] [--own-worker [--nice 19]]
 
 Each run also prints the CPU seconds (/proc) of the turn workers, of the delivery worker and of
 the database's backends (all but the bench's own: the API's and the workers').
@@ -130,7 +131,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=100)
-    parser.add_argument("--shared", action="store_true", help="deliver in the turn workers (the old layout)")
+    parser.add_argument("--own-worker", action="store_true", help="deliver in a niced worker of their own")
     parser.add_argument("--nice", type=int, default=int(os.environ.get("MANGO_WEBHOOKS_WORKER_NICE", "19")))
     parser.add_argument("--serve-receiver", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -142,9 +143,9 @@ def main() -> None:
     os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/1")
     queue = f"bench-webhooks-sessions-{os.getpid()}"
     os.environ["MANGO_SESSIONS_QUEUE"] = queue
-    # make run's layout (scripts/run.sh): deliveries in a worker of their own under nice, on a
-    # queue of their own; --shared: in the turn workers, on the sessions' queue.
-    os.environ["MANGO_WEBHOOKS_QUEUE"] = queue if args.shared else f"{queue}-webhooks"
+    # make run's layout (scripts/run.sh): deliveries in the turn workers, on the sessions' queue;
+    # --own-worker: in a worker of their own under nice, on a queue of their own.
+    os.environ["MANGO_WEBHOOKS_QUEUE"] = f"{queue}-webhooks" if args.own_worker else queue
     receiver = ReceiverProcess()
     os.environ["MANGO_OUTBOUND_PRIVATE_HOSTS"] = f"127.0.0.1:{receiver.port}"
     _common.setup()
@@ -180,7 +181,7 @@ def main() -> None:
                 st.start_worker(env, pool="threads", concurrency=args.concurrency, queue=queue,
                                 name=f"bench-webhooks-{index}", log=log)
             )  # fmt: skip
-        if not args.shared:
+        if args.own_worker:
             delivery.append(
                 st.start_worker(env, pool="threads", concurrency=4, queue=os.environ["MANGO_WEBHOOKS_QUEUE"],
                                 name="bench-webhooks-delivery", nice=args.nice,
@@ -233,7 +234,7 @@ def report(rows: list[dict], args) -> None:
     print(
         f"\n{args.sessions} sessions at once (3 bash calls + a final message each, upstream delay {args.delay:g} s),"
         f" {args.processes} worker processes x {args.concurrency} threads, {args.rounds} rounds alternating;"
-        + (" delivered by the turn workers" if args.shared else f" delivered by their own worker (nice {args.nice})")
+        + (f" delivered by their own worker (nice {args.nice})" if args.own_worker else " delivered by turn workers")
     )
     for r in rows:
         line = (

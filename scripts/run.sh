@@ -111,13 +111,6 @@ write_env_file DJANGO_SECRET_KEY MANGO_VAULT_KEY DATABASE_URL REDIS_URL PORT MAN
 upstream_warning="$("$PY" manage.py check --deploy --tag model_upstream 2>&1 | grep -A1 'mango.W001' \
   | sed 's/^?: (mango.W001) //; s/^\tHINT: /  /' || true)"
 
-# Webhook deliveries get a worker process of their own (started below, under `nice`): 6 events of
-# each of 100 sessions delivered to 10 endpoints cost more CPU than the turns, and in the turns'
-# processes they took the turns' interpreter lock (bench/webhooks_sessions.py: the sessions' wall
-# +9 %). Every process started here (the API, the workers, beat) routes webhooks.* to this queue;
-# .env does not keep it, so a worker started by hand (consuming `celery`) still gets them.
-# MANGO_WEBHOOKS_QUEUE=celery (the sessions' queue) has the turn workers deliver.
-export MANGO_WEBHOOKS_QUEUE="${MANGO_WEBHOOKS_QUEUE:-webhooks}"
 # One public port: uvicorn workers serving config.asgi (docs/operating.md "Serving"); logging, timeouts and
 # worker recycling: config/gunicorn.conf.py.
 setsid "$VENV/bin/gunicorn" -c config/gunicorn.conf.py config.asgi:application --bind "127.0.0.1:$PORT" \
@@ -131,8 +124,12 @@ started_component $! "the API (gunicorn)" "$VAR/log/api.log"
 # through Redis heartbeats (core/heartbeats.py), not Celery's gossip, mingle and event heartbeats,
 # which are off: Gossip's restart after a Redis outage fails (AttributeError, celery/kombu#582).
 #
-# Webhook deliveries run in a process of their own under `nice` (MANGO_WEBHOOKS_WORKER_NICE, 19),
-# consuming MANGO_WEBHOOKS_QUEUE (set above); not started when that is the sessions' queue.
+# Webhook deliveries: by the turn workers (MANGO_WEBHOOKS_QUEUE's default is the sessions' queue),
+# or, with MANGO_WEBHOOKS_QUEUE set to another queue (for every process started here), by a worker
+# of their own on it under `nice -n MANGO_WEBHOOKS_WORKER_NICE` (19). Measured with 100 sessions
+# into 10 endpoints (bench/webhooks_sessions.py, docs/benchmarks.md) the sessions' wall grew less
+# with the deliveries in the turn workers (+8 %) than in a process of their own (+13 % at nice 19,
+# +16 % at 10), hence the default.
 worker_processes="${MANGO_WORKER_PROCESSES:-2}"
 for index in $(seq 1 "$worker_processes"); do
   MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
@@ -141,7 +138,7 @@ for index in $(seq 1 "$worker_processes"); do
       --without-gossip --without-mingle --without-heartbeat >>"$VAR/log/worker-$index.log" 2>&1 9>&- &
   started_component $! "Celery worker $index" "$VAR/log/worker-$index.log"
 done
-if [ "$MANGO_WEBHOOKS_QUEUE" != "${MANGO_SESSIONS_QUEUE:-celery}" ]; then
+if [ "${MANGO_WEBHOOKS_QUEUE:-celery}" != "${MANGO_SESSIONS_QUEUE:-celery}" ]; then
   MANGO_DB_POOL_MAX_SIZE="${MANGO_WORKER_DB_POOL_MAX_SIZE:-4}" \
     setsid nice -n "${MANGO_WEBHOOKS_WORKER_NICE:-19}" "$VENV/bin/celery" -A config worker --loglevel INFO \
       -Q "$MANGO_WEBHOOKS_QUEUE" --concurrency 4 -n "webhooks-$$@%h" \

@@ -176,7 +176,7 @@ def test_compose_config_passes_and_the_stack_is_sound():
         env={k: v for k, v in os.environ.items() if k not in secrets}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert refused.returncode != 0
-    long_running = {"postgres", "redis", "seaweedfs", "docker-proxy", "api", "worker", "webhooks", "beat"}
+    long_running = {"postgres", "redis", "seaweedfs", "docker-proxy", "api", "worker", "beat"}
     one_shot = {"migrate", "seaweedfs-init", "sandbox-image"}
     assert set(services) == long_running | one_shot
     for name in long_running:
@@ -188,11 +188,6 @@ def test_compose_config_passes_and_the_stack_is_sound():
     assert "/healthz" in str(services["api"]["healthcheck"]["test"])
     assert "mango:heartbeat:worker" in str(services["worker"]["healthcheck"]["test"])
     assert "mango:heartbeat:beat" in str(services["beat"]["healthcheck"]["test"])
-    # Deliveries: their own queue, which every app service routes to, and a small CPU share.
-    assert "mango:heartbeat:worker:webhooks:" in str(services["webhooks"]["healthcheck"]["test"])
-    assert services["webhooks"]["command"][services["webhooks"]["command"].index("-Q") + 1] == "webhooks"
-    assert {services[name]["environment"]["MANGO_WEBHOOKS_QUEUE"] for name in ("api", "worker", "beat")} == {"webhooks"}
-    assert services["webhooks"]["cpu_shares"] < 1024
     # Third-party images are pinned; the sandbox image is built by a service: the Debian one `make
     # run` uses (python3, git, node), which the egress proxy of `limited` sandboxes runs on too.
     for name, service in services.items():
