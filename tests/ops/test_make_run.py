@@ -4,13 +4,16 @@ against it as written; a second `make run` is refused, naming the first; `make s
 restart (the .env the first run wrote now in place) serves Files again, with the first run's file;
 and `make stop` also stops a run whose script was killed."""
 
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anthropic
@@ -240,12 +243,42 @@ def _as_from_a_terminal() -> None:
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
+class _Receiver:
+    """A webhook receiver on loopback: answers 204, keeps each delivery's event type."""
+
+    def __init__(self):
+        types = self.types = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                types.append(json.loads(body)["data"]["type"])
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def test_ctrl_c_stops_everything_when_output_is_piped(tmp_path):
     """`make run | tee log` in a terminal: Ctrl-C is SIGINT to the whole foreground process group
     (make, the script, tee); the script must outlive tee's pipe, stop every component and say so
-    on the terminal (stderr)."""
+    on the terminal (stderr). Run with MANGO_WEBHOOKS_QUEUE set, so its components include the
+    webhooks worker of their own (under nice), which delivers an event to a receiver first."""
+    receiver = _Receiver()
     with Checkout(tmp_path) as checkout:
-        env = checkout.run_env(PORT=str(free_port()), MANGO_EMBEDDED_S3_PORT=str(free_store_port()))
+        env = checkout.run_env(
+            PORT=str(free_port()), MANGO_EMBEDDED_S3_PORT=str(free_store_port()), MANGO_WEBHOOKS_QUEUE="webhooks",
+            MANGO_OUTBOUND_PRIVATE_HOSTS=receiver.url.split("/")[2],
+        )  # fmt: skip
         out, err = tmp_path / "out.log", tmp_path / "terminal.log"
         err.touch()
         shell = subprocess.Popen(
@@ -257,8 +290,24 @@ def test_ctrl_c_stops_everything_when_output_is_piped(tmp_path):
         wait_until(lambda: "Mango is serving" in err.read_text(errors="replace"), 180, lambda: err.read_text()[-3000:])
         assert httpx.get(f"{url}/static/admin/css/base.css", timeout=60).status_code == 200
         _, groups = checkout.run_pids()
-        assert len(groups) >= 4 and all(group_alive(g) for g in groups)
+        assert len(groups) >= 5 and all(group_alive(g) for g in groups)
         assert (checkout.path / ".env").read_text().startswith("# Written by make run")
+
+        # The webhooks worker (nice 19, queue "webhooks") delivers; the turn workers do not.
+        key = checkout.manage("create_api_key", "--workspace", "default").stdout.strip().splitlines()[-1]
+        made = checkout.manage(
+            "create_webhook_endpoint", "--workspace", "default", "--url", receiver.url,
+            env=checkout.base_env(MANGO_OUTBOUND_PRIVATE_HOSTS=env["MANGO_OUTBOUND_PRIVATE_HOSTS"]),
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        anthropic.Anthropic(base_url=url, api_key=key).beta.environments.create(name="hooked")
+        wait_until(lambda: "environment.created" in receiver.types, 60, lambda: receiver.types)
+        logs = checkout.path / "var" / "log"
+        ran = re.compile(r"Task webhooks\.deliver_due\[[^]]+\] received")
+        assert ran.search((logs / "webhooks.log").read_text())
+        assert not ran.search((logs / "worker-1.log").read_text())
+        niceness = [os.getpriority(os.PRIO_PGRP, group) for group in groups if group_alive(group)]
+        assert 19 in niceness and 0 in niceness, niceness
 
         os.killpg(shell.pid, signal.SIGINT)
         try:  # the script gives its components 20 s to stop before it kills them
@@ -272,6 +321,7 @@ def test_ctrl_c_stops_everything_when_output_is_piped(tmp_path):
         assert not (checkout.path / "var" / "run.pids").exists()
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{url}/healthz", timeout=2)
+    receiver.close()
 
 
 def _store_script(tmp_path: Path, port: int, bucket: str, body: str) -> subprocess.CompletedProcess:
