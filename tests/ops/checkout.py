@@ -247,6 +247,27 @@ class Checkout:
                     continue
         return found
 
+    def _remove_sandboxes(self) -> None:
+        """The Docker sandboxes of the run's sessions (containers, then volumes): `make stop`
+        leaves them to the next run of the same database, and dropping it leaves them to nobody."""
+        if not shutil.which("docker"):
+            return
+        url = _database_url(self.database).replace("postgres://", "postgresql://", 1)
+        try:
+            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+                workspaces = [row[0] for row in conn.execute("SELECT id FROM core_workspace")]
+        except psycopg.Error:  # never created or never migrated: no session ran
+            return
+        for workspace in workspaces:
+            label = f"label=mango.workspace={workspace}"
+            for listing, remove in (
+                (["docker", "ps", "-aq"], ["docker", "rm", "-f"]),
+                (["docker", "volume", "ls", "-q"], ["docker", "volume", "rm", "-f"]),
+            ):
+                listed = subprocess.run([*listing, "--filter", label], capture_output=True, text=True, timeout=60)
+                if listed.stdout.split():
+                    subprocess.run([*remove, *listed.stdout.split()], capture_output=True, timeout=120)
+
     def __exit__(self, *exc) -> None:
         # Whatever happened, leave nothing running: the recorded groups, the shells, Redis.
         pids_file = self.path / "var" / "run.pids"
@@ -269,6 +290,7 @@ class Checkout:
         if self.redis is not None:
             os.killpg(self.redis.pid, signal.SIGKILL)
             self.redis.wait(10)
+        self._remove_sandboxes()
         # The run's weed mini was in a group above; its data and the database go too.
         with _admin_connect() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
