@@ -186,39 +186,37 @@ def cpu_seconds(pids) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def store_pids() -> list[int]:
-    """The local SeaweedFS processes (`weed`), whose CPU the benches report beside their own:
-    on this machine the store shares the cores with the server and the client."""
+def _pids_by_cmdline(matches) -> list[int]:
+    """The local processes whose command line (/proc/PID/cmdline split at NULs) `matches`."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                argv0 = handle.read().split(b"\0", 1)[0]
+                argv = handle.read().split(b"\0")
         except OSError:
             continue
-        if os.path.basename(argv0) == b"weed":
+        if matches(argv):
             found.append(int(entry))
     return found
+
+
+def store_pids() -> list[int]:
+    """The local SeaweedFS processes (`weed`), whose CPU the benches report beside their own:
+    on this machine the store shares the cores with the server and the client."""
+    return _pids_by_cmdline(lambda argv: os.path.basename(argv[0]) == b"weed")
 
 
 def database_backend_pids(dbname: str) -> list[int]:
     """The local PostgreSQL's backends connected to `dbname` (their titles name it), whose CPU
     the benches report: on this machine the database shares the cores with the server too."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                title = handle.read().split(b"\0", 1)[0].split()
-        except OSError:
-            continue
-        # "postgres: [cluster: ]user database host(port) state"
-        if title[:1] == [b"postgres:"] and dbname.encode() in title[2:4]:
-            found.append(int(entry))
-    return found
+
+    def backend(argv: list[bytes]) -> bool:
+        title = argv[0].split()  # "postgres: [cluster: ]user database host(port) state"
+        return title[:1] == [b"postgres:"] and dbname.encode() in title[2:4]
+
+    return _pids_by_cmdline(backend)
 
 
 def database_cpu() -> dict[int, float]:
