@@ -62,6 +62,10 @@ def json_logging_config(level: str) -> dict:
         "root": {"handlers": ["console"], "level": level},
         "loggers": {
             "django.server": {"level": "WARNING"},
+            # httpx2 (every outbound call to a tenant's endpoint: MCP servers, OAuth, webhooks)
+            # logs each request's URL at INFO: a tenant's URL may carry a token in its query, and
+            # the line was ~7 % of a webhook delivery worker's CPU (bench/webhooks_delivery.py).
+            "httpx2": {"level": "WARNING"},
             # gunicorn's own loggers log through the root handler (JSON), not their own.
             "gunicorn.error": {"level": "INFO", "handlers": [], "propagate": True},
             "gunicorn.access": {"level": "INFO", "handlers": [], "propagate": True},

@@ -3,6 +3,7 @@
 private address refused, secret rotation, and one tenant's 50 failing endpoints against another's."""
 
 import json
+import secrets
 import socket
 import time
 from datetime import UTC, datetime, timedelta
@@ -128,6 +129,20 @@ def test_a_private_address_is_refused_at_delivery(api_key, receiver, delivery_fl
     delivery = WebhookDelivery.objects.get(endpoint=endpoint)
     assert delivery.status == "pending" and "private address" in delivery.last_error
     assert receiver.received == []
+
+
+def test_an_endpoint_url_and_its_token_stay_out_of_the_worker_log(api_key, receiver, delivery_fleet):
+    """A receiver's URL may carry a token in its query: the worker sends it there and writes it
+    to no log line (httpx2's per-request INFO line is off, core/logging.py)."""
+    token = "tok_" + secrets.token_hex(12)
+    endpoint, _ = endpoint_create(workspace=api_key.workspace, url=f"{receiver.url}?token={token}")
+    fleet = delivery_fleet()
+    webhook_event_emit(workspace_id=api_key.workspace.id, type="session.running", object_id="sesn_log")
+    wait_for(lambda: WebhookDelivery.objects.get(endpoint=endpoint).status == "succeeded")
+    assert len(receiver.received) == 1
+    log = fleet.worker.log_path.read_text()
+    assert "webhooks.deliver_due" in log  # the worker's INFO lines are in it
+    assert token not in log and "/hook?" not in log
 
 
 def test_rotation_both_secrets_sign_during_the_overlap_then_only_the_new(sdk, api_key, receiver, delivery_fleet):
