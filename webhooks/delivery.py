@@ -1,26 +1,27 @@
-"""One attempt of one delivery: sign the stored body with standardwebhooks (every secret that
+"""One attempt of one leased delivery: sign the stored body with standardwebhooks (every secret that
 signs now: `webhook-signature` carries one `v1,…` per secret), POST it through the outbound
 guard (core/transports.GuardedTransport: the endpoint's host is resolved and checked, private
 addresses refused unless in MANGO_OUTBOUND_PRIVATE_HOSTS, redirects not followed), within
 MANGO_WEBHOOK_CONNECT_TIMEOUT_SECONDS to connect and MANGO_WEBHOOK_TIMEOUT_SECONDS in all,
-reading at most MANGO_WEBHOOK_RESPONSE_MAX_BYTES of the answer, then record the outcome."""
+reading at most MANGO_WEBHOOK_RESPONSE_MAX_BYTES of the answer; its outcome goes back to the
+delivery loop (webhooks.tasks), which records the outcomes of its attempts together."""
 
 import functools
 import ssl
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import httpx2
 from django.conf import settings
-from django.db import connection
 from standardwebhooks import Webhook
 
 from core.crashpoints import crash_point
 from core.outbound import OutboundRefused
 from core.secrets import SecretsUnavailable
 from core.transports import GuardedTransport, ResponseRefused
-from webhooks.models import WebhookDelivery
-from webhooks.services import EXCERPT_CHARS, delivery_attempt_record, endpoint_signing_secrets
+from webhooks.models import WebhookEndpoint
+from webhooks.services import EXCERPT_CHARS, Lease, Outcome, endpoint_signing_secrets
 
 USER_AGENT = "Mango-Webhooks/1"
 
@@ -62,38 +63,53 @@ def _post(url: str, body: bytes, headers: dict) -> tuple[int, str]:
         return response.status_code, bytes(read).decode("utf-8", "replace")[:EXCERPT_CHARS]
 
 
-def delivery_attempt(*, delivery_id: str, lease_token: str) -> None:
-    delivery = (
-        WebhookDelivery.objects.select_related("endpoint").filter(id=delivery_id, lease_token=lease_token).first()
-    )
-    if delivery is None:
-        return
+@dataclass(frozen=True)
+class Target:
+    """An endpoint as the deliveries of one claim see it: where to POST, the secrets that sign
+    now, or why nothing is sent (disabled, its secrets unreadable)."""
+
+    url: str
+    secrets: list[str]
+    refused: str = ""
+
+
+def delivery_targets(*, endpoint_ids: set[str]) -> dict[str, Target]:
+    """The endpoints of a claim's leases, read and their secrets decrypted once per claim (the
+    worker only, right before the attempts). An endpoint deleted since the claim is missing: its
+    deliveries went with it."""
+    targets = {}
+    for endpoint in WebhookEndpoint.objects.filter(id__in=endpoint_ids):
+        if endpoint.disabled_at is not None:
+            targets[endpoint.id] = Target(endpoint.url, [], f"the endpoint is disabled: {endpoint.disabled_reason}")
+            continue
+        try:
+            targets[endpoint.id] = Target(endpoint.url, endpoint_signing_secrets(endpoint=endpoint))
+        except SecretsUnavailable as exc:
+            targets[endpoint.id] = Target(endpoint.url, [], str(exc))
+    return targets
+
+
+def delivery_attempt(*, lease: Lease, target: Target) -> Outcome:
+    """One attempt: no database connection is held while the endpoint answers (up to the
+    timeout); the outcome is recorded by the caller (webhooks.services.deliveries_record)."""
     started = datetime.now(UTC)
     clock = time.monotonic()
-    status_code, error, excerpt = None, "", ""
-    try:
-        if delivery.endpoint.disabled_at is not None:
-            raise OutboundRefused(f"the endpoint is disabled: {delivery.endpoint.disabled_reason}")
-        headers = signed_headers(
-            delivery_id=delivery.id,
-            body=delivery.body,
-            secrets=endpoint_signing_secrets(endpoint=delivery.endpoint),
-            now=started,
-        )
-        connection.close()  # no pooled connection held while the endpoint answers (up to the timeout)
-        status_code, excerpt = _post(delivery.endpoint.url, delivery.body.encode(), headers)
-        crash_point("webhooks.after_post")  # sent, not yet recorded: the crash tests stop here
-        if status_code >= 300:
-            error = f"the endpoint answered {status_code}"
-    except OutboundRefused as exc:
-        error = exc.for_client() if exc.private else str(exc)
-    except SecretsUnavailable as exc:
-        error = str(exc)
-    except httpx2.HTTPError as exc:
-        error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    delivery_attempt_record(
-        delivery=delivery,
-        lease_token=lease_token,
+    status_code, error, excerpt = None, target.refused, ""
+    if not error:
+        try:
+            headers = signed_headers(
+                delivery_id=lease.delivery_id, body=lease.body, secrets=target.secrets, now=started
+            )
+            status_code, excerpt = _post(target.url, lease.body.encode(), headers)
+            crash_point("webhooks.after_post")  # sent, not yet recorded: the crash tests stop here
+            if status_code >= 300:
+                error = f"the endpoint answered {status_code}"
+        except OutboundRefused as exc:
+            error = exc.for_client() if exc.private else str(exc)
+        except httpx2.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return Outcome(
+        lease=lease,
         started_at=started,
         latency_ms=int((time.monotonic() - clock) * 1000),
         status_code=status_code,

@@ -4,6 +4,7 @@ recorded by the lease holder only)."""
 
 import base64
 import secrets as random_secrets
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import kombu.exceptions
@@ -11,7 +12,7 @@ import redis
 from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from core import outbound
@@ -266,41 +267,70 @@ def _workspaces_due(*, now: datetime, capped: list[str], limit: int) -> list[str
         return [row[0] for row in cursor.fetchall()]
 
 
-def deliveries_claim(*, limit: int, threads: int | None = None) -> list[tuple[str, str]]:
-    """Due deliveries leased to the caller: (id, lease token) pairs, shared fairly between
-    workspaces. Per workspace no more than MANGO_WEBHOOK_INFLIGHT_MAX are leased at once over
-    the fleet (and never all of a run's `threads`: one is always left for the others). The
-    workspaces under their cap that have due rows are served in the order of their oldest due
-    row, each a share of `limit` (rows taken with SKIP LOCKED, oldest first), so one tenant's
-    backlog of failing retries, however old and however long, takes no other tenant's turn.
-    One lease token for the rows of one claim, written by one UPDATE."""
+@dataclass(frozen=True)
+class Lease:
+    """A delivery leased to one claim, with what its attempt sends (the stored body) and what its
+    record checks (the claim's token, the attempts made before it)."""
+
+    delivery_id: str
+    token: str
+    endpoint_id: str
+    attempts: int
+    created_at: datetime
+    body: str
+
+
+# A claim's statements are written in SQL, not through the ORM: a delivery loop claims every few
+# milliseconds under load, in the same process as the turns it shares the GIL with, and composing
+# these queries in the ORM cost more of the worker's CPU than the deliveries' POSTs did.
+_IN_FLIGHT = """
+SELECT workspace_id, count(*) FROM {table} WHERE status = 'pending' AND lease_until > %(now)s GROUP BY workspace_id
+"""
+
+_TAKE = """
+SELECT id FROM {table}
+WHERE status = 'pending' AND workspace_id = %(workspace_id)s AND next_attempt_at <= %(now)s
+  AND (lease_until IS NULL OR lease_until <= %(now)s)
+ORDER BY workspace_id, next_attempt_at LIMIT %(share)s FOR UPDATE SKIP LOCKED
+"""
+
+_LEASE = """
+UPDATE {table} SET lease_token = %(token)s, lease_until = %(until)s WHERE id = ANY(%(ids)s)
+RETURNING id, endpoint_id, attempts, created_at, body
+"""
+
+
+def deliveries_claim(*, limit: int, threads: int | None = None) -> list[Lease]:
+    """Due deliveries leased to the caller, shared fairly between workspaces. Per workspace no
+    more than MANGO_WEBHOOK_INFLIGHT_MAX are leased at once over the fleet (and never all of a
+    run's `threads`: one is always left for the others). The workspaces under their cap that
+    have due rows are served in the order of their oldest due row, each a share of `limit`
+    (rows taken with SKIP LOCKED, oldest first), so one tenant's backlog of failing retries,
+    however old and however long, takes no other tenant's turn. One lease token for the rows of
+    one claim, written by one UPDATE that returns what the attempts need."""
     now = timezone.now()
     cap = settings.MANGO_WEBHOOK_INFLIGHT_MAX
     if threads is not None:
         cap = max(1, min(cap, threads - 1))
-    lease_until = now + timedelta(seconds=settings.MANGO_WEBHOOK_LEASE_SECONDS)
-    with transaction.atomic():
-        in_flight = dict(
-            WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING, lease_until__gt=now)
-            .values_list("workspace_id")
-            .annotate(n=Count("id"))
-        )
+    table = connection.ops.quote_name(WebhookDelivery._meta.db_table)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_IN_FLIGHT.format(table=table), {"now": now})
+        in_flight = dict(cursor.fetchall())
         capped = [workspace_id for workspace_id, n in in_flight.items() if n >= cap]
         queue = _workspaces_due(now=now, capped=capped, limit=limit)
         taken: list[str] = []
         for position, workspace_id in enumerate(queue):
             fair = -(-(limit - len(taken)) // (len(queue) - position))  # ceil: the rest, shared
             share = min(cap - in_flight.get(workspace_id, 0), fair)
-            taken += (
-                WebhookDelivery.objects.select_for_update(skip_locked=True)
-                .filter(_due(now), workspace_id=workspace_id)
-                .order_by("workspace_id", "next_attempt_at")  # whdl_workspace_due's order
-                .values_list("id", flat=True)[:share]
-            )
+            cursor.execute(_TAKE.format(table=table), {"workspace_id": workspace_id, "now": now, "share": share})
+            taken += [row[0] for row in cursor.fetchall()]
+        if not taken:
+            return []
         token = new_id("lease")
-        if taken:
-            WebhookDelivery.objects.filter(id__in=taken).update(lease_token=token, lease_until=lease_until)
-    return [(delivery_id, token) for delivery_id in taken]
+        until = now + timedelta(seconds=settings.MANGO_WEBHOOK_LEASE_SECONDS)
+        cursor.execute(_LEASE.format(table=table), {"token": token, "until": until, "ids": taken})
+        leased = {row[0]: Lease(row[0], token, *row[1:]) for row in cursor.fetchall()}
+    return [leased[delivery_id] for delivery_id in taken]
 
 
 def retry_delay(attempts: int) -> timedelta:
@@ -309,56 +339,98 @@ def retry_delay(attempts: int) -> timedelta:
     return timedelta(seconds=min(base * 2 ** min(attempts - 1, 40), settings.MANGO_WEBHOOK_RETRY_MAX_DELAY_SECONDS))
 
 
-def delivery_attempt_record(
-    *,
-    delivery: WebhookDelivery,
-    lease_token: str,
-    started_at: datetime,
-    latency_ms: int,
-    status_code: int | None,
-    error: str = "",
-    response_excerpt: str = "",
-) -> bool:
-    """The outcome of one attempt of `delivery` (as the lease holder read it), recorded only while
-    the caller's lease holds the row (a late holder whose lease was taken over, or whose delivery
-    was replayed, records nothing): one conditional UPDATE, which holds the row's lock while the
-    attempt is inserted (endpoint_delete). A 2xx ends the delivery; anything else schedules the
-    next attempt with exponential backoff until MANGO_WEBHOOK_RETRY_SECONDS have passed since the
-    event, then the delivery fails; an endpoint whose deliveries have failed for that long is
-    disabled, saying why. Returns whether it was recorded."""
+@dataclass(frozen=True)
+class Outcome:
+    """What one attempt of a leased delivery got, as its sender read it."""
+
+    lease: Lease
+    started_at: datetime
+    latency_ms: int
+    status_code: int | None
+    error: str = ""
+    response_excerpt: str = ""
+
+
+_RECORD = """
+UPDATE {table} AS d SET
+    attempts = v.number, last_status_code = v.status_code, last_error = v.error, lease_token = '',
+    lease_until = NULL, status = v.status, delivered_at = COALESCE(v.delivered_at, d.delivered_at),
+    next_attempt_at = COALESCE(v.next_attempt_at, d.next_attempt_at)
+FROM unnest(%(ids)s::text[], %(tokens)s::text[], %(numbers)s::int[], %(statuses)s::text[], %(codes)s::int[],
+            %(errors)s::text[], %(delivered)s::timestamptz[], %(next)s::timestamptz[])
+    AS v(id, token, number, status, status_code, error, delivered_at, next_attempt_at)
+WHERE d.id = v.id AND d.lease_token = v.token AND d.status = 'pending' AND d.attempts = v.number - 1
+RETURNING d.id
+"""
+
+_ATTEMPTS = """
+INSERT INTO {table} (id, delivery_id, number, started_at, latency_ms, status_code, error, response_excerpt)
+SELECT * FROM unnest(%(ids)s::text[], %(deliveries)s::text[], %(numbers)s::int[], %(started)s::timestamptz[],
+                     %(latencies)s::int[], %(codes)s::int[], %(errors)s::text[], %(excerpts)s::text[])
+"""
+
+
+def _fate(outcome: Outcome, *, now: datetime) -> tuple[str, datetime | None, datetime | None]:
+    """(status, delivered_at, next_attempt_at) after `outcome`: a 2xx ends the delivery; anything
+    else schedules the next attempt, until MANGO_WEBHOOK_RETRY_SECONDS since the event."""
+    if outcome.status_code is not None and 200 <= outcome.status_code < 300:
+        return WebhookDelivery.Status.SUCCEEDED, now, None
+    if now - outcome.lease.created_at >= timedelta(seconds=settings.MANGO_WEBHOOK_RETRY_SECONDS):
+        return WebhookDelivery.Status.FAILED, None, None
+    return WebhookDelivery.Status.PENDING, None, now + retry_delay(outcome.lease.attempts + 1)
+
+
+def deliveries_record(*, outcomes: list[Outcome]) -> set[str]:
+    """The outcomes of attempts, each recorded only while its sender's lease holds the row (a
+    late holder whose lease was taken over, or whose delivery was replayed, records nothing): one
+    conditional UPDATE for them all, which holds the rows' locks while their attempts are
+    inserted (endpoint_delete), in one transaction. A 2xx ends a delivery; anything else
+    schedules its next attempt with exponential backoff until MANGO_WEBHOOK_RETRY_SECONDS have
+    passed since the event, then the delivery fails; an endpoint whose deliveries have failed
+    for that long is disabled, saying why. Returns the ids of the deliveries recorded."""
+    if not outcomes:
+        return set()
     now = timezone.now()
-    number = delivery.attempts + 1
-    changes = {
-        "attempts": number,
-        "last_status_code": status_code,
-        "last_error": error[:ERROR_CHARS],
-        "lease_token": "",
-        "lease_until": None,
-    }
-    failed = False
-    if status_code is not None and 200 <= status_code < 300:
-        changes |= {"status": WebhookDelivery.Status.SUCCEEDED, "delivered_at": now}
-    elif now - delivery.created_at >= timedelta(seconds=settings.MANGO_WEBHOOK_RETRY_SECONDS):
-        changes["status"], failed = WebhookDelivery.Status.FAILED, True
-    else:
-        changes["next_attempt_at"] = now + retry_delay(number)
-    with transaction.atomic():
-        if not WebhookDelivery.objects.filter(
-            id=delivery.id, lease_token=lease_token, status=WebhookDelivery.Status.PENDING, attempts=delivery.attempts
-        ).update(**changes):
-            return False
-        WebhookAttempt.objects.create(
-            delivery_id=delivery.id,
-            number=number,
-            started_at=started_at,
-            latency_ms=latency_ms,
-            status_code=status_code,
-            error=error[:ERROR_CHARS],
-            response_excerpt=response_excerpt[:EXCERPT_CHARS],
+    fates = [_fate(outcome, now=now) for outcome in outcomes]
+    table = connection.ops.quote_name(WebhookDelivery._meta.db_table)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            _RECORD.format(table=table),
+            {
+                "ids": [outcome.lease.delivery_id for outcome in outcomes],
+                "tokens": [outcome.lease.token for outcome in outcomes],
+                "numbers": [outcome.lease.attempts + 1 for outcome in outcomes],
+                "statuses": [status for status, _, _ in fates],
+                "codes": [outcome.status_code for outcome in outcomes],
+                "errors": [outcome.error[:ERROR_CHARS] for outcome in outcomes],
+                "delivered": [delivered for _, delivered, _ in fates],
+                "next": [next_at for _, _, next_at in fates],
+            },
         )
-        if failed:
-            _disable_if_failing(endpoint_id=delivery.endpoint_id, now=now)
-    return True
+        recorded = {row[0] for row in cursor.fetchall()}
+        kept = [outcome for outcome in outcomes if outcome.lease.delivery_id in recorded]
+        if kept:
+            cursor.execute(
+                _ATTEMPTS.format(table=connection.ops.quote_name(WebhookAttempt._meta.db_table)),
+                {
+                    "ids": [new_id("whatt") for _ in kept],
+                    "deliveries": [outcome.lease.delivery_id for outcome in kept],
+                    "numbers": [outcome.lease.attempts + 1 for outcome in kept],
+                    "started": [outcome.started_at for outcome in kept],
+                    "latencies": [outcome.latency_ms for outcome in kept],
+                    "codes": [outcome.status_code for outcome in kept],
+                    "errors": [outcome.error[:ERROR_CHARS] for outcome in kept],
+                    "excerpts": [outcome.response_excerpt[:EXCERPT_CHARS] for outcome in kept],
+                },
+            )
+        failing = {
+            outcome.lease.endpoint_id
+            for outcome, (status, _, _) in zip(outcomes, fates, strict=True)
+            if status == WebhookDelivery.Status.FAILED and outcome.lease.delivery_id in recorded
+        }
+        for endpoint_id in sorted(failing):
+            _disable_if_failing(endpoint_id=endpoint_id, now=now)
+    return recorded
 
 
 def _disable_if_failing(*, endpoint_id: str, now: datetime) -> None:

@@ -12,26 +12,25 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from celery import shared_task
 from django.conf import settings
-from django.db import close_old_connections, connection, connections
+from django.db import connection
 
 from webhooks import wakeup
-from webhooks.delivery import delivery_attempt
-from webhooks.services import deliver_due_send, deliveries_claim
+from webhooks.delivery import Target, delivery_attempt, delivery_targets
+from webhooks.services import Lease, Outcome, deliver_due_send, deliveries_claim, deliveries_record
 
 logger = logging.getLogger(__name__)
 
 RUN_SECONDS = 60.0
 CLAIM_EVERY_SECONDS = 0.2
+LINGER_SECONDS = 0.01
 
 
-def _attempt(claim: tuple[str, str]) -> None:
-    close_old_connections()
+def _attempt(lease: Lease, target: Target) -> Outcome | None:
     try:
-        delivery_attempt(delivery_id=claim[0], lease_token=claim[1])
+        return delivery_attempt(lease=lease, target=target)
     except Exception:  # its lease expires and another run takes it again; never silently
-        logger.exception("webhook delivery %s: the attempt failed unrecorded", claim[0])
-    finally:
-        connections.close_all()
+        logger.exception("webhook delivery %s: the attempt failed unrecorded", lease.delivery_id)
+        return None
 
 
 # One delivery loop per process (webhooks.wakeup): a commit elsewhere asks for a run
@@ -61,20 +60,33 @@ def deliver_due() -> int:
 
 def _deliver() -> tuple[int, bool]:
     """Attempts on this process's threads until nothing runs; (attempted, whether it stopped
-    claiming at RUN_SECONDS rather than for want of due rows)."""
+    claiming at RUN_SECONDS rather than for want of due rows). Only this loop's thread uses the
+    database: it claims for the free threads (the rows and their endpoints read once per claim)
+    and records the outcomes that came back since its last turn in one transaction; the threads
+    only sign and POST. A turn waits LINGER_SECONDS after the first attempt ends for others to
+    end too, so that under load a claim and a record serve several attempts each."""
     threads = settings.MANGO_WEBHOOK_DELIVERY_THREADS
     stop_claiming = time.monotonic() + RUN_SECONDS
     attempted = 0
     running: set = set()
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webhook") as pool:
         while True:
-            claims = []
             if len(running) < threads and time.monotonic() < stop_claiming:
-                claims = deliveries_claim(limit=threads - len(running), threads=threads)
+                leases = deliveries_claim(limit=threads - len(running), threads=threads)
+                targets = delivery_targets(endpoint_ids={lease.endpoint_id for lease in leases}) if leases else {}
                 connection.close()  # back to the pool while this loop waits
-                running |= {pool.submit(_attempt, claim) for claim in claims}
-                attempted += len(claims)
+                running |= {
+                    pool.submit(_attempt, lease, targets[lease.endpoint_id])
+                    for lease in leases
+                    if lease.endpoint_id in targets
+                }
+                attempted += len(leases)
             if not running:
                 return attempted, time.monotonic() >= stop_claiming
-            _done, pending = wait(running, timeout=CLAIM_EVERY_SECONDS, return_when=FIRST_COMPLETED)
-            running = set(pending)
+            done, _ = wait(running, timeout=CLAIM_EVERY_SECONDS, return_when=FIRST_COMPLETED)
+            if done and len(done) < len(running):
+                time.sleep(LINGER_SECONDS)
+            done = {future for future in running if future.done()}
+            running -= done
+            deliveries_record(outcomes=[outcome for future in done if (outcome := future.result()) is not None])
+            connection.close()

@@ -178,36 +178,38 @@ def test_every_session_type_sent_is_the_sdks_own_shape(api, api_key):
 def test_a_claim_leases_under_one_token_and_only_its_holder_records(api, api_key):
     from webhooks import wakeup
     from webhooks.models import WebhookAttempt
-    from webhooks.services import deliveries_claim, deliveries_replay, delivery_attempt_record
+    from webhooks.services import Outcome, deliveries_claim, deliveries_record, deliveries_replay
 
     endpoint_id = _create(api).json()["id"]
     for n in range(3):
         webhook_event_emit(workspace_id=api_key.workspace.id, type="session.idled", object_id=f"sesn_{n}")
-    claims = deliveries_claim(limit=8, threads=8)
-    assert len(claims) == 3 and len({token for _, token in claims}) == 1
+    leases = deliveries_claim(limit=8, threads=8)
+    assert len(leases) == 3 and len({lease.token for lease in leases}) == 1
+    stored = WebhookDelivery.objects.get(id=leases[0].delivery_id)
+    assert (leases[0].body, leases[0].endpoint_id, leases[0].attempts) == (stored.body, endpoint_id, 0)
     assert deliveries_claim(limit=8, threads=8) == []  # all leased
-    rows = {row.id: row for row in WebhookDelivery.objects.filter(endpoint_id=endpoint_id)}
-    (first, token), (second, _), (third, _) = claims
+    first, second, third = leases
     now = datetime.now(UTC)
 
-    def record(delivery_id, status_code):
-        return delivery_attempt_record(
-            delivery=rows[delivery_id], lease_token=token, started_at=now, latency_ms=5, status_code=status_code
-        )
+    def record(*pairs):
+        outcomes = [Outcome(lease=lease, started_at=now, latency_ms=5, status_code=code) for lease, code in pairs]
+        return deliveries_record(outcomes=outcomes)
 
-    assert record(first, 200)
-    done = WebhookDelivery.objects.get(id=first)
+    assert record((first, 200)) == {first.delivery_id}
+    done = WebhookDelivery.objects.get(id=first.delivery_id)
     assert (done.status, done.attempts, done.lease_token, done.delivered_at is not None) == ("succeeded", 1, "", True)
-    assert not record(first, 200)  # recorded once: its lease is gone
-    deliveries_replay(workspace=api_key.workspace, endpoint_id=endpoint_id, delivery_id=second)
-    assert not record(second, 200)  # replayed meanwhile: the late holder records nothing
-    assert record(third, 500)
-    retry = WebhookDelivery.objects.get(id=third)
-    assert (retry.status, retry.attempts, retry.last_status_code) == ("pending", 1, 500)
+    deliveries_replay(workspace=api_key.workspace, endpoint_id=endpoint_id, delivery_id=second.delivery_id)
+    # In one batch: recorded once (its lease is gone), replayed meanwhile (the late holder records
+    # nothing), and a failure, rescheduled.
+    assert record((first, 200), (second, 200), (third, 500)) == {third.delivery_id}
+    retry = WebhookDelivery.objects.get(id=third.delivery_id)
+    assert (retry.status, retry.attempts, retry.last_status_code, retry.last_error) == ("pending", 1, 500, "")
     assert retry.next_attempt_at > now and retry.lease_until is None
-    assert sorted(WebhookAttempt.objects.values_list("delivery_id", "number")) == sorted([(first, 1), (third, 1)])
+    assert sorted(WebhookAttempt.objects.values_list("delivery_id", "number", "status_code")) == sorted(
+        [(first.delivery_id, 1, 200), (third.delivery_id, 1, 500)]
+    )
     # The replayed one is due again, the failed one later: the next claim takes only the first.
-    assert [delivery_id for delivery_id, _ in deliveries_claim(limit=8, threads=8)] == [second]
+    assert [lease.delivery_id for lease in deliveries_claim(limit=8, threads=8)] == [second.delivery_id]
 
     # A commit in a process whose delivery loop runs only sets the loop's flag (no task).
     wakeup.wanted.clear()
