@@ -9,7 +9,6 @@ delivery loop (webhooks.tasks), which records the outcomes of its attempts toget
 import functools
 import ssl
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import httpx2
@@ -18,10 +17,8 @@ from standardwebhooks import Webhook
 
 from core.crashpoints import crash_point
 from core.outbound import OutboundRefused
-from core.secrets import SecretsUnavailable
 from core.transports import GuardedTransport, ResponseRefused
-from webhooks.models import WebhookEndpoint
-from webhooks.services import EXCERPT_CHARS, Lease, Outcome, endpoint_signing_secrets
+from webhooks.services import EXCERPT_CHARS, Lease, Outcome
 
 USER_AGENT = "Mango-Webhooks/1"
 
@@ -63,44 +60,18 @@ def _post(url: str, body: bytes, headers: dict) -> tuple[int, str]:
         return response.status_code, bytes(read).decode("utf-8", "replace")[:EXCERPT_CHARS]
 
 
-@dataclass(frozen=True)
-class Target:
-    """An endpoint as the deliveries of one claim see it: where to POST, the secrets that sign
-    now, or why nothing is sent (disabled, its secrets unreadable)."""
-
-    url: str
-    secrets: list[str]
-    refused: str = ""
-
-
-def delivery_targets(*, endpoint_ids: set[str]) -> dict[str, Target]:
-    """The endpoints of a claim's leases, read and their secrets decrypted once per claim (the
-    worker only, right before the attempts). An endpoint deleted since the claim is missing: its
-    deliveries went with it."""
-    targets = {}
-    for endpoint in WebhookEndpoint.objects.filter(id__in=endpoint_ids):
-        if endpoint.disabled_at is not None:
-            targets[endpoint.id] = Target(endpoint.url, [], f"the endpoint is disabled: {endpoint.disabled_reason}")
-            continue
-        try:
-            targets[endpoint.id] = Target(endpoint.url, endpoint_signing_secrets(endpoint=endpoint))
-        except SecretsUnavailable as exc:
-            targets[endpoint.id] = Target(endpoint.url, [], str(exc))
-    return targets
-
-
-def delivery_attempt(*, lease: Lease, target: Target) -> Outcome:
+def delivery_attempt(*, lease: Lease) -> Outcome:
     """One attempt: no database connection is held while the endpoint answers (up to the
     timeout); the outcome is recorded by the caller (webhooks.services.deliveries_record)."""
     started = datetime.now(UTC)
     clock = time.monotonic()
-    status_code, error, excerpt = None, target.refused, ""
+    status_code, error, excerpt = None, lease.refused, ""
     if not error:
         try:
             headers = signed_headers(
-                delivery_id=lease.delivery_id, body=lease.body, secrets=target.secrets, now=started
+                delivery_id=lease.delivery_id, body=lease.body, secrets=list(lease.secrets), now=started
             )
-            status_code, excerpt = _post(target.url, lease.body.encode(), headers)
+            status_code, excerpt = _post(lease.url, lease.body.encode(), headers)
             crash_point("webhooks.after_post")  # sent, not yet recorded: the crash tests stop here
             if status_code >= 300:
                 error = f"the endpoint answered {status_code}"

@@ -4,7 +4,7 @@ recorded by the lease holder only)."""
 
 import base64
 import secrets as random_secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import kombu.exceptions
@@ -269,8 +269,10 @@ def _workspaces_due(*, now: datetime, capped: list[str], limit: int) -> list[str
 
 @dataclass(frozen=True)
 class Lease:
-    """A delivery leased to one claim, with what its attempt sends (the stored body) and what its
-    record checks (the claim's token, the attempts made before it)."""
+    """A delivery leased to one claim, with what its attempt needs (the stored body, the
+    endpoint's URL and the secrets that sign now, or why nothing is sent: the endpoint disabled,
+    its secrets unreadable) and what its record checks (the claim's token, the attempts made
+    before it)."""
 
     delivery_id: str
     token: str
@@ -278,6 +280,9 @@ class Lease:
     attempts: int
     created_at: datetime
     body: str
+    url: str
+    secrets: tuple[str, ...] = field(repr=False)
+    refused: str = ""
 
 
 # A claim's statements are written in SQL, not through the ORM: a delivery loop claims every few
@@ -295,8 +300,10 @@ ORDER BY workspace_id, next_attempt_at LIMIT %(share)s FOR UPDATE SKIP LOCKED
 """
 
 _LEASE = """
-UPDATE {table} SET lease_token = %(token)s, lease_until = %(until)s WHERE id = ANY(%(ids)s)
-RETURNING id, endpoint_id, attempts, created_at, body
+UPDATE {table} AS d SET lease_token = %(token)s, lease_until = %(until)s
+FROM {endpoints} AS e WHERE d.id = ANY(%(ids)s) AND e.id = d.endpoint_id
+RETURNING d.id, d.endpoint_id, d.attempts, d.created_at, d.body,
+          e.url, e.disabled_at, e.disabled_reason, e.secret, e.previous_secret, e.previous_secret_expires_at
 """
 
 
@@ -328,9 +335,25 @@ def deliveries_claim(*, limit: int, threads: int | None = None) -> list[Lease]:
             return []
         token = new_id("lease")
         until = now + timedelta(seconds=settings.MANGO_WEBHOOK_LEASE_SECONDS)
-        cursor.execute(_LEASE.format(table=table), {"token": token, "until": until, "ids": taken})
-        leased = {row[0]: Lease(row[0], token, *row[1:]) for row in cursor.fetchall()}
+        endpoints = connection.ops.quote_name(WebhookEndpoint._meta.db_table)
+        cursor.execute(_LEASE.format(table=table, endpoints=endpoints), {"token": token, "until": until, "ids": taken})
+        rows = cursor.fetchall()
+    keys = _SigningKeys(now)
+    leased = {row[0]: _lease(row, token=token, keys=keys) for row in rows}
     return [leased[delivery_id] for delivery_id in taken]
+
+
+def _lease(row: tuple, *, token: str, keys: "_SigningKeys") -> Lease:
+    delivery_id, endpoint_id, attempts, created_at, body, url, disabled_at, disabled_reason, *stored = row
+    secrets, refused = (), ""
+    if disabled_at is not None:
+        refused = f"the endpoint is disabled: {disabled_reason}"
+    else:
+        try:
+            secrets = keys.signing(*stored)
+        except sealed.SecretsUnavailable as exc:
+            refused = str(exc)
+    return Lease(delivery_id, token, endpoint_id, attempts, created_at, body, url, secrets, refused)
 
 
 def retry_delay(attempts: int) -> timedelta:
@@ -475,14 +498,21 @@ def deliveries_replay(
     return count
 
 
-def endpoint_signing_secrets(*, endpoint: WebhookEndpoint) -> list[str]:
-    """The secrets that sign now (the worker only, right before a delivery): the current one,
-    and the previous one during its overlap window."""
-    keys = [sealed.decrypt(endpoint.secret)]
-    if (
-        endpoint.previous_secret
-        and endpoint.previous_secret_expires_at
-        and endpoint.previous_secret_expires_at > timezone.now()
-    ):
-        keys.append(sealed.decrypt(endpoint.previous_secret))
-    return keys
+class _SigningKeys:
+    """The secrets that sign now (the worker only, right before its attempts): an endpoint's
+    current one, and its previous one during the rotation's overlap window; each stored secret
+    decrypted once per claim, however many of its deliveries the claim leased."""
+
+    def __init__(self, now: datetime):
+        self._now = now
+        self._plain: dict[str, str] = {}
+
+    def _decrypt(self, token: str) -> str:
+        if token not in self._plain:
+            self._plain[token] = sealed.decrypt(token)
+        return self._plain[token]
+
+    def signing(self, secret: str, previous: str, previous_expires_at: datetime | None) -> tuple[str, ...]:
+        if previous and previous_expires_at and previous_expires_at > self._now:
+            return self._decrypt(secret), self._decrypt(previous)
+        return (self._decrypt(secret),)

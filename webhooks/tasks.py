@@ -8,14 +8,14 @@ deliveries again (same webhook-id)."""
 
 import logging
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from celery import shared_task
 from django.conf import settings
 from django.db import connection
 
 from webhooks import wakeup
-from webhooks.delivery import Target, delivery_attempt, delivery_targets
+from webhooks.delivery import delivery_attempt
 from webhooks.services import Lease, Outcome, deliver_due_send, deliveries_claim, deliveries_record
 
 logger = logging.getLogger(__name__)
@@ -25,9 +25,9 @@ CLAIM_EVERY_SECONDS = 0.2
 LINGER_SECONDS = 0.01
 
 
-def _attempt(lease: Lease, target: Target) -> Outcome | None:
+def _attempt(lease: Lease) -> Outcome | None:
     try:
-        return delivery_attempt(lease=lease, target=target)
+        return delivery_attempt(lease=lease)
     except Exception:  # its lease expires and another run takes it again; never silently
         logger.exception("webhook delivery %s: the attempt failed unrecorded", lease.delivery_id)
         return None
@@ -61,10 +61,10 @@ def deliver_due() -> int:
 def _deliver() -> tuple[int, bool]:
     """Attempts on this process's threads until nothing runs; (attempted, whether it stopped
     claiming at RUN_SECONDS rather than for want of due rows). Only this loop's thread uses the
-    database: it claims for the free threads (the rows and their endpoints read once per claim)
+    database: it claims for the free threads (the rows and their endpoints read by the claim)
     and records the outcomes that came back since its last turn in one transaction; the threads
-    only sign and POST. A turn waits LINGER_SECONDS after the first attempt ends for others to
-    end too, so that under load a claim and a record serve several attempts each."""
+    only sign and POST. A turn waits up to LINGER_SECONDS after the first attempt ends for the
+    others to end too, so that under load a claim and a record serve several attempts each."""
     threads = settings.MANGO_WEBHOOK_DELIVERY_THREADS
     stop_claiming = time.monotonic() + RUN_SECONDS
     attempted = 0
@@ -73,20 +73,14 @@ def _deliver() -> tuple[int, bool]:
         while True:
             if len(running) < threads and time.monotonic() < stop_claiming:
                 leases = deliveries_claim(limit=threads - len(running), threads=threads)
-                targets = delivery_targets(endpoint_ids={lease.endpoint_id for lease in leases}) if leases else {}
                 connection.close()  # back to the pool while this loop waits
-                running |= {
-                    pool.submit(_attempt, lease, targets[lease.endpoint_id])
-                    for lease in leases
-                    if lease.endpoint_id in targets
-                }
+                running |= {pool.submit(_attempt, lease) for lease in leases}
                 attempted += len(leases)
             if not running:
                 return attempted, time.monotonic() >= stop_claiming
             done, _ = wait(running, timeout=CLAIM_EVERY_SECONDS, return_when=FIRST_COMPLETED)
-            if done and len(done) < len(running):
-                time.sleep(LINGER_SECONDS)
-            done = {future for future in running if future.done()}
+            if done:
+                done, _ = wait(running, timeout=LINGER_SECONDS, return_when=ALL_COMPLETED)
             running -= done
             deliveries_record(outcomes=[outcome for future in done if (outcome := future.result()) is not None])
             connection.close()

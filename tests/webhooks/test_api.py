@@ -9,6 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 
+from core import secrets
 from sessions.models import Session
 from sessions.services.events import events_append
 from sessions.signals import session_changed
@@ -187,6 +188,8 @@ def test_a_claim_leases_under_one_token_and_only_its_holder_records(api, api_key
     assert len(leases) == 3 and len({lease.token for lease in leases}) == 1
     stored = WebhookDelivery.objects.get(id=leases[0].delivery_id)
     assert (leases[0].body, leases[0].endpoint_id, leases[0].attempts) == (stored.body, endpoint_id, 0)
+    assert leases[0].url == stored.endpoint.url and leases[0].secrets == (secrets.decrypt(stored.endpoint.secret),)
+    assert leases[0].secrets[0] not in repr(leases[0])  # a lease logged shows no signing secret
     assert deliveries_claim(limit=8, threads=8) == []  # all leased
     first, second, third = leases
     now = datetime.now(UTC)
