@@ -16,20 +16,11 @@ Used by webhooks.interest and dreams.interest."""
 from collections.abc import Callable
 
 import redis
-from django.conf import settings
 from django.db import transaction
 
+from core.redis_client import redis_client
+
 KEY_SECONDS = 3600
-
-_clients: dict[str, redis.Redis] = {}
-
-
-def _client() -> redis.Redis:
-    url = settings.REDIS_URL
-    client = _clients.get(url)
-    if client is None:
-        client = _clients[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
-    return client
 
 
 class WorkspaceFlag:
@@ -43,14 +34,14 @@ class WorkspaceFlag:
     def get(self, workspace_id: str) -> bool:
         """False only when the workspace surely has none."""
         try:
-            value = _client().get(self.key(workspace_id))
+            value = redis_client().get(self.key(workspace_id))
         except (redis.RedisError, OSError):
             return True
         if value is not None:
             return value == b"1"
         found = self.lookup(workspace_id)
         try:
-            _client().set(self.key(workspace_id), b"1" if found else b"0", nx=True, ex=KEY_SECONDS)
+            redis_client().set(self.key(workspace_id), b"1" if found else b"0", nx=True, ex=KEY_SECONDS)
         except (redis.RedisError, OSError):
             pass
         return found
@@ -58,14 +49,14 @@ class WorkspaceFlag:
     def mark(self, workspace_id: str) -> None:
         """In the transaction that makes the answer yes, before it commits; raises
         redis.RedisError or OSError when Redis is unreachable (the caller refuses the write)."""
-        _client().set(self.key(workspace_id), b"1", ex=KEY_SECONDS)
+        redis_client().set(self.key(workspace_id), b"1", ex=KEY_SECONDS)
 
     def forget_on_commit(self, workspace_id: str) -> None:
         """After the commit of what may make the answer no: not known until the next ask."""
 
         def forget() -> None:
             try:
-                _client().delete(self.key(workspace_id))
+                redis_client().delete(self.key(workspace_id))
             except (redis.RedisError, OSError):
                 pass  # a stale "1" only costs the next asks a read
 
