@@ -23,7 +23,7 @@ from webhooks.events import TYPES, event_body, new_event_id
 from webhooks.interest import workspace_subscribed_forget, workspace_subscribed_mark
 from webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from webhooks.selectors import endpoint_get
-from webhooks.wakeup import wake_running_loop
+from webhooks.wakeup import wake_loop_elsewhere, wake_running_loop
 
 EXCERPT_CHARS = 1024
 ERROR_CHARS = 512
@@ -212,9 +212,10 @@ def webhook_event_emit(
 
 
 def kick() -> None:
-    """Ask for delivery now: this process's delivery loop if it is running (no task), else a
-    worker's (deliver_due_send). Beat's webhooks.deliver_due finds the rows anyway."""
-    if not wake_running_loop():
+    """Ask for delivery now: this process's delivery loop if it is running, else one running in
+    another process (webhooks.wakeup: no task either way), else a worker's (deliver_due_send).
+    Beat's webhooks.deliver_due finds the rows anyway."""
+    if not wake_running_loop() and not wake_loop_elsewhere():
         deliver_due_send()
 
 

@@ -33,12 +33,13 @@ def _attempt(lease: Lease) -> Outcome | None:
         return None
 
 
-# One delivery loop per process (webhooks.wakeup): a commit elsewhere asks for a run
-# (webhooks.services.kick), so a burst of events queues many; each finds the process's loop
-# running, leaves the flag set and returns, and the loop claims again before it stops (a run that
-# ended while the flag was set starts over); a commit in this process while the loop runs sends
-# no task at all. Many loops at once each held a database connection while they waited and took
-# turns from the sessions sharing the process's pool (bench/webhooks_sessions.py: pool timeouts).
+# One delivery loop per process (webhooks.wakeup): a commit asks for a run (webhooks.services.
+# kick) only when no loop runs, in its process or (by Redis) in another; a task that finds this
+# process's loop running leaves the flag set and returns, and the loop claims again before it
+# stops (a run that ended while the flag was set starts over). Many loops at once each held a
+# database connection while they waited and took turns from the sessions sharing the process's
+# pool (bench/webhooks_sessions.py: pool timeouts), and a task per commit cost the turn workers
+# more CPU than the deliveries' records.
 
 
 @shared_task(name="webhooks.deliver_due", acks_late=True, soft_time_limit=600, time_limit=660, ignore_result=True)
@@ -47,18 +48,22 @@ def deliver_due() -> int:
     attempted = 0
     while wakeup.wanted.is_set() and wakeup.loop.acquire(blocking=False):
         try:
+            looping = wakeup.Looping()
             while wakeup.wanted.is_set():
                 wakeup.wanted.clear()
-                count, more = _deliver()
+                count, more = _deliver(looping)
                 attempted += count
                 if more:  # RUN_SECONDS of claiming ended with work left: a fresh run goes on
                     deliver_due_send()
+                if not wakeup.wanted.is_set() and looping.stop():  # asked for by a commit elsewhere
+                    wakeup.wanted.set()
+                    looping.refresh(force=True)
         finally:
             wakeup.loop.release()
     return attempted
 
 
-def _deliver() -> tuple[int, bool]:
+def _deliver(looping: wakeup.Looping) -> tuple[int, bool]:
     """Attempts on this process's threads until nothing runs; (attempted, whether it stopped
     claiming at RUN_SECONDS rather than for want of due rows). Only this loop's thread uses the
     database: it claims for the free threads (the rows and their endpoints read by the claim)
@@ -71,6 +76,7 @@ def _deliver() -> tuple[int, bool]:
     running: set = set()
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webhook") as pool:
         while True:
+            looping.refresh()
             if len(running) < threads and time.monotonic() < stop_claiming:
                 leases = deliveries_claim(limit=threads - len(running), threads=threads)
                 connection.close()  # back to the pool while this loop waits

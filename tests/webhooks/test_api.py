@@ -220,3 +220,11 @@ def test_a_claim_leases_under_one_token_and_only_its_holder_records(api, api_key
     with wakeup.loop:
         assert wakeup.wake_running_loop()
     wakeup.wanted.clear()
+    # One in a process without a loop asks a loop that runs elsewhere (by Redis), which claims
+    # again before it stops; with no loop anywhere its caller sends a task.
+    assert not wakeup.wake_loop_elsewhere()
+    looping = wakeup.Looping()
+    assert wakeup.wake_loop_elsewhere()
+    assert looping.stop()  # asked for meanwhile: it claims again
+    assert not looping.stop() and not wakeup.wake_loop_elsewhere()
+    assert looping.stop()  # the last ask (while nothing looped) is taken by the next loop's stop

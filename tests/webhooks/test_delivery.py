@@ -145,6 +145,31 @@ def test_an_endpoint_url_and_its_token_stay_out_of_the_worker_log(api_key, recei
     assert token not in log and "/hook?" not in log
 
 
+def test_a_burst_of_commits_sends_a_task_only_while_no_loop_runs(api_key, receiver, delivery_fleet, monkeypatch):
+    """30 events committed one by one over ~1.5 s while the worker's loop delivers (each delivery
+    takes 0.3 s): the first commit sends a webhooks.deliver_due task, the others find the loop
+    running in the worker (webhooks.wakeup) and send none; every event arrives, once."""
+    from webhooks import services
+
+    receiver.slow_markers, receiver.slow_seconds = ("slow",), 0.3
+    endpoint, _ = endpoint_create(workspace=api_key.workspace, url=receiver.url + "?slow")
+    delivery_fleet()
+    sent, send = [], services.deliver_due_send
+
+    def counted_send():
+        sent.append(time.monotonic())
+        send()
+
+    monkeypatch.setattr(services, "deliver_due_send", counted_send)
+    for n in range(30):
+        webhook_event_emit(workspace_id=api_key.workspace.id, type="session.running", object_id=f"sesn_burst{n}")
+        time.sleep(0.05)
+    wait_for(lambda: WebhookDelivery.objects.filter(endpoint=endpoint, status="succeeded").count() == 30, timeout=30)
+    ids = [headers["webhook-id"] for headers, _ in receiver.received]
+    assert len(ids) == len(set(ids)) == 30
+    assert 1 <= len(sent) <= 3, len(sent)
+
+
 def test_rotation_both_secrets_sign_during_the_overlap_then_only_the_new(sdk, api_key, receiver, delivery_fleet):
     endpoint, old = endpoint_create(workspace=api_key.workspace, url=receiver.url)
     delivery_fleet()
