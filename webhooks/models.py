@@ -62,7 +62,8 @@ class WebhookDelivery(models.Model):
 
     id = models.CharField(primary_key=True, max_length=64, default=_delivery_id, editable=False)
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="webhook_deliveries")
-    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
+    # Indexed by whdl_endpoint_created, whose first column it is.
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries", db_index=False)
     event_id = models.CharField(max_length=64)
     event_type = models.CharField(max_length=128)
     body = models.TextField()
@@ -79,8 +80,6 @@ class WebhookDelivery(models.Model):
     class Meta:
         verbose_name_plural = "webhook deliveries"
         indexes = [
-            # The claim's scan: pending rows by due time.
-            models.Index(fields=["next_attempt_at"], name="whdl_due", condition=Q(status="pending")),
             # The claim's per-workspace take (workspaces served in turn).
             models.Index(
                 fields=["workspace", "next_attempt_at"], name="whdl_workspace_due", condition=Q(status="pending")
@@ -100,7 +99,8 @@ class WebhookAttempt(models.Model):
     """One attempt of a delivery: when, how long, what the receiver answered (bounded)."""
 
     id = models.CharField(primary_key=True, max_length=64, default=_attempt_id, editable=False)
-    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log")
+    # Indexed by whatt_delivery_number, whose first column it is.
+    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log", db_index=False)
     number = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     latency_ms = models.PositiveIntegerField()

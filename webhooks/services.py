@@ -12,7 +12,6 @@ import redis
 from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from core import outbound
@@ -225,13 +224,6 @@ def deliver_due_send() -> None:
         current_app.send_task("webhooks.deliver_due")
     except (kombu.exceptions.OperationalError, redis.RedisError, OSError):
         pass  # the broker is down: beat's next run delivers them
-
-
-def _due(now: datetime) -> Q:
-    """Pending, its next attempt time come, and no live lease holding it."""
-    return Q(status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now) & (
-        Q(lease_until__isnull=True) | Q(lease_until__lte=now)
-    )
 
 
 _WORKSPACES_DUE = """
