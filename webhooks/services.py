@@ -170,42 +170,60 @@ def endpoints_set_disabled(*, endpoint_ids: list[str], disabled: bool, reason: s
     return count
 
 
+# The outbox's writes, in SQL: they run in the transaction of every change a subscribed workspace
+# makes (a session's turn writes six events), and composing ten model instances per event for
+# bulk_create was three quarters of an event's CPU in the turn's process.
+_SUBSCRIBED = """
+SELECT id FROM {endpoints}
+WHERE workspace_id = %(workspace_id)s AND disabled_at IS NULL
+  AND (event_types = '[]'::jsonb OR jsonb_exists(event_types, %(type)s))
+"""
+
+_OUTBOX = """
+INSERT INTO {table} (id, workspace_id, endpoint_id, event_id, event_type, body, status, attempts, next_attempt_at,
+                     lease_token, last_error, created_at)
+SELECT delivery.id, %(workspace_id)s, delivery.endpoint_id, %(event_id)s, %(type)s, %(body)s, 'pending', 0, %(now)s,
+       '', '', %(now)s
+FROM unnest(%(ids)s::text[], %(endpoint_ids)s::text[]) AS delivery(id, endpoint_id)
+"""
+
+
 def webhook_event_emit(
     *, workspace_id: str, type: str, object_id: str, created_at: datetime | None = None, extra: dict | None = None
 ) -> int:
     """One outbox row per enabled endpoint of the workspace that subscribes to `type`, written in
     the caller's transaction (the caller's change and its webhook commit or roll back together),
     and a delivery run asked for after commit. Returns the rows written."""
-    endpoints = list(
-        WebhookEndpoint.objects.filter(workspace_id=workspace_id, disabled_at__isnull=True).values_list(
-            "id", "event_types"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SUBSCRIBED.format(endpoints=connection.ops.quote_name(WebhookEndpoint._meta.db_table)),
+            {"workspace_id": workspace_id, "type": type},
         )
-    )
-    wanted = [endpoint_id for endpoint_id, types in endpoints if not types or type in types]
-    if not wanted:
-        return 0
-    now = timezone.now()
-    event_id = new_event_id()
-    body = event_body(
-        event_id=event_id,
-        type=type,
-        created_at=created_at or now,
-        object_id=object_id,
-        workspace_id=workspace_id,
-        extra=extra,
-    )
-    WebhookDelivery.objects.bulk_create(
-        WebhookDelivery(
-            workspace_id=workspace_id,
-            endpoint_id=endpoint_id,
+        wanted = [row[0] for row in cursor.fetchall()]
+        if not wanted:
+            return 0
+        now = timezone.now()
+        event_id = new_event_id()
+        body = event_body(
             event_id=event_id,
-            event_type=type,
-            body=body,
-            next_attempt_at=now,
-            created_at=now,
+            type=type,
+            created_at=created_at or now,
+            object_id=object_id,
+            workspace_id=workspace_id,
+            extra=extra,
         )
-        for endpoint_id in wanted
-    )
+        cursor.execute(
+            _OUTBOX.format(table=connection.ops.quote_name(WebhookDelivery._meta.db_table)),
+            {
+                "ids": [WebhookDelivery._meta.pk.default() for _ in wanted],
+                "endpoint_ids": wanted,
+                "workspace_id": workspace_id,
+                "event_id": event_id,
+                "type": type,
+                "body": body,
+                "now": now,
+            },
+        )
     transaction.on_commit(kick)
     return len(wanted)
 
@@ -429,7 +447,7 @@ def deliveries_record(*, outcomes: list[Outcome]) -> set[str]:
             cursor.execute(
                 _ATTEMPTS.format(table=connection.ops.quote_name(WebhookAttempt._meta.db_table)),
                 {
-                    "ids": [new_id("whatt") for _ in kept],
+                    "ids": [WebhookAttempt._meta.pk.default() for _ in kept],
                     "deliveries": [outcome.lease.delivery_id for outcome in kept],
                     "numbers": [outcome.lease.attempts + 1 for outcome in kept],
                     "started": [outcome.started_at for outcome in kept],
