@@ -163,6 +163,7 @@ def _scratch_entries(worker) -> list[str]:
 @pytest.mark.django_db(transaction=True)
 def test_sdk_shapes_of_repository_resources_and_rotation(sdk, live_server, api_key, guard, git_host, no_turns, caplog):
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="httpx2")  # at WARNING by default (core/logging.py)
     agent, env = _agent_env(sdk)
     session = sdk.beta.sessions.create(
         agent=agent.id,

@@ -70,6 +70,13 @@ def pg_dump() -> str:
     ).stdout
 
 
+def capture_every_log_line(caplog) -> None:
+    """Every logger at DEBUG, httpx2's too (at WARNING by default, core/logging.py: its INFO line
+    names each outbound URL), so that a secret in any line a setting could turn on is seen."""
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="httpx2")
+
+
 def server_log(caplog) -> str:
     """Every captured log line but the SDK client's own (its debug log echoes the request body it sent)."""
     return "\n".join(record.getMessage() for record in caplog.records if not record.name.startswith("anthropic"))
@@ -124,7 +131,7 @@ def test_the_sdk_drives_the_vault_methods(sdk):
 
 
 def test_the_sdk_drives_the_credential_methods_and_no_secret_comes_back(sdk, allowed, caplog):
-    caplog.set_level(logging.DEBUG)
+    capture_every_log_line(caplog)
     vault = sdk.beta.vaults.create(display_name="v")
     credentials = sdk.beta.vaults.credentials
     bearer = credentials.create(
@@ -196,7 +203,7 @@ def test_the_sdk_drives_the_credential_methods_and_no_secret_comes_back(sdk, all
 
 
 def test_validate_probes_the_mcp_server_and_refreshes_on_401(sdk, allowed, caplog):
-    caplog.set_level(logging.DEBUG)
+    capture_every_log_line(caplog)
     vault = sdk.beta.vaults.create(display_name="v")
     credentials = sdk.beta.vaults.credentials
     credential = credentials.create(vault.id, auth=oauth_auth(allowed))
@@ -309,7 +316,7 @@ SECRET_VALUE = "env-secret-PLAINTEXT-9d2e"
 def test_environment_variable_credentials_through_the_sdk_without_their_value(sdk, caplog):
     """Stored for the egress proxy to substitute (tests/sessions/test_sandbox_image.py shows the
     substitution): shapes as the SDK's, the value in no response, log line or pg_dump."""
-    caplog.set_level(logging.DEBUG)
+    capture_every_log_line(caplog)
     vault = sdk.beta.vaults.create(display_name="v")
     credentials = sdk.beta.vaults.credentials
     made = credentials.create(
