@@ -79,9 +79,9 @@ def _deliver(looping: wakeup.Looping) -> tuple[int, bool]:
             looping.refresh()
             if len(running) < threads and time.monotonic() < stop_claiming:
                 leases = deliveries_claim(limit=threads - len(running), threads=threads)
-                connection.close()  # back to the pool while this loop waits
                 running |= {pool.submit(_attempt, lease) for lease in leases}
                 attempted += len(leases)
+            connection.close()  # back to the pool while this loop waits (the record and claim shared it)
             if not running:
                 return attempted, time.monotonic() >= stop_claiming
             done, _ = wait(running, timeout=CLAIM_EVERY_SECONDS, return_when=FIRST_COMPLETED)
@@ -89,4 +89,3 @@ def _deliver(looping: wakeup.Looping) -> tuple[int, bool]:
                 done, _ = wait(running, timeout=LINGER_SECONDS, return_when=ALL_COMPLETED)
             running -= done
             deliveries_record(outcomes=[outcome for future in done if (outcome := future.result()) is not None])
-            connection.close()
