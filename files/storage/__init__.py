@@ -15,6 +15,7 @@ in choose_backend().
 """
 
 import os
+import threading
 from collections.abc import Iterator
 
 from django.conf import settings
@@ -90,14 +91,20 @@ def choose_backend() -> ObjectStoreBackend:
 
 
 _backend: ObjectStoreBackend | None = None
+_backend_lock = threading.Lock()
 
 
 def backend() -> ObjectStoreBackend:
-    """The process's backend, built on first use and kept."""
+    """The process's backend, built on first use and kept: one, even when several threads make
+    that first use at once (a second one built beside it would hold connections of its own)."""
     global _backend
-    if _backend is None:
-        _backend = choose_backend()
-    return _backend
+    built = _backend
+    if built is None:
+        with _backend_lock:
+            if _backend is None:
+                _backend = choose_backend()
+            built = _backend
+    return built
 
 
 @receiver(setting_changed)
@@ -110,8 +117,9 @@ def _settings_changed(*, setting: str, **kwargs) -> None:
 def _forget_backend() -> None:
     """In a forked child (a prefork worker, the crash campaign): the parent's connections, and
     its client's pool, are not this process's to use."""
-    global _backend
+    global _backend, _backend_lock
     _backend = None
+    _backend_lock = threading.Lock()  # a thread of the parent may have held it at the fork
 
 
 os.register_at_fork(after_in_child=_forget_backend)

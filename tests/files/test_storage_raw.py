@@ -5,6 +5,7 @@ import contextlib
 import hashlib
 import os
 import socket
+import threading
 
 import boto3
 import pytest
@@ -172,6 +173,25 @@ def test_a_forked_child_does_not_share_the_parents_connections(upload):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert storage.backend() is backend and backend.part_connection() is held  # the parent keeps its own
+
+
+def test_threads_making_the_first_use_at_once_share_one_backend(settings):
+    """The first downloads after a start, on several API threads at once, build one backend (a
+    second one would hold a store connection of its own, closed when it is collected)."""
+    settings.MANGO_FILE_S3_RAW_REQUESTS = True  # a settings change: the next use builds anew
+    start, built = threading.Barrier(8), []
+
+    def first_use():
+        start.wait()
+        built.append(storage.backend())
+
+    threads = [threading.Thread(target=first_use) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(built) == 8 and len({id(backend) for backend in built}) == 1
+    assert storage.backend() is built[0]
 
 
 # --- GETs ------------------------------------------------------------------------------------
