@@ -4,30 +4,17 @@ also poll the database, the runner confirms interrupts against the event log).""
 
 import json
 import logging
-import threading
 
 import redis
-from django.conf import settings
+
+from core.redis_client import redis_client
 
 logger = logging.getLogger(__name__)
 
-_clients: dict[str, redis.Redis] = {}
-_clients_lock = threading.Lock()
-
 
 def client() -> redis.Redis:
-    """The process's Redis client for REDIS_URL. Thread-safe: its pool lends each command a
-    connection, so the process holds as many as it uses at once, not one per thread that ever
-    published (a worker's 100 turn threads each connected on their first event). redis-py's pool
-    starts afresh in a forked child."""
-    url = settings.REDIS_URL
-    conn = _clients.get(url)
-    if conn is None:
-        with _clients_lock:
-            conn = _clients.get(url)
-            if conn is None:
-                conn = _clients[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
-    return conn
+    """The process's Redis client for REDIS_URL (core.redis_client; publishes wait up to 5 s)."""
+    return redis_client(socket_timeout=5)
 
 
 def events_channel(session_id: str) -> str:
